@@ -1,0 +1,331 @@
+/*
+repkv backward: the gradient of grouped-query attention's K/V head replication (llm.c, Llama 3).
+
+The forward (repkv_forward.cu) copies each of the NKV key and value heads rep = NH / NKV times so
+that Q, K and V all have NH heads. Its backward copies the Q gradient through and sums the rep
+gradients of each K and V head:
+
+  dout : (B, T, 3, NH, HD)              [dQ | dK replicated | dV replicated]
+  dinp : (B, T, (NH + 2*NKV) * HD)      [dQ | dK | dV]
+  dinp[b,t, Q h]          = dout[b,t,0,h]
+  dinp[b,t, NH + g]       = sum_{r<rep} dout[b,t,1,g*rep + r]      (K head g)
+  dinp[b,t, NH + NKV + g] = sum_{r<rep} dout[b,t,2,g*rep + r]      (V head g)
+
+Fewest bytes: read dout once, write dinp once:
+  bytes = B*T*HD*(3*NH + NH + 2*NKV) * sizeof(floatX)  = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
+No arithmetic to speak of, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
+
+Versions (H200, fp32, bench size B=8 T=1024 NH=32 NKV=8 HD=128, best block; see results/h200.md):
+  1  the seed's approach (llm.c dev/cuda/repkv_backward.cu): one thread per dout element; the K/V
+     threads of every head but the first of its group return at once, and the first sums rep values
+  2  one thread per dinp element: no idle threads, each dout element is read once
+  3  16-byte vectors: one thread per 16 bytes of dinp (4 fp32 or 8 bf16), 128-bit loads and stores
+  4  several vectors per thread, all loads issued before the first store, with streaming hints
+     (dout and dinp are touched once: evict-first)
+  5  one block per (b, t) row: the row's Q copy and K/V sums without a 64-bit division per vector
+Measured times are in the table at the end of this header's neighbour results/h200.md and in the
+README; `./repkv_backward all` prints them for your GPU.
+
+Compile and run:
+  make repkv_backward          && ./repkv_backward 4
+  make repkv_backward_bf16     && ./repkv_backward_bf16 all
+*/
+#include "common.h"
+
+// tolerances: the Q part is a copy; a K/V sum of rep values in fp32 differs from the double
+// reference by a few fp32 ulps; in bf16 the sum is rounded once to bf16 (half an ulp, 2^-9 relative)
+#ifdef ENABLE_BF16
+static const float REPKV_BWD_ATOL = 1e-5f, REPKV_BWD_RTOL = 4e-3f;
+#else
+static const float REPKV_BWD_ATOL = 1e-6f, REPKV_BWD_RTOL = 1e-6f;
+#endif
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference: plain loops over the layout above, sums in double
+
+void repkv_backward_cpu(float* dinp, const float* dout, int B, int T, int NH, int NKV, int HD) {
+    const int rep = NH / NKV;
+    const int64_t C_in = (int64_t)(NH + 2 * NKV) * HD, C_out = (int64_t)3 * NH * HD;
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        float* dx = dinp + bt * C_in;
+        const float* dy = dout + bt * C_out;
+        for (int64_t i = 0; i < (int64_t)NH * HD; i++) dx[i] = dy[i];
+        for (int part = 1; part <= 2; part++) {              // 1: K, 2: V
+            for (int g = 0; g < NKV; g++) {
+                for (int d = 0; d < HD; d++) {
+                    double sum = 0.0;
+                    for (int r = 0; r < rep; r++) sum += dy[((int64_t)part * NH + g * rep + r) * HD + d];
+                    dx[((int64_t)NH + (part - 1) * NKV + g) * HD + d] = (float)sum;
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels
+
+// Version 1, the seed's approach: one thread per dout element, decoded into (bt, part, head, d).
+// Only a K/V thread whose head is the first of its group (h % rep == 0) works, summing rep values;
+// the other rep-1 of every rep K/V threads return at once. With rep = 4, half of the grid idles.
+// (The seed's int index overflows past 2^31 elements: here it is 64-bit, the only change.)
+__global__ void repkv_backward_kernel1(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)B * T * 3 * NH * HD) return;
+    const int rep = NH / NKV;
+    int d = (int)(idx % HD);
+    int64_t rest = idx / HD;
+    int h = (int)(rest % NH);
+    rest /= NH;
+    int part = (int)(rest % 3);
+    int64_t bt = rest / 3;
+    floatX* dx = dinp + bt * (NH + 2 * NKV) * HD;
+    if (part == 0) {
+        dx[h * HD + d] = __ldcs(&dout[idx]);
+    } else if (h % rep == 0) {
+        float sum = 0.0f;
+        for (int r = 0; r < rep; r++) sum += to_float(__ldcs(&dout[idx + (int64_t)r * HD]));
+        dx[(NH + (part - 1) * NKV + h / rep) * HD + d] = from_float<floatX>(sum);
+    }
+}
+
+// Version 2: one thread per dinp element, so every thread writes. A Q thread copies one value; a
+// K/V thread reads the rep values of its group. Every dout element is read by exactly one thread.
+__global__ void repkv_backward_kernel2(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD) {
+    const int64_t C_in = (int64_t)(NH + 2 * NKV) * HD;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)B * T * C_in) return;
+    int64_t bt = idx / C_in;
+    int c = (int)(idx - bt * C_in);
+    int head = c / HD, d = c - head * HD;
+    const floatX* dy = dout + bt * 3 * NH * HD;
+    if (head < NH) {
+        dinp[idx] = dy[c];
+    } else {
+        const int rep = NH / NKV;
+        int kv = head - NH;                  // 0..2*NKV-1
+        int part = 1 + kv / NKV, g = kv % NKV;
+        const floatX* src = dy + (part * NH + g * rep) * HD + d;
+        float sum = 0.0f;
+        for (int r = 0; r < rep; r++) sum += to_float(src[r * HD]);
+        dinp[idx] = from_float<floatX>(sum);
+    }
+}
+
+// Version 3: version 2 on 16-byte vectors. A thread owns x128::N consecutive elements of one head
+// (HD must be a multiple of x128::N), issues one 128-bit load per source vector and one 128-bit
+// store: a quarter (fp32) or an eighth (bf16) of the instructions and threads of version 2.
+__global__ void repkv_backward_kernel3(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N;                            // vectors per head
+    const int64_t row_vecs = (int64_t)(NH + 2 * NKV) * HDv;
+    int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= (int64_t)B * T * row_vecs) return;
+    int64_t bt = v / row_vecs;
+    int c = (int)(v - bt * row_vecs);
+    int head = c / HDv, dv = c - head * HDv;
+    const floatX* dy = dout + bt * 3 * NH * HD;
+    floatX* dx = dinp + v * x128::N;
+    if (head < NH) {
+        x128::load(dy + (int64_t)c * x128::N).store(dx);
+    } else {
+        const int rep = NH / NKV;
+        int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
+        const floatX* src = dy + ((int64_t)(part * NH + g * rep) * HDv + dv) * x128::N;
+        float sum[x128::N] = {};
+        for (int r = 0; r < rep; r++) {
+            x128 in = x128::load(src + (int64_t)r * HD);
+            for (int k = 0; k < x128::N; k++) sum[k] += to_float(in.v[k]);
+        }
+        x128 out;
+        for (int k = 0; k < x128::N; k++) out.v[k] = from_float<floatX>(sum[k]);
+        out.store(dx);
+    }
+}
+
+// Version 4: more bytes in flight. Each thread owns UNROLL vectors, blockDim apart (so a warp's
+// accesses stay coalesced), and loads the sources of all of them before it stores any: a Q vector
+// needs one load, a K/V vector rep loads, held in registers (rep <= REPKV_MAX_REP4). dout and dinp
+// are each touched once, so loads and stores carry the evict-first hint (ld.global.cs / st.global.cs).
+#define REPKV_BWD_UNROLL 4
+#define REPKV_MAX_REP4 8
+__global__ void repkv_backward_kernel4(floatX* __restrict__ dinp, const floatX* __restrict__ dout,
+                                       int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N, rep = NH / NKV;
+    const int64_t row_vecs = (int64_t)(NH + 2 * NKV) * HDv, total = (int64_t)B * T * row_vecs;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x * REPKV_BWD_UNROLL + threadIdx.x;
+    float sum[REPKV_BWD_UNROLL][x128::N];
+#pragma unroll
+    for (int u = 0; u < REPKV_BWD_UNROLL; u++) {
+        int64_t v = first + (int64_t)u * blockDim.x;
+        for (int k = 0; k < x128::N; k++) sum[u][k] = 0.0f;
+        if (v >= total) continue;
+        int64_t bt = v / row_vecs;
+        int c = (int)(v - bt * row_vecs);
+        int head = c / HDv, dv = c - head * HDv;
+        const floatX* dy = dout + bt * 3 * NH * HD;
+        const floatX* src;
+        int n;
+        if (head < NH) { src = dy + (int64_t)c * x128::N; n = 1; }
+        else {
+            int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
+            src = dy + ((int64_t)(part * NH + g * rep) * HDv + dv) * x128::N;
+            n = rep;
+        }
+        x128 in[REPKV_MAX_REP4];
+#pragma unroll
+        for (int r = 0; r < REPKV_MAX_REP4; r++) if (r < n) in[r] = x128::load_cs(src + (int64_t)r * HD);
+#pragma unroll
+        for (int r = 0; r < REPKV_MAX_REP4; r++)
+            if (r < n) for (int k = 0; k < x128::N; k++) sum[u][k] += to_float(in[r].v[k]);
+    }
+#pragma unroll
+    for (int u = 0; u < REPKV_BWD_UNROLL; u++) {
+        int64_t v = first + (int64_t)u * blockDim.x;
+        if (v >= total) continue;
+        x128 out;
+        for (int k = 0; k < x128::N; k++) out.v[k] = from_float<floatX>(sum[u][k]);
+        out.store_cs(dinp + v * x128::N);
+    }
+}
+
+// Version 5: one block per (b, t) row (grid-stride over rows when B*T exceeds the grid). The row's
+// vectors are split into the Q part, a plain copy, and the K/V part, a sum; the only divisions left
+// are by HDv and NKV within a row, in 32-bit. Loads and stores stream as in version 4, and the Q copy
+// moves two vectors per iteration so that two loads are in flight before either store.
+__global__ void repkv_backward_kernel5(floatX* __restrict__ dinp, const floatX* __restrict__ dout,
+                                       int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N, rep = NH / NKV;
+    const int q_vecs = NH * HDv, kv_vecs = 2 * NKV * HDv;
+    for (int64_t bt = blockIdx.x; bt < (int64_t)B * T; bt += gridDim.x) {
+        const floatX* dy = dout + bt * 3 * NH * HD;
+        floatX* dx = dinp + bt * (NH + 2 * NKV) * HD;
+        int c = threadIdx.x;
+        for (; c + (int)blockDim.x < q_vecs; c += 2 * blockDim.x) {
+            x128 a = x128::load_cs(dy + c * x128::N);
+            x128 b = x128::load_cs(dy + (c + blockDim.x) * x128::N);
+            a.store_cs(dx + c * x128::N);
+            b.store_cs(dx + (c + blockDim.x) * x128::N);
+        }
+        if (c < q_vecs) x128::load_cs(dy + c * x128::N).store_cs(dx + c * x128::N);
+        for (int j = threadIdx.x; j < kv_vecs; j += blockDim.x) {
+            int kv = j / HDv, dv = j - kv * HDv;             // kv: 0..2*NKV-1 (K heads, then V heads)
+            int part = 1 + kv / NKV, g = kv - (part - 1) * NKV;
+            const floatX* src = dy + ((part * NH + g * rep) * HDv + dv) * x128::N;
+            float sum[x128::N] = {};
+            for (int r = 0; r < rep; r++) {
+                x128 in = x128::load_cs(src + r * HD);
+                for (int k = 0; k < x128::N; k++) sum[k] += to_float(in.v[k]);
+            }
+            x128 out;
+            for (int k = 0; k < x128::N; k++) out.v[k] = from_float<floatX>(sum[k]);
+            out.store_cs(dx + (q_vecs + j) * x128::N);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers and dispatcher
+
+void repkv_backward1(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * 3 * NH * HD;
+    repkv_backward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+}
+
+void repkv_backward2(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
+    repkv_backward_kernel2<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+}
+
+void repkv_backward3(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
+    repkv_backward_kernel3<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+}
+
+void repkv_backward4(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
+    unsigned grid = (unsigned)ceil_div<int64_t>(n, (int64_t)block_size * REPKV_BWD_UNROLL);
+    repkv_backward_kernel4<<<grid, block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+}
+
+void repkv_backward5(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t rows = (int64_t)B * T;
+    unsigned grid = (unsigned)std::min<int64_t>(rows, 1 << 30);
+    repkv_backward_kernel5<<<grid, block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+}
+
+void repkv_backward(int kernel_num, floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
+    switch (kernel_num) {
+        case 1: repkv_backward1(dinp, dout, B, T, NH, NKV, HD, block_size); break;
+        case 2: repkv_backward2(dinp, dout, B, T, NH, NKV, HD, block_size); break;
+        case 3: repkv_backward3(dinp, dout, B, T, NH, NKV, HD, block_size); break;
+        case 4: repkv_backward4(dinp, dout, B, T, NH, NKV, HD, block_size); break;
+        case 5: repkv_backward5(dinp, dout, B, T, NH, NKV, HD, block_size); break;
+        default: fail_args("repkv_backward has no version %d", kernel_num);
+    }
+}
+
+// the precondition of each version on a shape, "" when it can run
+std::string repkv_backward_skip_reason(int kernel_num, int NH, int NKV, int HD) {
+    (void)NH; (void)NKV;
+    if (kernel_num >= 3 && HD % x128::N != 0)
+        return "HD (" + std::to_string(HD) + ") is not a multiple of the " + std::to_string(x128::N) +
+               "-element 16-byte vector (" DTYPE_NAME ")";
+    if (kernel_num == 4 && NH / NKV > REPKV_MAX_REP4)
+        return "rep = NH/NKV (" + std::to_string(NH / NKV) + ") exceeds the " + std::to_string(REPKV_MAX_REP4) +
+               " source vectors version 4 holds in registers";
+    return "";
+}
+
+// ----------------------------------------------------------------------------------------------
+
+#ifndef NO_MAIN
+int main(int argc, char** argv) {
+    int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
+    Cli cli("repkv_backward", "Backward of grouped-query attention's K/V replication: sum the rep copies of each K/V head.", 5, 4);
+    cli.add_int("B", &B, "batch size");
+    cli.add_int("T", &T, "sequence length");
+    cli.add_int("NH", &NH, "query heads");
+    cli.add_int("NKV", &NKV, "key/value heads");
+    cli.add_int("HD", &HD, "head dimension");
+    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV;\n"
+                      "  versions 3-5 need HD a multiple of 4 (fp32) or 8 (bf16); version 4 needs NH/NKV <= 8";
+    cli.parse(argc, argv);
+    require(B >= 1 && T >= 1 && NH >= 1 && NKV >= 1 && HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)", B, T, NH, NKV, HD);
+    require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV);
+
+    const int64_t n_in = (int64_t)B * T * (NH + 2 * NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    cuda_init();
+
+    // inputs, rounded once to the element type; the reference sees the same rounded values
+    Rng rng(cli.seed);
+    std::vector<floatX> dout = to_floatX(make_random_floats(n_out, rng));
+    std::vector<float> dout_f = to_float_vec(dout), ref(n_in);
+    repkv_backward_cpu(ref.data(), dout_f.data(), B, T, NH, NKV, HD);
+
+    floatX* d_dout = device_upload(dout);
+    floatX* d_dinp = device_alloc<floatX>(n_in);
+
+    char shape[128];
+    snprintf(shape, sizeof shape, "B%d,T%d,NH%d,NKV%d,HD%d", B, T, NH, NKV, HD);
+    OpRunner r;
+    r.op = "repkv_backward";
+    r.shape = shape;
+    r.bytes = (double)(n_in + n_out) * sizeof(floatX);
+    r.skip_reason = [&](int k) { return repkv_backward_skip_reason(k, NH, NKV, HD); };
+    r.prepare_check = [&] { poison(d_dinp, n_in * sizeof(floatX)); };
+    r.launch = [&](int k, int block) { repkv_backward(k, d_dinp, d_dout, B, T, NH, NKV, HD, block); };
+    r.check = [&](int, int) { return validate_device("dinp", d_dinp, ref.data(), n_in, REPKV_BWD_ATOL, REPKV_BWD_RTOL); };
+    int rc = run_versions(cli, r);
+
+    if (!cli.dump_dir.empty()) {
+        std::vector<float> got = to_float_vec(device_download(d_dinp, n_in));
+        write_npy(cli.dump_dir, "repkv_backward_dout", dout_f.data(), {B, T, 3, NH, HD});
+        write_npy(cli.dump_dir, "repkv_backward_dinp_ref", ref.data(), {B, T, (NH + 2 * NKV) * HD});
+        write_npy(cli.dump_dir, "repkv_backward_dinp", got.data(), {B, T, (NH + 2 * NKV) * HD});
+        printf("dumped repkv_backward_{dout,dinp_ref,dinp}.npy to %s\n", cli.dump_dir.c_str());
+    }
+    cudaCheck(cudaFree(d_dout));
+    cudaCheck(cudaFree(d_dinp));
+    return rc;
+}
+#endif

@@ -1,0 +1,276 @@
+/*
+repkv forward: grouped-query attention's K/V head replication (llm.c, Llama 3).
+
+Llama-3 attention has NH query heads but only NKV key/value heads (rep = NH / NKV). Before
+attention each K and V head is copied rep times so that Q, K and V all have NH heads:
+
+  inp : (B, T, (NH + 2*NKV) * HD)       [Q heads | K heads | V heads] per (b, t)
+  out : (B, T, 3, NH, HD)               [Q | K replicated | V replicated]
+  out[b,t,0,h] = inp[b,t, Q h];  out[b,t,1,h] = inp[b,t, K h/rep];  out[b,t,2,h] = inp[b,t, V h/rep]
+
+Fewest bytes: read inp once, write out once:
+  bytes = B*T*HD*(NH + 2*NKV + 3*NH) * sizeof(floatX) = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
+No arithmetic, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
+
+Versions (H200, fp32, bench size, best block; measured numbers in results/h200.md and the README):
+  1  the seed's approach (llm.c dev/cuda/repkv.cu): one thread per out element, decoded with five
+     divisions; a K/V element is fetched rep times (once per copy, from L2 after the first)
+  2  one thread per inp element, writing its rep copies: each input is read once, and there are
+     (NH+2NKV)/(3NH) as many threads (half, at the bench size)
+  3  16-byte vectors: one thread per 16 bytes of inp, 128-bit loads and stores
+  4  several vectors per thread, every load issued before the first store, streaming hints
+  5  one block per (b, t) row: no 64-bit division per vector, Q copied two vectors at a time
+
+Compile and run:
+  make repkv_forward        && ./repkv_forward 4
+  make repkv_forward_bf16   && ./repkv_forward_bf16 all
+*/
+#include "common.h"
+
+// tolerances: every output is a copy of an input, so any difference is a bug
+static const float REPKV_FWD_ATOL = 0.0f, REPKV_FWD_RTOL = 0.0f;
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference
+
+void repkv_forward_cpu(float* out, const float* inp, int B, int T, int NH, int NKV, int HD) {
+    const int rep = NH / NKV;
+    const int64_t C_in = (int64_t)(NH + 2 * NKV) * HD, C_out = (int64_t)3 * NH * HD;
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        const float* x = inp + bt * C_in;
+        float* y = out + bt * C_out;
+        for (int h = 0; h < NH; h++) {
+            for (int d = 0; d < HD; d++) {
+                y[((int64_t)0 * NH + h) * HD + d] = x[(int64_t)h * HD + d];
+                y[((int64_t)1 * NH + h) * HD + d] = x[((int64_t)NH + h / rep) * HD + d];
+                y[((int64_t)2 * NH + h) * HD + d] = x[((int64_t)NH + NKV + h / rep) * HD + d];
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels
+
+// Version 1, the seed's approach: one thread per out element. The flat index is decoded into
+// (bt, part, h, d) and the source head is h (Q) or h / rep (K, V). Each K/V input is read by rep
+// threads; after the first, the reads come from L2, so DRAM traffic stays near the minimum, but
+// there are 3*NH*HD threads per row, each with five divisions and 4-byte accesses.
+// (The seed's int index overflows past 2^31 elements: here it is 64-bit, the only change.)
+__global__ void repkv_forward_kernel1(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)B * T * 3 * NH * HD) return;
+    const int rep = NH / NKV;
+    int d = (int)(idx % HD);
+    int64_t rest = idx / HD;
+    int h = (int)(rest % NH);
+    rest /= NH;
+    int part = (int)(rest % 3);
+    int64_t bt = rest / 3;
+    int src_head = part == 0 ? h : NH + (part - 1) * NKV + h / rep;
+    out[idx] = __ldcs(&inp[bt * (NH + 2 * NKV) * HD + src_head * HD + d]);
+}
+
+// Version 2: one thread per inp element, writing it to every place it goes: once for Q, rep
+// times for K and V. Each input is loaded exactly once, by one thread.
+__global__ void repkv_forward_kernel2(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD) {
+    const int64_t C_in = (int64_t)(NH + 2 * NKV) * HD;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)B * T * C_in) return;
+    int64_t bt = idx / C_in;
+    int c = (int)(idx - bt * C_in);
+    int head = c / HD, d = c - head * HD;
+    floatX* y = out + bt * 3 * NH * HD;
+    floatX x = inp[idx];
+    if (head < NH) {
+        y[c] = x;
+    } else {
+        const int rep = NH / NKV;
+        int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
+        floatX* dst = y + (part * NH + g * rep) * HD + d;
+        for (int r = 0; r < rep; r++) dst[r * HD] = x;
+    }
+}
+
+// Version 3: version 2 on 16-byte vectors (HD a multiple of x128::N): one 128-bit load and one
+// (Q) or rep (K/V) 128-bit stores per thread.
+__global__ void repkv_forward_kernel3(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N;
+    const int64_t row_vecs = (int64_t)(NH + 2 * NKV) * HDv;
+    int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= (int64_t)B * T * row_vecs) return;
+    int64_t bt = v / row_vecs;
+    int c = (int)(v - bt * row_vecs);
+    int head = c / HDv, dv = c - head * HDv;
+    floatX* y = out + bt * 3 * NH * HD;
+    x128 x = x128::load(inp + v * x128::N);
+    if (head < NH) {
+        x.store(y + (int64_t)c * x128::N);
+    } else {
+        const int rep = NH / NKV;
+        int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
+        floatX* dst = y + ((int64_t)(part * NH + g * rep) * HDv + dv) * x128::N;
+        for (int r = 0; r < rep; r++) x.store(dst + (int64_t)r * HD);
+    }
+}
+
+// Version 4: more bytes in flight. Each thread owns UNROLL input vectors, blockDim apart (a warp's
+// accesses stay coalesced), loads all of them, then writes their copies. inp and out are touched
+// once, so loads and stores carry the evict-first hint (ld.global.cs / st.global.cs).
+#define REPKV_FWD_UNROLL 4
+__global__ void repkv_forward_kernel4(floatX* __restrict__ out, const floatX* __restrict__ inp,
+                                      int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N, rep = NH / NKV;
+    const int64_t row_vecs = (int64_t)(NH + 2 * NKV) * HDv, total = (int64_t)B * T * row_vecs;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x * REPKV_FWD_UNROLL + threadIdx.x;
+    x128 x[REPKV_FWD_UNROLL];
+#pragma unroll
+    for (int u = 0; u < REPKV_FWD_UNROLL; u++) {
+        int64_t v = first + (int64_t)u * blockDim.x;
+        if (v < total) x[u] = x128::load_cs(inp + v * x128::N);
+    }
+#pragma unroll
+    for (int u = 0; u < REPKV_FWD_UNROLL; u++) {
+        int64_t v = first + (int64_t)u * blockDim.x;
+        if (v >= total) continue;
+        int64_t bt = v / row_vecs;
+        int c = (int)(v - bt * row_vecs);
+        int head = c / HDv, dv = c - head * HDv;
+        floatX* y = out + bt * 3 * NH * HD;
+        if (head < NH) {
+            x[u].store_cs(y + (int64_t)c * x128::N);
+        } else {
+            int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
+            floatX* dst = y + ((int64_t)(part * NH + g * rep) * HDv + dv) * x128::N;
+            for (int r = 0; r < rep; r++) x[u].store_cs(dst + (int64_t)r * HD);
+        }
+    }
+}
+
+// Version 5: one block per (b, t) row (grid-stride over rows past the grid limit). Q is a plain
+// copy, two vectors per iteration; each K/V vector is loaded once and stored rep times. Divisions
+// are 32-bit and per row; loads and stores stream as in version 4.
+__global__ void repkv_forward_kernel5(floatX* __restrict__ out, const floatX* __restrict__ inp,
+                                      int B, int T, int NH, int NKV, int HD) {
+    const int HDv = HD / x128::N, rep = NH / NKV;
+    const int q_vecs = NH * HDv, kv_vecs = 2 * NKV * HDv;
+    for (int64_t bt = blockIdx.x; bt < (int64_t)B * T; bt += gridDim.x) {
+        const floatX* x = inp + bt * (NH + 2 * NKV) * HD;
+        floatX* y = out + bt * 3 * NH * HD;
+        int c = threadIdx.x;
+        for (; c + (int)blockDim.x < q_vecs; c += 2 * blockDim.x) {
+            x128 a = x128::load_cs(x + c * x128::N);
+            x128 b = x128::load_cs(x + (c + blockDim.x) * x128::N);
+            a.store_cs(y + c * x128::N);
+            b.store_cs(y + (c + blockDim.x) * x128::N);
+        }
+        if (c < q_vecs) x128::load_cs(x + c * x128::N).store_cs(y + c * x128::N);
+        for (int j = threadIdx.x; j < kv_vecs; j += blockDim.x) {
+            int kv = j / HDv, dv = j - kv * HDv;
+            int part = 1 + kv / NKV, g = kv - (part - 1) * NKV;
+            x128 val = x128::load_cs(x + (q_vecs + j) * x128::N);
+            floatX* dst = y + ((part * NH + g * rep) * HDv + dv) * x128::N;
+            for (int r = 0; r < rep; r++) val.store_cs(dst + r * HD);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers and dispatcher
+
+void repkv_forward1(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * 3 * NH * HD;
+    repkv_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+void repkv_forward2(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
+    repkv_forward_kernel2<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+void repkv_forward3(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
+    repkv_forward_kernel3<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+void repkv_forward4(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
+    unsigned grid = (unsigned)ceil_div<int64_t>(n, (int64_t)block_size * REPKV_FWD_UNROLL);
+    repkv_forward_kernel4<<<grid, block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+void repkv_forward5(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    unsigned grid = (unsigned)std::min<int64_t>((int64_t)B * T, 1 << 30);
+    repkv_forward_kernel5<<<grid, block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+void repkv_forward(int kernel_num, floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    switch (kernel_num) {
+        case 1: repkv_forward1(out, inp, B, T, NH, NKV, HD, block_size); break;
+        case 2: repkv_forward2(out, inp, B, T, NH, NKV, HD, block_size); break;
+        case 3: repkv_forward3(out, inp, B, T, NH, NKV, HD, block_size); break;
+        case 4: repkv_forward4(out, inp, B, T, NH, NKV, HD, block_size); break;
+        case 5: repkv_forward5(out, inp, B, T, NH, NKV, HD, block_size); break;
+        default: fail_args("repkv_forward has no version %d", kernel_num);
+    }
+}
+
+std::string repkv_forward_skip_reason(int kernel_num, int HD) {
+    if (kernel_num >= 3 && HD % x128::N != 0)
+        return "HD (" + std::to_string(HD) + ") is not a multiple of the " + std::to_string(x128::N) +
+               "-element 16-byte vector (" DTYPE_NAME ")";
+    return "";
+}
+
+// ----------------------------------------------------------------------------------------------
+
+#ifndef NO_MAIN
+int main(int argc, char** argv) {
+    int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
+    Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 5, 4);
+    cli.add_int("B", &B, "batch size");
+    cli.add_int("T", &T, "sequence length");
+    cli.add_int("NH", &NH, "query heads");
+    cli.add_int("NKV", &NKV, "key/value heads");
+    cli.add_int("HD", &HD, "head dimension");
+    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV;\n"
+                      "  versions 3-5 need HD a multiple of 4 (fp32) or 8 (bf16)";
+    cli.parse(argc, argv);
+    require(B >= 1 && T >= 1 && NH >= 1 && NKV >= 1 && HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)", B, T, NH, NKV, HD);
+    require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV);
+
+    const int64_t n_in = (int64_t)B * T * (NH + 2 * NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    cuda_init();
+
+    Rng rng(cli.seed);
+    std::vector<floatX> inp = to_floatX(make_random_floats(n_in, rng));
+    std::vector<float> inp_f = to_float_vec(inp), ref(n_out);
+    repkv_forward_cpu(ref.data(), inp_f.data(), B, T, NH, NKV, HD);
+
+    floatX* d_inp = device_upload(inp);
+    floatX* d_out = device_alloc<floatX>(n_out);
+
+    char shape[128];
+    snprintf(shape, sizeof shape, "B%d,T%d,NH%d,NKV%d,HD%d", B, T, NH, NKV, HD);
+    OpRunner r;
+    r.op = "repkv_forward";
+    r.shape = shape;
+    r.bytes = (double)(n_in + n_out) * sizeof(floatX);
+    r.skip_reason = [&](int k) { return repkv_forward_skip_reason(k, HD); };
+    r.prepare_check = [&] { poison(d_out, n_out * sizeof(floatX)); };
+    r.launch = [&](int k, int block) { repkv_forward(k, d_out, d_inp, B, T, NH, NKV, HD, block); };
+    r.check = [&](int, int) { return validate_device("out", d_out, ref.data(), n_out, REPKV_FWD_ATOL, REPKV_FWD_RTOL); };
+    int rc = run_versions(cli, r);
+
+    if (!cli.dump_dir.empty()) {
+        std::vector<float> got = to_float_vec(device_download(d_out, n_out));
+        write_npy(cli.dump_dir, "repkv_forward_inp", inp_f.data(), {B, T, (NH + 2 * NKV) * HD});
+        write_npy(cli.dump_dir, "repkv_forward_out_ref", ref.data(), {B, T, 3, NH, HD});
+        write_npy(cli.dump_dir, "repkv_forward_out", got.data(), {B, T, 3, NH, HD});
+        printf("dumped repkv_forward_{inp,out_ref,out}.npy to %s\n", cli.dump_dir.c_str());
+    }
+    cudaCheck(cudaFree(d_inp));
+    cudaCheck(cudaFree(d_out));
+    return rc;
+}
+#endif
