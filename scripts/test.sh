@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `make test`: the one test command.
+#   1. builds every op, fp32 and bf16, with warnings as errors (one PASS/FAIL per binary)
+#   2. builds and runs the CPU tests in tests/test_*.cu (no GPU needed)
+#   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible
+#   4. on a machine with a CUDA device: every line of tests/gpu_cases.txt, and scripts/torch_check.py
+#      where torch imports with CUDA; elsewhere reports the GPU part skipped
+# Ends with `N passed, M failed[, K skipped]` and exits 1 if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+NVCC=${NVCC:-nvcc}
+mkdir -p build/tests
+pass=0; fail=0; skip=0
+ok()   { echo "PASS $*"; pass=$((pass + 1)); }
+bad()  { echo "FAIL $*"; fail=$((fail + 1)); }
+
+# ---- 1. build every op and bf16 variant
+echo "== build (dev/cuda, warnings as errors)"
+make -C dev/cuda -k -j"$JOBS" all > build/build.log 2>&1
+targets=$(cd dev/cuda && for f in *.cu; do echo "${f%.cu} ${f%.cu}_bf16"; done)
+for t in $targets; do
+    if make --no-print-directory -C dev/cuda -q "$t" 2>/dev/null && [ -x "dev/cuda/$t" ]; then ok "build $t"
+    else bad "build $t (see build/build.log)"; grep -A3 -E "error|warning" build/build.log | head -20; fi
+done
+
+# ---- 2. CPU tests
+echo "== CPU tests (tests/test_*.cu)"
+for src in tests/test_*.cu; do
+    name=$(basename "$src" .cu)
+    if ! "$NVCC" -O2 -std=c++17 -arch=sm_90 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function \
+            -I dev/cuda "$src" -o "build/tests/$name" -lcublas > "build/tests/$name.build.log" 2>&1; then
+        bad "$name: does not build"; cat "build/tests/$name.build.log" | head -20; continue
+    fi
+    out=$("build/tests/$name" 2>&1); rc=$?
+    echo "$out" | grep -E "^(PASS|FAIL)" | sed "s/^/  [$name] /"
+    np=$(echo "$out" | grep -c "^PASS"); nf=$(echo "$out" | grep -c "^FAIL")
+    pass=$((pass + np)); fail=$((fail + nf))
+    if [ $rc -ne 0 ] && [ "$nf" -eq 0 ]; then bad "$name exited $rc without a FAIL line"; echo "$out" | tail -5; fi
+    if [ "$np" -eq 0 ] && [ "$nf" -eq 0 ]; then bad "$name reported no cases"; fi
+done
+
+# ---- 3. command line, no GPU visible
+echo "== command-line cases (tests/cli_cases.txt, CUDA_VISIBLE_DEVICES= )"
+while IFS='|' read -r want cmd expect; do
+    want=$(echo "$want" | xargs); cmd=$(echo "$cmd" | xargs); expect=$(echo "$expect" | sed 's/^ *//; s/ *$//')
+    case "$want" in ''|\#*) continue;; esac
+    bin=${cmd%% *}
+    if [ ! -x "dev/cuda/$bin" ]; then bad "cli '$cmd': dev/cuda/$bin not built"; continue; fi
+    out=$(cd dev/cuda && CUDA_VISIBLE_DEVICES= timeout 60 ./$cmd 2>&1); rc=$?
+    if [ "$rc" = "$want" ] && echo "$out" | grep -qF -- "$expect"; then ok "cli '$cmd' -> exit $rc"
+    else bad "cli '$cmd': want exit $want and '$expect', got exit $rc: $(echo "$out" | tail -2 | tr '\n' ' ')"; fi
+done < tests/cli_cases.txt
+
+# ---- 4. GPU part
+has_gpu=0
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then has_gpu=1; fi
+ncases=$(grep -cvE '^\s*(#|$)' tests/gpu_cases.txt)
+if [ $has_gpu -eq 1 ]; then
+    echo "== GPU cases (tests/gpu_cases.txt)"
+    mkdir -p build/gpu_cases
+    i=0
+    while read -r line; do
+        case "$line" in ''|\#*) continue;; esac
+        i=$((i + 1))
+        log="build/gpu_cases/case$i.log"
+        (cd dev/cuda && timeout 600 ./$line) > "$log" 2>&1 < /dev/null; rc=$?
+        if [ $rc -eq 0 ]; then ok "gpu '$line'"
+        else bad "gpu '$line' exited $rc"; grep -E "FAIL|error|skipped" "$log" | head -12; fi
+    done < tests/gpu_cases.txt
+    echo "== PyTorch cross-checks (scripts/torch_check.py)"
+    if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+        out=$(python3 scripts/torch_check.py 2>&1); rc=$?
+        echo "$out" | grep -E "^(PASS|FAIL|SKIP|PEER)" | sed 's/^/  /'
+        np=$(echo "$out" | grep -c "^PASS"); nf=$(echo "$out" | grep -c "^FAIL"); ns=$(echo "$out" | grep -c "^SKIP")
+        pass=$((pass + np)); fail=$((fail + nf)); skip=$((skip + ns))
+        if [ $rc -ne 0 ] && [ "$nf" -eq 0 ]; then bad "torch_check.py exited $rc"; echo "$out" | tail -8; fi
+    else
+        echo "SKIP torch cross-checks: torch with CUDA does not import here"; skip=$((skip + 1))
+    fi
+else
+    echo "== GPU part skipped: no CUDA device here ($ncases GPU cases and the PyTorch cross-checks not run)"
+    skip=$((skip + ncases + 1))
+fi
+
+echo
+if [ $skip -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+[ $fail -eq 0 ]
