@@ -1,0 +1,831 @@
+/*
+Pooled embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's
+nn.EmbeddingBag for one table): T tables are each looked up by B bags of row ids, and each bag's rows
+are summed (or averaged) into one D_t-wide vector of the output row.
+
+Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs):
+  weights          one flat array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may differ)
+                   starts at weights_offsets[t] (int64, a multiple of 4: rows are 16-byte aligned in fp32)
+  D_offsets[T+1]   int32 running sum of D_t; total_D = D_offsets[T]
+  indices[total_L] int64 row ids; offsets[T*B+1] int64, table-major: bag (t, b) is
+                   indices[offsets[t*B + b] .. offsets[t*B + b + 1]); bags may be empty
+  per_sample_weights[total_L] fp32, optional ("weighted")
+  out[B][total_D]  fp32: out[b][D_offsets[t] + d] = scale * sum_{l in bag(t,b)} w_l * W_t[indices[l]][d]
+                   (w_l = 1 unweighted; scale = 1/L_bag for MEAN, 1 for SUM; an empty bag gives 0)
+Element types: weights are floatX (fp32, or bf16 in the _bf16 build, where a lane's 4 columns are one
+8-byte load); accumulation and the output are fp32 in both builds (FBGEMM's default output type).
+
+Fewest bytes (nothing can be deduplicated without a sort, so every looked-up row is read once per lookup):
+  bytes = sum_t L_t * D_t * sizeof(floatX)    rows (L_t = lookups into table t)
+        + 8 * total_L                         indices
+        + 8 * (T*B + 1)                       offsets
+        + 4 * total_L                         per-sample weights, if weighted
+        + 4 * B * total_D                     output
+        + 4 * (T+1) + 8 * T                   D_offsets, weights_offsets
+  FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32): 167.8 + 2.6 + 0.13 + 8.4 MB = 178.9 MB;
+  the large size (T=1 E=1e6 D=128 B=65536 L=32): 1073.7 + 16.8 + 0.5 + 33.6 MB = 1124.6 MB.
+  Predicted floor (not measured) at a copy bandwidth of ~4.2 TB/s: 0.043 ms and 0.27 ms. Zipf inputs
+  reuse hot rows from L2 (and L1), so they can pass 100% of copy bandwidth by this count.
+  FBGEMM's benchmark prints rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L (nominal L) over the time:
+  it is printed as `fbgemm_gbps=` (176.2 MB at the default size).
+
+Versions (one idea each; measured times are for the lead's GPU run, see results/h200.md):
+  1  one thread per (bag, column): the table of a column by binary search over D_offsets, then a scalar
+     loop over the bag (what a first port does: 4-byte loads, every thread re-reads the bag's indices)
+  2  one warp per bag, each lane owns 4 columns (one 16-byte load per row in fp32); D > 128 loops
+  3  several bags per warp for small D: a bag gets the power of two lanes that covers D/4 (D=4: one lane,
+     32 bags per warp); the grid's y index is the table, so the lanes per bag are uniform in a block
+  4  memory-level parallelism: the bag's indices (and weights) are loaded by the group's lanes at once
+     and broadcast with shuffles, 8 16-byte row loads are issued before the first add, lanes hold
+     up to 4 vectors (D <= 512 in one pass), and the output is stored with the streaming hint
+  5  one warp per bag for every D: where a row needs fewer than 32 lanes, the warp's row slots take
+     different rows of the same bag and combine with xor shuffles at the end (more rows in flight
+     per bag and fewer bags per warp: better when bags are few, e.g. the dense case with B=512, T=1)
+
+Compile and run:
+  make embedding_bag_forward       && ./embedding_bag_forward all
+  make embedding_bag_forward_bf16  && ./embedding_bag_forward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
+  ./embedding_bag_forward all --T 1 --E 1000000 --D 128 --B 65536 --L 32 --alpha 0     (the large size)
+*/
+#include "common.h"
+
+// Tolerances: the GPU sums in fp32 (in bag order per lane or row slot), the reference in double. The
+// error of an fp32 sum of L terms is at most about L * 2^-24 * sum|terms| and in practice ~sqrt(L) of
+// that; the CPU test runs the fp32 orders of versions 1-5 against these at the GPU cases' sizes. The
+// output is fp32 in both builds and the reference reads the same (bf16-rounded) weights, so the
+// tolerances are the same for bf16.
+static const float EMBEDDING_BAG_FORWARD_ATOL = 5e-5f, EMBEDDING_BAG_FORWARD_RTOL = 2e-5f;
+
+// ----------------------------------------------------------------------------------------------
+// inputs: the bench's configuration, the generated layout, validation, bytes
+
+struct EmbeddingBagForwardConfig {
+    int T = 32, D = 128, B = 512, L = 20;
+    int64_t E = 100000;
+    double alpha = 1.15;        // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
+    bool mean = false, weighted = false, mixed_dims = false, one_row = false;
+    std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
+    double empty_frac = 0.0;    // each bag is emptied with this probability
+};
+
+struct EmbeddingBagForwardInputs {
+    int T = 0, B = 0;
+    bool mean = false;
+    std::vector<int> D_offsets;             // T+1
+    std::vector<int64_t> E;                 // rows of each table (host side, for validation)
+    std::vector<int64_t> weights_offsets;   // T
+    int64_t num_weights = 0;                // elements of the flat weight array
+    std::vector<int64_t> indices, offsets;  // total_L, T*B+1
+    std::vector<float> per_sample_weights;  // empty: unweighted
+    int total_D() const { return D_offsets.empty() ? 0 : D_offsets.back(); }
+    int D(int t) const { return D_offsets[t + 1] - D_offsets[t]; }
+};
+
+// --mixed-dims: the dims cycle through these, and E halves over every 4 tables (tables of different E and D)
+static const int EMBEDDING_BAG_FORWARD_MIXED_D[] = {4, 12, 36, 64, 132, 260};
+
+inline int embedding_bag_forward_table_D(const EmbeddingBagForwardConfig& c, int t) {
+    if (!c.Ds.empty()) return c.Ds[t % c.Ds.size()];
+    if (c.mixed_dims) return EMBEDDING_BAG_FORWARD_MIXED_D[t % 6];
+    return c.D;
+}
+inline int64_t embedding_bag_forward_table_E(const EmbeddingBagForwardConfig& c, int t) {
+    if (!c.Es.empty()) return c.Es[t % c.Es.size()];
+    if (c.mixed_dims) return std::max<int64_t>(c.E >> (t % 4), std::max(c.L, 1));
+    return c.E;
+}
+
+// Row ids, bags and per-sample weights from the seed; no weights (they can be GBs: see _make_weights).
+// Three independent streams: row ids (so that the Zipf statistics do not depend on the other flags),
+// per-sample weights and empty bags, table weights.
+inline EmbeddingBagForwardInputs embedding_bag_forward_make_inputs(const EmbeddingBagForwardConfig& c, uint64_t seed) {
+    EmbeddingBagForwardInputs in;
+    in.T = c.T; in.B = c.B; in.mean = c.mean;
+    in.D_offsets.assign(1, 0);
+    int64_t total_D = 0, wo = 0;
+    for (int t = 0; t < c.T; t++) {
+        int D = embedding_bag_forward_table_D(c, t);
+        int64_t E = embedding_bag_forward_table_E(c, t);
+        total_D += D;
+        if (total_D > INT32_MAX) fail_args("total_D (sum of the tables' D) must be < 2^31");
+        in.D_offsets.push_back((int)total_D);
+        in.E.push_back(E);
+        in.weights_offsets.push_back(wo);
+        wo += E * (int64_t)D;
+    }
+    in.num_weights = wo;
+    Rng idx_rng(seed), aux_rng(seed ^ 0xA5A5A5A5F00DF00Dull);
+    std::vector<std::vector<int64_t>> rows(c.T);
+    for (int t = 0; t < c.T; t++) {
+        if (c.one_row) rows[t].assign((size_t)c.B * c.L, idx_rng.randint(0, in.E[t]));
+        else rows[t] = make_bag_indices(c.B, c.L, in.E[t], c.alpha, idx_rng);
+    }
+    in.offsets.assign(1, 0);
+    for (int t = 0; t < c.T; t++) {
+        for (int b = 0; b < c.B; b++) {
+            bool empty = c.empty_frac > 0.0 && aux_rng.uniform01() < c.empty_frac;
+            if (!empty)
+                in.indices.insert(in.indices.end(), rows[t].begin() + (size_t)b * c.L, rows[t].begin() + (size_t)(b + 1) * c.L);
+            in.offsets.push_back((int64_t)in.indices.size());
+        }
+    }
+    if (c.weighted) in.per_sample_weights = make_random_floats(in.indices.size(), aux_rng, -1.f, 1.f);
+    return in;
+}
+
+// The tables' weights, uniform in [-1, 1), rounded once to floatX.
+inline std::vector<floatX> embedding_bag_forward_make_weights(const EmbeddingBagForwardInputs& in, uint64_t seed) {
+    Rng rng(seed ^ 0x5EED0F0E1647ull);
+    std::vector<floatX> w((size_t)in.num_weights);
+    for (auto& x : w) x = from_float<floatX>(rng.uniform(-1.f, 1.f));
+    return w;
+}
+
+// The checks a caller's inputs must pass before a kernel may touch them (every version trusts them:
+// an index >= E_t would read another table or past the array). "" when fine, else what is wrong.
+inline std::string embedding_bag_forward_validate(const EmbeddingBagForwardInputs& in) {
+    char buf[256];
+    auto err = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
+    const int T = in.T, B = in.B;
+    if (T < 1 || B < 1) return err("T (%d) and B (%d) must be >= 1", T, B);
+    if ((int)in.D_offsets.size() != T + 1) return err("D_offsets has %zu entries, expected T+1 = %d", in.D_offsets.size(), T + 1);
+    if (in.D_offsets[0] != 0) return err("D_offsets[0] (%d) must be 0", in.D_offsets[0]);
+    for (int t = 0; t < T; t++) {
+        int D = in.D_offsets[t + 1] - in.D_offsets[t];
+        if (D <= 0 || D % 4 != 0) return err("D of table %d (%d) must be a positive multiple of 4", t, D);
+    }
+    if ((int)in.E.size() != T || (int)in.weights_offsets.size() != T)
+        return err("E and weights_offsets need T = %d entries (have %zu and %zu)", T, in.E.size(), in.weights_offsets.size());
+    for (int t = 0; t < T; t++) {
+        int64_t wo = in.weights_offsets[t], E = in.E[t];
+        if (E < 1 || E > INT32_MAX) return err("E of table %d (%lld) must be 1..2^31-1 (row ids travel as 32-bit in versions 4, 5)", t, (long long)E);
+        if (wo < 0 || wo % 4 != 0)
+            return err("weights_offsets[%d] (%lld) must be a non-negative multiple of 4 (16-byte aligned rows)", t, (long long)wo);
+        if (wo + E * (int64_t)in.D(t) > in.num_weights)
+            return err("table %d (offset %lld, %lld rows of %d) runs past the %lld weights", t, (long long)wo, (long long)E, in.D(t),
+                       (long long)in.num_weights);
+    }
+    const int64_t nbags = (int64_t)T * B;
+    if ((int64_t)in.offsets.size() != nbags + 1)
+        return err("offsets has %zu entries, expected T*B+1 = %lld", in.offsets.size(), (long long)(nbags + 1));
+    if (in.offsets[0] != 0) return err("offsets[0] (%lld) must be 0", (long long)in.offsets[0]);
+    for (int64_t i = 1; i <= nbags; i++)
+        if (in.offsets[i] < in.offsets[i - 1])
+            return err("offsets must be non-decreasing: offsets[%lld] = %lld < offsets[%lld] = %lld", (long long)i,
+                       (long long)in.offsets[i], (long long)(i - 1), (long long)in.offsets[i - 1]);
+    if (in.offsets[nbags] != (int64_t)in.indices.size())
+        return err("offsets[T*B] (%lld) must equal the number of indices (%zu)", (long long)in.offsets[nbags], in.indices.size());
+    if (!in.per_sample_weights.empty() && in.per_sample_weights.size() != in.indices.size())
+        return err("per_sample_weights has %zu entries, expected one per index (%zu)", in.per_sample_weights.size(), in.indices.size());
+    for (int t = 0; t < T; t++)
+        for (int64_t l = in.offsets[(int64_t)t * B]; l < in.offsets[(int64_t)(t + 1) * B]; l++)
+            if (in.indices[l] < 0 || in.indices[l] >= in.E[t])
+                return err("indices[%lld] = %lld (table %d) is out of range: table %d has E = %lld rows", (long long)l,
+                           (long long)in.indices[l], t, t, (long long)in.E[t]);
+    return "";
+}
+
+// the fewest bytes of one call (the header's formula)
+inline double embedding_bag_forward_bytes(const EmbeddingBagForwardInputs& in) {
+    double bytes = 0.0;
+    for (int t = 0; t < in.T; t++) {
+        int64_t L_t = in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B];
+        bytes += (double)L_t * in.D(t) * sizeof(floatX);
+    }
+    const double total_L = (double)in.indices.size();
+    bytes += 8.0 * total_L + 8.0 * ((double)in.T * in.B + 1);
+    if (!in.per_sample_weights.empty()) bytes += 4.0 * total_L;
+    bytes += 4.0 * in.B * in.total_D();
+    bytes += 4.0 * (in.T + 1) + 8.0 * in.T;
+    return bytes;
+}
+
+// FBGEMM benchmark's figure: output + B * sum(D) * L parameters at the nominal bag length L
+inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagForwardInputs& in, int L) {
+    return 4.0 * in.B * in.total_D() + (double)sizeof(floatX) * in.B * in.total_D() * L;
+}
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference: plain loops, sums in double
+
+void embedding_bag_forward_cpu(float* out, const EmbeddingBagForwardInputs& in, const floatX* weights) {
+    const int total_D = in.total_D();
+    std::vector<double> acc;
+    for (int t = 0; t < in.T; t++) {
+        const int D = in.D(t);
+        acc.resize(D);
+        for (int b = 0; b < in.B; b++) {
+            const int64_t start = in.offsets[(int64_t)t * in.B + b], end = in.offsets[(int64_t)t * in.B + b + 1];
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t l = start; l < end; l++) {
+                const double w = in.per_sample_weights.empty() ? 1.0 : in.per_sample_weights[l];
+                const floatX* row = weights + in.weights_offsets[t] + in.indices[l] * D;
+                for (int d = 0; d < D; d++) acc[d] += w * to_float(row[d]);
+            }
+            const double scale = (in.mean && end > start) ? 1.0 / (double)(end - start) : 1.0;
+            float* o = out + (int64_t)b * total_D + in.D_offsets[t];
+            for (int d = 0; d < D; d++) o[d] = (float)(acc[d] * scale);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels
+
+// classes of tables for versions 4 and 5 (each class is one kernel instantiation): 0..4 hold the tables
+// with G = 1, 2, 4, 8, 16 lanes per row, 5, 6, 7 those with G = 32 and NV = 1, 2, 4 vectors per lane
+#define EMBEDDING_BAG_FORWARD_CLASSES 8
+constexpr int EMBEDDING_BAG_FORWARD_CLASS_G[EMBEDDING_BAG_FORWARD_CLASSES] = {1, 2, 4, 8, 16, 32, 32, 32};
+constexpr int EMBEDDING_BAG_FORWARD_CLASS_NV[EMBEDDING_BAG_FORWARD_CLASSES] = {1, 1, 1, 1, 1, 1, 2, 4};
+
+// what every version gets: device pointers, sizes, and (host-made, see _plan) the tables ordered by
+// class with each class's first position; max_D sizes the grid of version 3
+struct EmbeddingBagForwardArgs {
+    const floatX* weights;
+    const int64_t* weights_offsets;
+    const int* D_offsets;
+    const int64_t* indices;
+    const int64_t* offsets;
+    const float* per_sample_weights;   // nullptr: unweighted
+    float* out;
+    const int* table_order;                              // T table ids, grouped by class
+    int class_begin[EMBEDDING_BAG_FORWARD_CLASSES + 1];  // class c: table_order[class_begin[c] .. class_begin[c+1])
+    int T, B, total_D, max_D;
+    bool mean;
+};
+
+// the table that owns output column c: the last t with D_offsets[t] <= c (binary search)
+__host__ __device__ inline int embedding_bag_forward_table_of_column(const int* D_offsets, int T, int c) {
+    int lo = 0, hi = T;                       // D_offsets[lo] <= c < D_offsets[hi]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (D_offsets[mid] <= c) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// lanes that share one row: the power of two that covers its D/4 4-column vectors, at most a warp
+__host__ __device__ inline int embedding_bag_forward_lanes_per_row(int D) {
+    const int Dv = D / 4;
+    int G = 1;
+    while (G < Dv && G < 32) G *= 2;
+    return G;
+}
+
+// 4-column vectors a lane holds per pass over the bag (versions 4, 5): 1, 2 or 4; D > 4*4*32 = 512
+// takes several passes
+__host__ __device__ inline int embedding_bag_forward_vecs_per_lane(int Dv, int G) {
+    return Dv <= G ? 1 : (Dv <= 2 * G ? 2 : 4);
+}
+
+// the class of a table of D columns (the launchers of versions 4 and 5 instantiate the classes' G, NV)
+__host__ __device__ inline int embedding_bag_forward_class(int D) {
+    const int G = embedding_bag_forward_lanes_per_row(D);
+    if (G < 32) {
+        int c = 0;
+        while ((1 << c) < G) c++;
+        return c;
+    }
+    const int NV = embedding_bag_forward_vecs_per_lane(D / 4, 32);
+    return NV == 1 ? 5 : (NV == 2 ? 6 : 7);
+}
+
+// the tables in class order (a counting sort of the class ids): made once on the host, outside timing
+struct EmbeddingBagForwardPlan {
+    std::vector<int> table_order;
+    int class_begin[EMBEDDING_BAG_FORWARD_CLASSES + 1];
+};
+inline EmbeddingBagForwardPlan embedding_bag_forward_plan(const std::vector<int>& D_offsets) {
+    EmbeddingBagForwardPlan p;
+    const int T = (int)D_offsets.size() - 1;
+    for (int c = 0, pos = 0; c < EMBEDDING_BAG_FORWARD_CLASSES; c++) {
+        p.class_begin[c] = pos;
+        for (int t = 0; t < T; t++)
+            if (embedding_bag_forward_class(D_offsets[t + 1] - D_offsets[t]) == c) { p.table_order.push_back(t); pos++; }
+    }
+    p.class_begin[EMBEDDING_BAG_FORWARD_CLASSES] = T;
+    return p;
+}
+
+// versions 3 and 4: the bag of a thread (b >= B: the thread idles) when G lanes share a bag, so that a
+// warp holds 32/G bags; blocks are along x, tables along y
+__host__ __device__ inline int64_t embedding_bag_forward_bag_of_thread(unsigned block_x, unsigned thread, unsigned block_dim, int G) {
+    const int64_t warp = (int64_t)block_x * (block_dim / 32) + thread / 32;
+    return warp * (32 / G) + (int)(thread % 32) / G;
+}
+
+// grid x of version 3: enough blocks for the table with the most lanes per bag (fewest bags per warp)
+inline unsigned embedding_bag_forward_grid_x_groups(int B, int max_D, int block_size) {
+    const int64_t bags_per_block = (int64_t)(block_size / 32) * (32 / embedding_bag_forward_lanes_per_row(max_D));
+    return (unsigned)ceil_div<int64_t>(B, bags_per_block);
+}
+
+// four consecutive weights as fp32: one 16-byte load in fp32, one 8-byte load in bf16 (bf16 is the top
+// half of an fp32, so the conversion is a shift). Read-only path, default caching: hot rows (Zipf, the
+// one-row input) should stay in L1/L2.
+__device__ __forceinline__ float4 embedding_bag_forward_load4(const floatX* p) {
+#ifdef ENABLE_BF16
+    const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u),
+                       __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
+#else
+    return __ldg(reinterpret_cast<const float4*>(p));
+#endif
+}
+
+// indices and per-sample weights are read once: streaming (evict-first) loads
+__device__ __forceinline__ long long embedding_bag_forward_load_index(const int64_t* p) {
+    return __ldcs(reinterpret_cast<const long long*>(p));
+}
+
+__device__ __forceinline__ void embedding_bag_forward_fma4(float4& acc, float w, const float4& x) {
+    acc.x = fmaf(w, x.x, acc.x); acc.y = fmaf(w, x.y, acc.y); acc.z = fmaf(w, x.z, acc.z); acc.w = fmaf(w, x.w, acc.w);
+}
+
+// Version 1: one thread per output element (b, column). The column's table comes from a binary search
+// over D_offsets; the thread walks the bag with 4-byte loads. Consecutive threads read consecutive
+// columns of the same row (coalesced), but every thread re-reads the bag's offsets and indices and each
+// row costs one load instruction per column.
+__global__ void embedding_bag_forward_kernel1(EmbeddingBagForwardArgs a) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)a.B * a.total_D) return;
+    const int64_t b = i / a.total_D;
+    const int c = (int)(i - b * a.total_D);
+    const int t = embedding_bag_forward_table_of_column(a.D_offsets, a.T, c);
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t], d = c - a.D_offsets[t];
+    const int64_t bag = (int64_t)t * a.B + b;
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const floatX* W = a.weights + a.weights_offsets[t] + d;
+    float sum = 0.0f;
+    for (int64_t l = start; l < end; l++) {
+        const float w = a.per_sample_weights ? a.per_sample_weights[l] : 1.0f;
+        sum = fmaf(w, to_float(W[a.indices[l] * D]), sum);
+    }
+    if (a.mean && end > start) sum /= (float)(end - start);
+    a.out[i] = sum;
+}
+
+// Version 2: one warp per bag. The bag's offsets and each index are loaded once per warp (a broadcast),
+// and each lane owns 4 consecutive columns: one 16-byte load per row (fp32), a warp covers 128 columns
+// of a row with 512 contiguous bytes. D > 128 loops over column blocks of 128 (re-reading the indices);
+// D < 128 leaves lanes idle (version 3 fixes that).
+__global__ void embedding_bag_forward_kernel2(EmbeddingBagForwardArgs a) {
+    const int lane = threadIdx.x % 32;
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (bag >= (int64_t)a.T * a.B) return;   // the whole warp: blocks are multiples of 32
+    const int t = (int)(bag / a.B);
+    const int64_t b = bag - (int64_t)t * a.B;
+    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const floatX* W = a.weights + a.weights_offsets[t];
+    float* out = a.out + b * a.total_D + D0;
+    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
+    for (int v = lane; v < Dv; v += 32) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int64_t l = start; l < end; l++) {
+            const float w = a.per_sample_weights ? a.per_sample_weights[l] : 1.0f;
+            embedding_bag_forward_fma4(acc, w, embedding_bag_forward_load4(W + a.indices[l] * D + 4 * v));
+        }
+        *reinterpret_cast<float4*>(out + 4 * v) = make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale);
+    }
+}
+
+// Version 3: several bags per warp for small D. A bag gets G = the power of two lanes covering D/4
+// (D=64: 16 lanes, 2 bags per warp; D=4: 1 lane, 32 bags per warp), so no lane idles for want of
+// columns. The table is blockIdx.y, so G is the same in the whole block; grid x is sized for the table
+// with the largest G, and blocks a smaller-G table does not need exit at once. Otherwise version 2:
+// each lane loads the index itself (groups of a warp read different indices in one instruction).
+__global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
+    const int t = blockIdx.y;
+    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
+    const int G = embedding_bag_forward_lanes_per_row(D);
+    const int64_t b = embedding_bag_forward_bag_of_thread(blockIdx.x, threadIdx.x, blockDim.x, G);
+    if (b >= a.B) return;                    // no shuffles here: a lane may leave alone
+    const int g = (int)(threadIdx.x % 32) % G;
+    const int64_t bag = (int64_t)t * a.B + b;
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const floatX* W = a.weights + a.weights_offsets[t];
+    float* out = a.out + b * a.total_D + D0;
+    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
+    for (int v = g; v < Dv; v += G) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int64_t l = start; l < end; l++) {
+            const float w = a.per_sample_weights ? a.per_sample_weights[l] : 1.0f;
+            embedding_bag_forward_fma4(acc, w, embedding_bag_forward_load4(W + a.indices[l] * D + 4 * v));
+        }
+        *reinterpret_cast<float4*>(out + 4 * v) = make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale);
+    }
+}
+
+// 16-byte row loads each lane has in flight in versions 4 and 5 (rows per batch * vectors per row)
+#define EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT 8
+
+// Version 4, one bag of G lanes (G, NV compile-time; mask = the group's lanes). Per chunk of CHUNK row
+// ids, every lane of the group loads IPL of them (and their per-sample weights) with one coalesced
+// instruction each, before any row is touched; then per batch of ROWS rows the group broadcasts the ids
+// with shuffles, issues all ROWS*NV row loads, and only then accumulates. With the ids already in
+// registers the rows of a batch are independent loads, so a warp has 8 (G >= 8) row vectors per lane in
+// flight instead of one.
+template <int G, int NV>
+__device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagForwardArgs& a, int t, int64_t b, int g, unsigned mask) {
+    constexpr int ROWS = EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT / NV;       // rows per batch: 8, 4 or 2
+    constexpr int IPL_MIN = ROWS / G > 1 ? ROWS / G : 1;                  // a chunk holds at least a batch
+    constexpr int IPL_CAP = 32 / G < 4 ? 32 / G : 4;                      // and up to 32 ids, 4 per lane
+    constexpr int IPL = IPL_MIN > IPL_CAP ? IPL_MIN : IPL_CAP;            // row ids held per lane
+    constexpr int CHUNK = G * IPL;
+    static_assert(ROWS >= 1 && CHUNK % ROWS == 0, "a chunk must be whole batches");
+    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
+    const int64_t bag = (int64_t)t * a.B + b;
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const floatX* W = a.weights + a.weights_offsets[t];
+    const float* psw = a.per_sample_weights;
+    float* out = a.out + b * a.total_D + D0;
+    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
+    for (int v0 = 0; v0 < Dv; v0 += NV * G) {              // one pass unless D > 4*NV*G
+        float4 acc[NV];
+#pragma unroll
+        for (int k = 0; k < NV; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int64_t c = start; c < end; c += CHUNK) {
+            const int n = (int)min((int64_t)CHUNK, end - c);      // the same in every lane of the group
+            int ids[IPL];                                          // row ids < 2^31 (validated)
+            float wts[IPL];
+#pragma unroll
+            for (int k = 0; k < IPL; k++) {
+                const int j = k * G + g;
+                ids[k] = j < n ? (int)embedding_bag_forward_load_index(a.indices + c + j) : 0;
+                wts[k] = (psw != nullptr && j < n) ? __ldcs(psw + c + j) : 0.0f;
+            }
+#pragma unroll
+            for (int j0 = 0; j0 < CHUNK; j0 += ROWS) {
+                if (j0 >= n) break;
+                const floatX* row[ROWS];
+                float w[ROWS];
+#pragma unroll
+                for (int u = 0; u < ROWS; u++) {
+                    const int j = j0 + u;                          // compile-time: register ids[j / G] of lane j % G
+                    row[u] = W + (int64_t)__shfl_sync(mask, ids[j / G], j % G, G) * D;
+                    w[u] = psw != nullptr ? __shfl_sync(mask, wts[j / G], j % G, G) : 1.0f;
+                }
+                float4 x[ROWS][NV];
+#pragma unroll
+                for (int u = 0; u < ROWS; u++)
+#pragma unroll
+                    for (int k = 0; k < NV; k++) {
+                        const int v = v0 + k * G + g;
+                        x[u][k] = (j0 + u < n && v < Dv) ? embedding_bag_forward_load4(row[u] + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    }
+#pragma unroll
+                for (int u = 0; u < ROWS; u++)
+#pragma unroll
+                    for (int k = 0; k < NV; k++) embedding_bag_forward_fma4(acc[k], w[u], x[u][k]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int v = v0 + k * G + g;
+            if (v < Dv)
+                __stcs(reinterpret_cast<float4*>(out + 4 * v),
+                       make_float4(acc[k].x * scale, acc[k].y * scale, acc[k].z * scale, acc[k].w * scale));
+        }
+    }
+}
+
+// One kernel per class of tables (same G and NV), so that each instantiation gets its own register
+// count (64 for G = 32, NV = 1, against 107 for one kernel holding every instantiation); blockIdx.y
+// walks the tables of the class (EmbeddingBagForwardPlan). One launch when all tables have one D.
+template <int G, int NV>
+__global__ void __launch_bounds__(512) embedding_bag_forward_kernel4(EmbeddingBagForwardArgs a, int first) {
+    const int t = a.table_order[first + blockIdx.y];
+    const int64_t b = embedding_bag_forward_bag_of_thread(blockIdx.x, threadIdx.x, blockDim.x, G);
+    if (b >= a.B) return;                    // whole groups leave: the shuffles name only their group
+    const int lane = threadIdx.x % 32, g = lane % G;
+    const unsigned mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1u) << (lane - g);
+    embedding_bag_forward_bag4<G, NV>(a, t, b, g, mask);
+}
+
+// Version 5, one bag per warp for every D. A row still takes G lanes, and the warp's S = 32/G row slots
+// take different rows of the bag: slot s of batch j0 processes rows j0 + s + u*S (u < ROWS). The warp
+// loads 32 row ids (one per lane) per chunk and each lane fetches the id of its own row with a shuffle
+// (every lane active: full mask). At the end the slots' partial sums meet in log2(S) xor shuffles, in a
+// fixed order, and slot 0 stores. For G = 32 this is version 4; for small D a bag's rows go S at a time,
+// so a bag takes fewer round trips to memory and the grid has S times more warps.
+template <int G, int NV>
+__device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagForwardArgs& a, int t, int64_t b, int lane) {
+    constexpr int S = 32 / G;                                             // row slots
+    constexpr int ROWS_MAX = EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT / NV;
+    constexpr int ROWS = ROWS_MAX < G ? ROWS_MAX : G;                     // rows per slot per batch
+    constexpr int BATCH = ROWS * S;                                       // rows per batch, divides 32
+    static_assert(32 % BATCH == 0, "a chunk of 32 row ids must be whole batches");
+    const unsigned full = 0xFFFFFFFFu;
+    const int s = lane / G, g = lane % G;
+    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
+    const int64_t bag = (int64_t)t * a.B + b;
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const floatX* W = a.weights + a.weights_offsets[t];
+    const float* psw = a.per_sample_weights;
+    float* out = a.out + b * a.total_D + D0;
+    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
+    for (int v0 = 0; v0 < Dv; v0 += NV * G) {
+        float4 acc[NV];
+#pragma unroll
+        for (int k = 0; k < NV; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int64_t c = start; c < end; c += 32) {
+            const int n = (int)min((int64_t)32, end - c);         // the same in the whole warp
+            const int id = lane < n ? (int)embedding_bag_forward_load_index(a.indices + c + lane) : 0;   // < 2^31
+            const float wt = (psw != nullptr && lane < n) ? __ldcs(psw + c + lane) : 0.0f;
+#pragma unroll
+            for (int j0 = 0; j0 < 32; j0 += BATCH) {
+                if (j0 >= n) break;
+                const floatX* row[ROWS];
+                float w[ROWS];
+                bool live[ROWS];
+#pragma unroll
+                for (int u = 0; u < ROWS; u++) {
+                    const int j = j0 + u * S + s;                  // < j0 + BATCH <= 32
+                    live[u] = j < n;
+                    row[u] = W + (int64_t)__shfl_sync(full, id, j) * D;
+                    w[u] = psw != nullptr ? __shfl_sync(full, wt, j) : 1.0f;
+                }
+                float4 x[ROWS][NV];
+#pragma unroll
+                for (int u = 0; u < ROWS; u++)
+#pragma unroll
+                    for (int k = 0; k < NV; k++) {
+                        const int v = v0 + k * G + g;
+                        x[u][k] = (live[u] && v < Dv) ? embedding_bag_forward_load4(row[u] + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    }
+#pragma unroll
+                for (int u = 0; u < ROWS; u++)
+#pragma unroll
+                    for (int k = 0; k < NV; k++) embedding_bag_forward_fma4(acc[k], w[u], x[u][k]);
+            }
+        }
+#pragma unroll
+        for (int off = G; off < 32; off *= 2)                     // combine the slots (none when G = 32)
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                acc[k].x += __shfl_xor_sync(full, acc[k].x, off);
+                acc[k].y += __shfl_xor_sync(full, acc[k].y, off);
+                acc[k].z += __shfl_xor_sync(full, acc[k].z, off);
+                acc[k].w += __shfl_xor_sync(full, acc[k].w, off);
+            }
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int v = v0 + k * G + g;
+            if (s == 0 && v < Dv)
+                __stcs(reinterpret_cast<float4*>(out + 4 * v),
+                       make_float4(acc[k].x * scale, acc[k].y * scale, acc[k].z * scale, acc[k].w * scale));
+        }
+    }
+}
+
+template <int G, int NV>
+__global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBagForwardArgs a, int first) {
+    const int t = a.table_order[first + blockIdx.y];
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= a.B) return;                    // the whole warp
+    embedding_bag_forward_bag5<G, NV>(a, t, b, threadIdx.x % 32);
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers and dispatcher (block sizes are multiples of 32: main requires it)
+
+void embedding_bag_forward1(const EmbeddingBagForwardArgs& a, int block_size) {
+    const int64_t n = (int64_t)a.B * a.total_D;
+    embedding_bag_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(a);
+}
+
+void embedding_bag_forward2(const EmbeddingBagForwardArgs& a, int block_size) {
+    const int64_t bags = (int64_t)a.T * a.B;
+    embedding_bag_forward_kernel2<<<(unsigned)ceil_div<int64_t>(bags, block_size / 32), block_size>>>(a);
+}
+
+void embedding_bag_forward3(const EmbeddingBagForwardArgs& a, int block_size) {
+    dim3 grid(embedding_bag_forward_grid_x_groups(a.B, a.max_D, block_size), a.T);
+    embedding_bag_forward_kernel3<<<grid, block_size>>>(a);
+}
+
+// versions 4 and 5: one launch per class of tables present, grid y = the class's tables
+template <int c>
+void embedding_bag_forward4_class(const EmbeddingBagForwardArgs& a, int block_size) {
+    constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
+    const int n = a.class_begin[c + 1] - a.class_begin[c];
+    if (n == 0) return;
+    dim3 grid((unsigned)ceil_div<int64_t>(a.B, (int64_t)(block_size / 32) * (32 / G)), n);
+    embedding_bag_forward_kernel4<G, NV><<<grid, block_size>>>(a, a.class_begin[c]);
+}
+
+void embedding_bag_forward4(const EmbeddingBagForwardArgs& a, int block_size) {
+    embedding_bag_forward4_class<0>(a, block_size);
+    embedding_bag_forward4_class<1>(a, block_size);
+    embedding_bag_forward4_class<2>(a, block_size);
+    embedding_bag_forward4_class<3>(a, block_size);
+    embedding_bag_forward4_class<4>(a, block_size);
+    embedding_bag_forward4_class<5>(a, block_size);
+    embedding_bag_forward4_class<6>(a, block_size);
+    embedding_bag_forward4_class<7>(a, block_size);
+}
+
+template <int c>
+void embedding_bag_forward5_class(const EmbeddingBagForwardArgs& a, int block_size) {
+    constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
+    const int n = a.class_begin[c + 1] - a.class_begin[c];
+    if (n == 0) return;
+    dim3 grid((unsigned)ceil_div<int64_t>(a.B, block_size / 32), n);
+    embedding_bag_forward_kernel5<G, NV><<<grid, block_size>>>(a, a.class_begin[c]);
+}
+
+void embedding_bag_forward5(const EmbeddingBagForwardArgs& a, int block_size) {
+    embedding_bag_forward5_class<0>(a, block_size);
+    embedding_bag_forward5_class<1>(a, block_size);
+    embedding_bag_forward5_class<2>(a, block_size);
+    embedding_bag_forward5_class<3>(a, block_size);
+    embedding_bag_forward5_class<4>(a, block_size);
+    embedding_bag_forward5_class<5>(a, block_size);
+    embedding_bag_forward5_class<6>(a, block_size);
+    embedding_bag_forward5_class<7>(a, block_size);
+}
+
+void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int block_size) {
+    switch (kernel_num) {
+        case 1: embedding_bag_forward1(a, block_size); break;
+        case 2: embedding_bag_forward2(a, block_size); break;
+        case 3: embedding_bag_forward3(a, block_size); break;
+        case 4: embedding_bag_forward4(a, block_size); break;
+        case 5: embedding_bag_forward5(a, block_size); break;
+        default: fail_args("embedding_bag_forward has no version %d", kernel_num);
+    }
+}
+
+// each version's block sizes; versions 4 and 5 are compiled for at most 512 threads (__launch_bounds__)
+inline std::vector<int> embedding_bag_forward_blocks(int kernel_num) {
+    if (kernel_num >= 4) return {64, 128, 256, 512};
+    return {32, 64, 128, 256, 512, 1024};
+}
+inline int embedding_bag_forward_max_block(int kernel_num) { return kernel_num >= 4 ? 512 : 1024; }
+
+// the shape field of the RESULT lines (the peer script reads it from the dump to print the same one)
+inline std::string embedding_bag_forward_shape(const EmbeddingBagForwardConfig& c) {
+    std::string Ds, Es;
+    for (int t = 0; t < std::min(c.T, 8); t++) {
+        Ds += (t ? ":" : "") + std::to_string(embedding_bag_forward_table_D(c, t));
+        Es += (t ? ":" : "") + std::to_string(embedding_bag_forward_table_E(c, t));
+    }
+    bool same_D = true, same_E = true;
+    for (int t = 1; t < c.T; t++) {
+        same_D = same_D && embedding_bag_forward_table_D(c, t) == embedding_bag_forward_table_D(c, 0);
+        same_E = same_E && embedding_bag_forward_table_E(c, t) == embedding_bag_forward_table_E(c, 0);
+    }
+    if (same_D) Ds = std::to_string(embedding_bag_forward_table_D(c, 0));
+    else if (c.T > 8) Ds += ":...";
+    if (same_E) Es = std::to_string(embedding_bag_forward_table_E(c, 0));
+    else if (c.T > 8) Es += ":...";
+    char buf[512];
+    snprintf(buf, sizeof buf, "T%d,E%s,D%s,B%d,L%d,alpha%g,%s%s%s%s", c.T, Es.c_str(), Ds.c_str(), c.B, c.L,
+             c.alpha > 1.0 ? c.alpha : 0.0, c.mean ? "mean" : "sum", c.weighted ? ",weighted" : "",
+             c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "");
+    return buf;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+#ifndef NO_MAIN
+int main(int argc, char** argv) {
+    EmbeddingBagForwardConfig cfg;
+    std::string pooling = "sum", break_input = "none";
+    Cli cli("embedding_bag_forward",
+            "Pooled embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows.", 5, 5);
+    cli.add_int("T", &cfg.T, "tables");
+    cli.add_int64("E", &cfg.E, "rows per table");
+    cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
+    cli.add_int("B", &cfg.B, "bags per table (batch size)");
+    cli.add_int("L", &cfg.L, "lookups per bag");
+    cli.add_double("alpha", &cfg.alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
+    cli.add_choice("pooling", &pooling, {"sum", "mean"}, "pooling");
+    cli.add_flag("weighted", &cfg.weighted, "per-sample weights");
+    cli.add_flag("mixed-dims", &cfg.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
+    cli.add_int_list("Ds", &cfg.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
+    cli.add_int_list("Es", &cfg.Es, "per-table E, cycled over the tables (overrides --E, --mixed-dims)");
+    cli.add_double("empty-frac", &cfg.empty_frac, "fraction of bags made empty (1: all bags empty)");
+    cli.add_flag("one-row", &cfg.one_row, "adversarial input: every lookup of a table hits the same row");
+    cli.add_choice("break-input", &break_input, {"none", "index", "order", "count"},
+                   "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
+    cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31;\n"
+                      "  Zipf (alpha > 1) needs E >= L in every table; --block a multiple of 32 (at most 512 for versions 4, 5)";
+    cli.parse(argc, argv);
+    cfg.mean = pooling == "mean";
+    require(cfg.T >= 1 && cfg.T <= 65535, "T (%d) must be 1..65535 (the table is the grid's y index)", cfg.T);
+    require(cfg.B >= 1, "B (%d) must be >= 1", cfg.B);
+    require(cfg.L >= 0, "L (%d) must be >= 0", cfg.L);
+    require(cfg.E >= 1, "E (%lld) must be >= 1", (long long)cfg.E);
+    for (int E : cfg.Es) require(E >= 1, "every --Es entry must be >= 1 (got %d)", E);
+    require(cfg.empty_frac >= 0.0 && cfg.empty_frac <= 1.0, "--empty-frac (%g) must be in [0, 1]", cfg.empty_frac);
+    require((int64_t)cfg.T * cfg.B < INT32_MAX, "T*B (%lld) must be < 2^31", (long long)cfg.T * cfg.B);
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-5 give bags whole warps)", cli.block);
+    for (int t = 0; t < cfg.T; t++) {
+        const int D = embedding_bag_forward_table_D(cfg, t);
+        require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
+    }
+    // (D is checked here so that a huge bad D fails before any allocation; the validator repeats it for callers)
+    int64_t table_elems = 0;
+    for (int t = 0; t < cfg.T; t++) table_elems += embedding_bag_forward_table_E(cfg, t) * embedding_bag_forward_table_D(cfg, t);
+    require(table_elems <= ((int64_t)8 << 30), "the tables hold %lld elements: more than this bench allocates (2^33)", (long long)table_elems);
+
+    EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(cfg, cli.seed);
+    if (break_input == "index") {
+        for (int64_t bag = 0; bag < (int64_t)in.T * in.B; bag++)
+            if (in.offsets[bag + 1] > in.offsets[bag]) { in.indices[in.offsets[bag]] = in.E[bag / in.B]; break; }
+    } else if (break_input == "order") {
+        in.offsets[1] = -1;
+    } else if (break_input == "count") {
+        in.offsets.pop_back();
+    }
+    std::string bad = embedding_bag_forward_validate(in);
+    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+
+    cuda_init();
+    const int total_D = in.total_D();
+    int max_D = 0;
+    for (int t = 0; t < in.T; t++) max_D = std::max(max_D, in.D(t));
+    printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB\n", in.T, in.B, total_D, max_D, in.indices.size(),
+           cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"), cfg.mean ? "mean" : "sum",
+           cfg.weighted ? ", weighted" : "", (double)in.num_weights * sizeof(floatX) / 1e9);
+
+    std::vector<floatX> weights = embedding_bag_forward_make_weights(in, cli.seed);
+    const size_t n_out = (size_t)in.B * total_D;
+    std::vector<float> ref(n_out);
+    embedding_bag_forward_cpu(ref.data(), in, weights.data());
+
+    EmbeddingBagForwardArgs a;
+    a.weights = device_upload(weights);
+    a.weights_offsets = device_upload(in.weights_offsets);
+    a.D_offsets = device_upload(in.D_offsets);
+    a.indices = device_upload(in.indices);
+    a.offsets = device_upload(in.offsets);
+    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
+    a.out = device_alloc<float>(n_out);
+    const EmbeddingBagForwardPlan plan = embedding_bag_forward_plan(in.D_offsets);
+    a.table_order = device_upload(plan.table_order);
+    std::copy(plan.class_begin, plan.class_begin + EMBEDDING_BAG_FORWARD_CLASSES + 1, a.class_begin);
+    a.T = in.T; a.B = in.B; a.total_D = total_D; a.max_D = max_D; a.mean = in.mean;
+
+    const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L);
+    OpRunner r;
+    r.op = "embedding_bag_forward";
+    r.shape = embedding_bag_forward_shape(cfg);
+    r.bytes = embedding_bag_forward_bytes(in);
+    r.blocks_for = [](int k) { return embedding_bag_forward_blocks(k); };
+    r.skip_reason = [&](int k) -> std::string {
+        if (cli.block > embedding_bag_forward_max_block(k))
+            return "--block " + std::to_string(cli.block) + " exceeds the " + std::to_string(embedding_bag_forward_max_block(k)) +
+                   " threads version " + std::to_string(k) + " is compiled for";
+        return "";
+    };
+    r.prepare_check = [&] { poison(a.out, n_out * sizeof(float)); };
+    r.launch = [&](int k, int block) { embedding_bag_forward(k, a, block); };
+    r.check = [&](int, int) {
+        return validate_device("out", a.out, ref.data(), n_out, EMBEDDING_BAG_FORWARD_ATOL, EMBEDDING_BAG_FORWARD_RTOL);
+    };
+    r.extra = [&](int, int, double ms) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f", fbgemm_bytes / (ms * 1e-3) / 1e9);
+        return std::string(buf);
+    };
+    int rc = run_versions(cli, r);
+
+    if (!cli.dump_dir.empty()) {
+        const std::string& dir = cli.dump_dir;
+        std::vector<float> got = device_download(a.out, n_out);
+        write_npy(dir, "embedding_bag_forward_indices", in.indices.data(), {(int64_t)in.indices.size()});
+        write_npy(dir, "embedding_bag_forward_offsets", in.offsets.data(), {(int64_t)in.offsets.size()});
+        write_npy(dir, "embedding_bag_forward_D_offsets", in.D_offsets.data(), {(int64_t)in.D_offsets.size()});
+        write_npy(dir, "embedding_bag_forward_weights_offsets", in.weights_offsets.data(), {(int64_t)in.T});
+        write_npy(dir, "embedding_bag_forward_E", in.E.data(), {(int64_t)in.T});
+        if (!in.per_sample_weights.empty())
+            write_npy(dir, "embedding_bag_forward_per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
+        const int64_t meta[6] = {in.T, in.B, total_D, in.mean ? 1 : 0, in.per_sample_weights.empty() ? 0 : 1, cfg.L};
+        write_npy(dir, "embedding_bag_forward_meta", meta, {6});   // T, B, total_D, mean, weighted, L
+        write_npy(dir, "embedding_bag_forward_out_ref", ref.data(), {(int64_t)in.B, (int64_t)total_D});
+        write_npy(dir, "embedding_bag_forward_out", got.data(), {(int64_t)in.B, (int64_t)total_D});
+        if (in.num_weights <= ((int64_t)64 << 20)) {
+            std::vector<float> wf = to_float_vec(weights);
+            write_npy(dir, "embedding_bag_forward_weights", wf.data(), {in.num_weights});
+        } else {
+            printf("weights (%lld elements) not dumped: over 64M elements; the peer makes its own of the same shape\n",
+                   (long long)in.num_weights);
+        }
+        FILE* f = fopen((dir + "/embedding_bag_forward_shape.txt").c_str(), "w");
+        if (f) { fprintf(f, "%s\n", r.shape.c_str()); fclose(f); }
+        printf("dumped embedding_bag_forward_*.npy to %s\n", dir.c_str());
+    }
+    cudaCheck(cudaFree((void*)a.weights));
+    cudaCheck(cudaFree((void*)a.weights_offsets));
+    cudaCheck(cudaFree((void*)a.D_offsets));
+    cudaCheck(cudaFree((void*)a.indices));
+    cudaCheck(cudaFree((void*)a.offsets));
+    if (a.per_sample_weights) cudaCheck(cudaFree((void*)a.per_sample_weights));
+    cudaCheck(cudaFree(a.out));
+    cudaCheck(cudaFree((void*)a.table_order));
+    return rc;
+}
+#endif
