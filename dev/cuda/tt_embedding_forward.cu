@@ -1,0 +1,1092 @@
+/*
+tt_embedding forward: pooled tensor-train (TT) embedding bags (FBTT-Embedding / TT-Rec), any number of
+cores from 2 to 6, several tables, SUM pooling.
+
+A TT embedding stores an E x D table as T small cores and rebuilds each looked-up row as a chain of small
+matrix products (spec: shared/specs/tt_embedding.md, FBTT's layout):
+  core t      : fp32 [tables, p_t, R_t * q_t * R_{t+1}], R_0 = R_T = 1, inner ranks R_1..R_{T-1};
+                slice G_t[tbl][i] is R_t x q_t x R_{t+1}, element (k, a, k') at (k * q_t + a) * R_{t+1} + k'
+  row index   : mixed radix, i_0 most significant: stride[t] = prod_{j>t} p_j, i_t = (idx / stride[t]) % p_t
+  one row     : M_0 = G_0[i_0] as q_0 x R_1;  M_t = M_{t-1} (Q_{t-1} x R_t) . G_t[i_t] (R_t x q_t R_{t+1}),
+                Q_t = q_0 ... q_t; M_{T-1} is the D = prod q values of the row, d = (a_0, ..., a_{T-1})
+  bags        : indices int64 [nnz], offsets int64 [tables * B + 1] (table-major), out [tables, B, D] = the
+                SUM over each bag's rows; an empty bag gives zeros
+
+FLOPs per lookup (FBTT's batched-GEMM sizes): sum_{t=1}^{T-1} 2 * Q_{t-1} * R_t * q_t R_{t+1}
+  default (FBTT's benchmark: p 200,220,250  q 4,4,4  ranks 32,32, B 512, L 20 -> 10,240 lookups):
+  2*4*32*128 + 2*16*32*4 = 36,864 per lookup, 377.5 MFLOP per call.
+Fewest bytes (each input read once, the output written once):
+  bytes = 4 * sum_t tables * p_t * R_t q_t R_{t+1}   (cores: 958,720 floats = 3.83 MB at the default)
+        + 8 * nnz (indices) + 8 * (tables * B + 1) (offsets) + tables * B * D * sizeof(floatX) (output)
+  = 4.05 MB at the default: under 1 us of copy bandwidth. The op is bound by arithmetic and by on-chip
+  traffic, not by HBM: at an FP32 FMA peak near 60 TFLOP/s the FLOP floor is about 6 us (a prediction, not a
+  measurement). The traffic that matters is the gather of core slices per lookup: 128 + 4096 + 128 floats
+  = 17 KB per lookup at the default, 174 MB per call if every lookup fetches its own slices from L2; a
+  version that does so is bound by L2 bandwidth (tens of us), which is why versions 4+ group lookups by
+  the index of the biggest core and fetch that slice once per group.
+RESULT lines carry gflops= and pct_fma= (against the FMA peak measured in the same process) and
+us_per_lookup= (time / nnz).
+
+Element type: the cores and every chain product stay fp32 in both builds; the bf16 build (-DENABLE_BF16)
+writes the pooled output as bf16 (rounded once, at the end). Checks are against a double-precision chain.
+
+Versions (H200 times: to be measured by scripts/gpu_check.sh; none is written here yet):
+  1  naive: one thread per (bag, output element); for each lookup of its bag, the explicit sum over every
+     rank tuple (k_1..k_{T-1}) of the product of T core elements (an odometer over the tuples that keeps
+     the prefix products): prod(R_1..R_{T-1}) terms per element. No atomics: deterministic.
+  2  FBTT's pipeline (the library baseline, in our own code): bag ids from the offsets, then per chunk of
+     1000 lookups (--chunk) a kernel that fills the A/B/C pointer arrays of every chain step, one
+     cublasGemmBatchedEx per step (fp32 compute), and a warp-per-segment reduce of the last buffer into the
+     pooled output. Workspace (pointer arrays, step buffers, cuBLAS handle) allocated once, outside timing.
+     FBTT stops at 4 cores; this generalizes its pointer kernel to T = 2..6.
+  3  fused, a bag per block: each warp runs the whole chain of one lookup at a time (lookups of the bag
+     dealt round-robin to the warps), intermediates in warp-private shared memory, each lane computing a
+     register tile of (rows x 4 columns) with float4 loads of the core slice; the last step accumulates into
+     the warp's pooled row; the block adds its warps' rows in a fixed order and writes the bag once. One
+     kernel, no atomics, deterministic. Every lookup still fetches its slices from L2 (L2-bound).
+  4  grouped by the heavy core(s): lookups sorted by (table, index of the biggest core [and of the second
+     biggest when groups stay >= 8 lookups]) with CUB's radix sort on a 32-bit key; a block takes a window
+     of 4 lookups per warp of the sorted order, loads each group's heavy slice(s) into shared memory once,
+     and its warps run the chains against shared memory; exact duplicates within a window (Zipf's hot rows)
+     are computed once. Rows go to a per-lookup buffer (each lookup written by exactly one warp) and a
+     second kernel sums each bag in lookup order: no float atomics, deterministic.
+
+Why the 4-core bench shape --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32 is sensible: same D = 64 and rank
+32 as FBTT's default, so per-step costs compare; T = 4 is FBTT's longest supported chain; E = 220,000 rows
+is a mid-size table with near-balanced factors; its two middle cores are equally heavy (2048 floats each),
+so grouping by one core is not enough (version 4 groups by both); 53,248 FLOPs per lookup.
+The 5-core shape --p 20,20,25,25,40 --q 2,2,2,2,4 --ranks 8,16,32,64 is TT-Rec's rank schedule that FBTT's
+users could not run (FBTT issue #10): growing ranks put the weight on the fourth core; 82,944 FLOPs/lookup.
+
+Compile and run:
+  make tt_embedding_forward        && ./tt_embedding_forward all
+  make tt_embedding_forward_bf16   && ./tt_embedding_forward_bf16 all --check-only
+  ./tt_embedding_forward all --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32
+*/
+#include "common.h"
+#include <cub/cub.cuh>
+
+// Tolerances: a pooled value is a sum of L rows of O(1) (the cores are scaled so that each row element has
+// unit variance); fp32 chains of dot products of length R differ from the double chain by a few 1e-7 per
+// step, so 1e-4 absolute and relative leaves a wide margin while any indexing bug gives O(1) errors. bf16
+// adds one rounding of the output (2^-9 relative).
+#ifdef ENABLE_BF16
+static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 5e-3f;
+#else
+static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 1e-4f;
+#endif
+
+#define TT_EMBEDDING_FORWARD_MAX_CORES 6
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 4
+// version 4: lookups per warp in a block's window of the sorted order
+#define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
+// version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
+#define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
+
+// ----------------------------------------------------------------------------------------------
+// shape: everything a kernel needs to know about the chain, computed once on the host
+
+struct TtEmbeddingForwardShape {
+    int T = 0, tables = 0, B = 0, L = 0, D = 0;
+    int64_t E = 0, prod_p = 0, nnz = 0;
+    int p[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, q[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+    int R[TT_EMBEDDING_FORWARD_MAX_CORES + 1] = {};        // R[0] = R[T] = 1
+    int Q[TT_EMBEDDING_FORWARD_MAX_CORES] = {};            // Q[t] = q_0 * ... * q_t
+    int64_t stride[TT_EMBEDDING_FORWARD_MAX_CORES] = {};   // prod_{j>t} p_j
+    int64_t slice[TT_EMBEDDING_FORWARD_MAX_CORES] = {};    // R_t * q_t * R_{t+1} floats
+    // chain step t = 1..T-1: (m x k) . (k x n) with m = Q[t-1], k = R[t], n = q[t] * R[t+1]; each lane of a
+    // warp computes tiles of rt rows x cw columns (rt | m, cw | n), chosen on the host (see make_shape)
+    int step_m[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, step_k[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+    int step_n[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+    int step_rt[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, step_cw[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+    int max_mid = 0;   // largest intermediate M_t, t = 1..T-2 (0 when T = 2: M_0 is read from the core)
+    int mid_pad = 0, D_pad = 0;   // both rounded up to 4 floats (16-byte aligned shared buffers)
+};
+
+// the device pointers of the T cores (each [tables, p_t, slice_t])
+struct TtEmbeddingForwardCores {
+    const float* c[TT_EMBEDDING_FORWARD_MAX_CORES];
+};
+
+inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
+
+// Builds the shape from the command-line values and validates them; "" = fine, else the broken
+// constraint. E = 0 means prod p, D = 0 means prod q.
+inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const std::vector<int>& p,
+                                                   const std::vector<int>& q, const std::vector<int>& ranks,
+                                                   int64_t E, int D, int tables, int B, int L, double alpha) {
+    char buf[256];
+    const int T = (int)p.size();
+    if (T < 2 || T > TT_EMBEDDING_FORWARD_MAX_CORES) {
+        snprintf(buf, sizeof buf, "the number of cores T = len(p) (%d) must be 2..6", T);
+        return buf;
+    }
+    if ((int)q.size() != T) {
+        snprintf(buf, sizeof buf, "len(q) (%d) must equal len(p) = T (%d)", (int)q.size(), T);
+        return buf;
+    }
+    if ((int)ranks.size() != T - 1) {
+        snprintf(buf, sizeof buf, "ranks has %d entries; T - 1 = %d inner ranks are needed (len(p) = %d)",
+                 (int)ranks.size(), T - 1, T);
+        return buf;
+    }
+    for (int t = 0; t < T; t++) {
+        if (p[t] < 1 || q[t] < 1) {
+            snprintf(buf, sizeof buf, "p and q entries must be >= 1 (p[%d] = %d, q[%d] = %d)", t, p[t], t, q[t]);
+            return buf;
+        }
+    }
+    for (int t = 0; t < T - 1; t++) {
+        if (ranks[t] < 1) {
+            snprintf(buf, sizeof buf, "ranks entries must be >= 1 (ranks[%d] = %d)", t, ranks[t]);
+            return buf;
+        }
+    }
+    if (tables < 1 || B < 1 || L < 0) {
+        snprintf(buf, sizeof buf, "tables and B must be >= 1 and L >= 0 (got tables %d, B %d, L %d)", tables, B, L);
+        return buf;
+    }
+    const int64_t limit = (int64_t)1 << 24;
+    int64_t prod_p = 1, prod_q = 1;
+    for (int t = 0; t < T; t++) {
+        if (prod_p > ((int64_t)1 << 62) / p[t]) return "prod p overflows 2^62";
+        prod_p *= p[t];
+        prod_q *= q[t];
+        if (prod_q > limit) return "prod q (the embedding dimension) must be <= 2^24";
+    }
+    if (E == 0) E = prod_p;
+    if (D == 0) D = (int)prod_q;
+    if (E < 1) {
+        snprintf(buf, sizeof buf, "E (%lld) must be >= 1", (long long)E);
+        return buf;
+    }
+    if (prod_p < E) {
+        snprintf(buf, sizeof buf, "prod p (%lld) must be >= E (%lld)", (long long)prod_p, (long long)E);
+        return buf;
+    }
+    if (prod_q != D) {
+        snprintf(buf, sizeof buf, "prod q (%lld) must equal D (%d)", (long long)prod_q, D);
+        return buf;
+    }
+    const int64_t nbags = (int64_t)tables * B, nnz = nbags * L;
+    if (nbags > INT32_MAX || nnz > INT32_MAX) {
+        snprintf(buf, sizeof buf, "tables*B (%lld) and tables*B*L (%lld) must fit in 32 bits", (long long)nbags,
+                 (long long)nnz);
+        return buf;
+    }
+    if (alpha > 1.0 && E < L) {
+        snprintf(buf, sizeof buf, "Zipf bags (alpha %g > 1) need E (%lld) >= L (%d) to draw L distinct rows", alpha,
+                 (long long)E, L);
+        return buf;
+    }
+    s = TtEmbeddingForwardShape();
+    s.T = T; s.tables = tables; s.B = B; s.L = L; s.D = D; s.E = E; s.prod_p = prod_p; s.nnz = nnz;
+    s.R[0] = 1; s.R[T] = 1;
+    for (int t = 0; t < T; t++) { s.p[t] = p[t]; s.q[t] = q[t]; }
+    for (int t = 1; t < T; t++) s.R[t] = ranks[t - 1];
+    int64_t st = 1;
+    for (int t = T - 1; t >= 0; t--) { s.stride[t] = st; st *= p[t]; }
+    int64_t Qt = 1;
+    for (int t = 0; t < T; t++) {
+        Qt *= q[t];
+        s.Q[t] = (int)Qt;
+        s.slice[t] = (int64_t)s.R[t] * q[t] * s.R[t + 1];
+        if (s.slice[t] > limit) {
+            snprintf(buf, sizeof buf, "core %d slice R_%d*q_%d*R_%d (%lld) must be <= 2^24", t, t, t, t + 1, (long long)s.slice[t]);
+            return buf;
+        }
+        if (Qt * s.R[t + 1] > limit) {
+            snprintf(buf, sizeof buf, "chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
+            return buf;
+        }
+        if (t >= 1 && t <= T - 2) s.max_mid = std::max<int>(s.max_mid, (int)(Qt * s.R[t + 1]));
+    }
+    s.mid_pad = (int)tt_embedding_forward_round4(s.max_mid);
+    s.D_pad = (int)tt_embedding_forward_round4(D);
+    // lane tiles per step: the fewest FMAs per lane (ceil(tasks / 32) * rt * cw per k), ties to the biggest
+    // tile (fewer loads per FMA), and (1 x 4) before (4 x 1) (one float4 load of the slice, one of M)
+    static const int tiles[6][2] = {{4, 4}, {2, 4}, {1, 4}, {4, 1}, {2, 1}, {1, 1}};
+    for (int t = 1; t < T; t++) {
+        const int m = s.Q[t - 1], k = s.R[t], n = q[t] * s.R[t + 1];
+        s.step_m[t] = m; s.step_k[t] = k; s.step_n[t] = n;
+        int64_t best = INT64_MAX;
+        for (const auto& tile : tiles) {
+            const int rt = tile[0], cw = tile[1];
+            if (m % rt != 0 || n % cw != 0) continue;
+            const int64_t tasks = (int64_t)(m / rt) * (n / cw), cost = (tasks + 31) / 32 * rt * cw;
+            if (cost < best) { best = cost; s.step_rt[t] = rt; s.step_cw[t] = cw; }
+        }
+    }
+    return "";
+}
+
+// Bags and indices as an op consumes them: offsets[0] = 0, non-decreasing, offsets[num_bags] = nnz, every
+// index in [0, E). "" = fine.
+inline std::string tt_embedding_forward_validate_bags(const std::vector<int64_t>& indices,
+                                                      const std::vector<int64_t>& offsets, int64_t num_bags, int64_t E) {
+    char buf[256];
+    if ((int64_t)offsets.size() != num_bags + 1) {
+        snprintf(buf, sizeof buf, "offsets has %zu entries; tables*B + 1 = %lld needed", offsets.size(), (long long)(num_bags + 1));
+        return buf;
+    }
+    if (offsets[0] != 0) {
+        snprintf(buf, sizeof buf, "offsets[0] (%lld) must be 0", (long long)offsets[0]);
+        return buf;
+    }
+    for (int64_t b = 0; b < num_bags; b++) {
+        if (offsets[b + 1] < offsets[b]) {
+            snprintf(buf, sizeof buf, "offsets must be non-decreasing (offsets[%lld] = %lld > offsets[%lld] = %lld)",
+                     (long long)b, (long long)offsets[b], (long long)(b + 1), (long long)offsets[b + 1]);
+            return buf;
+        }
+    }
+    if (offsets[num_bags] != (int64_t)indices.size()) {
+        snprintf(buf, sizeof buf, "offsets[tables*B] (%lld) must equal the number of indices (%zu)",
+                 (long long)offsets[num_bags], indices.size());
+        return buf;
+    }
+    for (size_t i = 0; i < indices.size(); i++) {
+        if (indices[i] < 0 || indices[i] >= E) {
+            snprintf(buf, sizeof buf, "index %lld at lookup %zu is out of range: every index must be >= 0 and < E (%lld)",
+                     (long long)indices[i], i, (long long)E);
+            return buf;
+        }
+    }
+    return "";
+}
+
+// FLOPs of one lookup's chain (FBTT's batched-GEMM sizes)
+inline double tt_embedding_forward_flops_per_lookup(const TtEmbeddingForwardShape& s) {
+    double f = 0.0;
+    for (int t = 1; t < s.T; t++) f += 2.0 * s.step_m[t] * s.step_k[t] * s.step_n[t];
+    return f;
+}
+
+// floats in all cores of all tables
+inline int64_t tt_embedding_forward_core_floats(const TtEmbeddingForwardShape& s) {
+    int64_t n = 0;
+    for (int t = 0; t < s.T; t++) n += (int64_t)s.tables * s.p[t] * s.slice[t];
+    return n;
+}
+
+// the fewest bytes of one call (see the header)
+inline double tt_embedding_forward_bytes(const TtEmbeddingForwardShape& s) {
+    return 4.0 * (double)tt_embedding_forward_core_floats(s) + 8.0 * (double)s.nnz +
+           8.0 * ((double)s.tables * s.B + 1) + (double)s.tables * s.B * s.D * sizeof(floatX);
+}
+
+// Offsets of tables*B bags over nnz = tables*B*L lookups: L each, or (ragged) cut at random points with
+// the first bag of every table empty, so that bags of every size from 0 up appear.
+inline std::vector<int64_t> tt_embedding_forward_make_offsets(const TtEmbeddingForwardShape& s, bool ragged, Rng& rng) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    std::vector<int64_t> off((size_t)nbags + 1);
+    if (!ragged) {
+        for (int64_t b = 0; b <= nbags; b++) off[b] = b * s.L;
+        return off;
+    }
+    for (int64_t b = 1; b < nbags; b++) off[b] = rng.randint(0, s.nnz + 1);
+    std::sort(off.begin() + 1, off.end() - 1);
+    off[0] = 0;
+    off[nbags] = s.nnz;
+    for (int tbl = 0; tbl < s.tables; tbl++) {        // bag 0 of each table empty: it ends where it starts
+        int64_t b = (int64_t)tbl * s.B;
+        if (b + 1 < nbags) off[b + 1] = off[b];
+    }
+    return off;
+}
+
+// digit t of a row index: (idx / stride) % p, in 32 bits when the values allow (the common case)
+__host__ __device__ inline int tt_embedding_forward_digit(int64_t idx, int64_t stride, int p) {
+    uint64_t qv;
+    if ((((uint64_t)idx | (uint64_t)stride) >> 32) == 0) qv = (uint32_t)idx / (uint32_t)stride;
+    else qv = (uint64_t)idx / (uint64_t)stride;
+    if ((qv >> 32) == 0) return (int)((uint32_t)qv % (uint32_t)p);
+    return (int)(qv % (uint64_t)p);
+}
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference: the chain of the spec, in double
+
+// one row (D values) of table tbl; cores[t] points at core t ([tables, p_t, slice_t])
+inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores, const TtEmbeddingForwardShape& s,
+                                         int tbl, int64_t idx) {
+    std::vector<double> cur, nxt;
+    auto slice = [&](int t) {
+        return cores[t] + ((int64_t)tbl * s.p[t] + tt_embedding_forward_digit(idx, s.stride[t], s.p[t])) * s.slice[t];
+    };
+    const float* g0 = slice(0);
+    cur.assign(g0, g0 + s.slice[0]);                    // M_0: q_0 x R_1
+    for (int t = 1; t < s.T; t++) {
+        const int m = s.step_m[t], k = s.step_k[t], n = s.step_n[t];
+        const float* G = slice(t);
+        nxt.assign((size_t)m * n, 0.0);
+        for (int i = 0; i < m; i++)
+            for (int kk = 0; kk < k; kk++) {
+                const double a = cur[(size_t)i * k + kk];
+                const float* g = G + (int64_t)kk * n;
+                double* o = nxt.data() + (size_t)i * n;
+                for (int j = 0; j < n; j++) o[j] += a * (double)g[j];
+            }
+        cur.swap(nxt);
+    }
+    for (int d = 0; d < s.D; d++) row[d] = cur[d];
+}
+
+// out [tables, B, D]: every bag's rows summed in double, rounded once to float
+inline void tt_embedding_forward_cpu(float* out, const float* const* cores, const int64_t* indices,
+                                     const int64_t* offsets, const TtEmbeddingForwardShape& s) {
+    std::vector<double> row(s.D), acc(s.D);
+    for (int64_t bag = 0; bag < (int64_t)s.tables * s.B; bag++) {
+        const int tbl = (int)(bag / s.B);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) {
+            tt_embedding_forward_row_cpu(row.data(), cores, s, tbl, indices[n]);
+            for (int d = 0; d < s.D; d++) acc[d] += row[d];
+        }
+        for (int d = 0; d < s.D; d++) out[bag * s.D + d] = (float)acc[d];
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels
+
+// address of the slice of core t for (table, row index)
+__device__ __forceinline__ const float* tt_embedding_forward_slice_ptr(const TtEmbeddingForwardCores& cores,
+                                                                       const TtEmbeddingForwardShape& s,
+                                                                       int tbl, int64_t idx, int t) {
+    return cores.c[t] + ((int64_t)tbl * s.p[t] + tt_embedding_forward_digit(idx, s.stride[t], s.p[t])) * s.slice[t];
+}
+
+// Version 1: one thread per (bag, output element d). d's digits (a_0..a_{T-1}) fix the middle index of
+// every core; the thread sums, for each lookup of its bag, the product G_0[0,a_0,k_1] G_1[k_1,a_1,k_2] ...
+// over all rank tuples, walking the tuples like an odometer (the last k fastest) and recomputing only the
+// prefix products that the last increment changed. Slow by design: prod(R) terms per element where the
+// chain needs sum(R_t R_{t+1}); it is the spec's formula, run on the GPU.
+__global__ void tt_embedding_forward_kernel1(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+                                             const int64_t* __restrict__ offsets,
+                                             const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s) {
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    if (tid >= nbags * s.D) return;
+    const int64_t bag = tid / s.D;
+    const int d = (int)(tid - bag * s.D);
+    const int tbl = (int)(bag / s.B);
+    const int T = s.T;
+    int a[TT_EMBEDDING_FORWARD_MAX_CORES];
+    for (int t = T - 1, rem = d; t >= 0; t--) { a[t] = rem % s.q[t]; rem /= s.q[t]; }
+    float pooled = 0.0f;
+    for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) {
+        const int64_t idx = indices[n];
+        // g[t] points at element (0, a_t, 0) of the slice; element (k, a_t, k') is g[t][k * q_t R_{t+1} + k']
+        const float* g[TT_EMBEDDING_FORWARD_MAX_CORES];
+        int row_len[TT_EMBEDDING_FORWARD_MAX_CORES];
+        for (int t = 0; t < T; t++) {
+            g[t] = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, t) + a[t] * s.R[t + 1];
+            row_len[t] = s.q[t] * s.R[t + 1];
+        }
+        int k[TT_EMBEDDING_FORWARD_MAX_CORES + 1];
+        for (int t = 0; t <= T; t++) k[t] = 0;          // k[0] = k[T] = 0 always (R_0 = R_T = 1)
+        float pre[TT_EMBEDDING_FORWARD_MAX_CORES + 1];  // pre[t] = product of factors 0..t-1
+        pre[0] = 1.0f;
+        float sum = 0.0f;
+        int from = 0;
+        for (;;) {
+            for (int u = from; u < T; u++) pre[u + 1] = pre[u] * g[u][k[u] * row_len[u] + k[u + 1]];
+            sum += pre[T];
+            int u = T - 1;                              // advance the odometer k_{T-1} (fastest) .. k_1
+            while (u >= 1 && ++k[u] == s.R[u]) { k[u] = 0; u--; }
+            if (u == 0) break;
+            from = u - 1;                               // factors u-1 .. T-1 read the changed k's
+        }
+        pooled += sum;
+    }
+    out[tid] = from_float<floatX>(pooled);
+}
+
+// ---- version 2: FBTT's pipeline
+
+// bag id of every lookup: the last bag whose offset is <= n (binary search over the offsets)
+__global__ void tt_embedding_forward_kernel2_bag_ids(int* __restrict__ bag_of, const int64_t* __restrict__ offsets,
+                                                     int64_t nbags, int64_t nnz) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= nnz) return;
+    int64_t lo = 0, hi = nbags - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (offsets[mid] <= n) lo = mid; else hi = mid - 1;
+    }
+    bag_of[n] = (int)lo;
+}
+
+// For lookup n of the chunk: step t multiplies M_t (B operand, the previous buffer or G_0's slice) by
+// G_{t+1}'s slice (A operand) into buffer t (C), in cuBLAS's column-major view (see the launcher).
+__global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ a_ptr, const void** __restrict__ b_ptr,
+                                                      void** __restrict__ c_ptr, const int64_t* __restrict__ indices,
+                                                      const int* __restrict__ bag_of, int64_t start, int N,
+                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                      const __grid_constant__ TtEmbeddingForwardShape s,
+                                                      const __grid_constant__ TtEmbeddingForwardCores bufs) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const int64_t idx = indices[start + n];
+    const int tbl = bag_of[start + n] / s.B;
+    const float* prev = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0);
+    for (int t = 0; t + 1 < s.T; t++) {
+        float* buf = const_cast<float*>(bufs.c[t]) + (int64_t)n * s.Q[t + 1] * s.R[t + 2];
+        a_ptr[(int64_t)t * N + n] = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, t + 1);
+        b_ptr[(int64_t)t * N + n] = prev;
+        c_ptr[(int64_t)t * N + n] = buf;
+        prev = buf;
+    }
+}
+
+// One warp per lookup of the chunk; the warp that starts a run of equal bag ids adds the run's rows of
+// the last buffer to the pooled output (read-modify-write: a bag cut by a chunk boundary gets a second
+// run in the next chunk, whose reduce runs after this one on the stream).
+__global__ void tt_embedding_forward_kernel2_reduce(float* __restrict__ acc, const float* __restrict__ last,
+                                                    const int* __restrict__ bag_of, int N, int D) {
+    const int n = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32);
+    const int lane = threadIdx.x % 32;
+    if (n >= N) return;
+    const int bag = bag_of[n];
+    if (n > 0 && bag_of[n - 1] == bag) return;
+    int len = 1;
+    while (n + len < N && bag_of[n + len] == bag) len++;
+    for (int e = lane; e < D; e += 32) {
+        float sum = acc[(int64_t)bag * D + e];
+        for (int l = 0; l < len; l++) sum += last[(int64_t)(n + l) * D + e];
+        acc[(int64_t)bag * D + e] = sum;
+    }
+}
+
+// bf16 build: the fp32 pooled sums rounded once into the output
+__global__ void tt_embedding_forward_kernel_to_floatX(floatX* __restrict__ out, const float* __restrict__ in, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = from_float<floatX>(in[i]);
+}
+
+// ---- the warp chain engine of versions 3 and 4
+
+// One chain step by one warp: out (m x n) = in (m x k) . G (k x n), or out += ... (accumulate). Lane tasks
+// are tiles of RT rows x CW columns, columns fastest across the lanes, so a warp's G loads are consecutive
+// (float4 when CW = 4: n % 4 == 0 and G 16-byte aligned, which the caller guarantees) and its loads of `in`
+// are broadcasts. RT | m and CW | n: no bounds checks inside. Pointers may be global or shared.
+template <int RT, int CW>
+__device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __restrict__ out, const float* __restrict__ in,
+                                                                     const float* __restrict__ G, int m, int k, int n,
+                                                                     bool accumulate, int lane) {
+    const int groups = n / CW;
+    const int tasks = (m / RT) * groups;
+    for (int task = lane; task < tasks; task += 32) {
+        const int rt = task / groups;
+        const int j0 = (task - rt * groups) * CW;
+        const float* a_ptr = in + rt * RT * k;
+        const float* g_ptr = G + j0;
+        float acc[RT][CW];
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int c = 0; c < CW; c++) acc[r][c] = 0.0f;
+#pragma unroll 4
+        for (int kk = 0; kk < k; kk++) {
+            float g[CW];
+            if constexpr (CW == 4) {
+                const float4 v = *reinterpret_cast<const float4*>(g_ptr + kk * n);
+                g[0] = v.x; g[1] = v.y; g[2] = v.z; g[3] = v.w;
+            } else {
+                g[0] = g_ptr[kk * n];
+            }
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const float a = a_ptr[r * k + kk];
+#pragma unroll
+                for (int c = 0; c < CW; c++) acc[r][c] = fmaf(a, g[c], acc[r][c]);
+            }
+        }
+        float* o = out + rt * RT * n + j0;
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int c = 0; c < CW; c++) o[r * n + c] = accumulate ? o[r * n + c] + acc[r][c] : acc[r][c];
+    }
+}
+
+__device__ __forceinline__ void tt_embedding_forward_warp_step(float* out, const float* in, const float* G, int m, int k,
+                                                               int n, int rt, int cw, bool accumulate, int lane) {
+    if (cw == 4) {
+        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 4>(out, in, G, m, k, n, accumulate, lane);
+        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 4>(out, in, G, m, k, n, accumulate, lane);
+        else tt_embedding_forward_warp_step_tiled<1, 4>(out, in, G, m, k, n, accumulate, lane);
+    } else {
+        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 1>(out, in, G, m, k, n, accumulate, lane);
+        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 1>(out, in, G, m, k, n, accumulate, lane);
+        else tt_embedding_forward_warp_step_tiled<1, 1>(out, in, G, m, k, n, accumulate, lane);
+    }
+}
+
+// The whole chain of one lookup by one warp. Lane t (< T) holds the slice pointer of core t (global, or
+// shared for a grouped core); every lane must call this (full-mask shuffles). Intermediates ping-pong
+// between buf0 and buf1 (warp-private, max_mid floats each); the last step writes (or adds to) `last`
+// (D floats). Ends with a __syncwarp, so `last` is visible to the whole warp.
+__device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddingForwardShape& s, const float* g_lane,
+                                                                float* buf0, float* buf1, float* last,
+                                                                bool accumulate_last, int lane) {
+    const unsigned full = 0xffffffffu;
+    const float* in = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), 0));
+    for (int t = 1; t < s.T; t++) {
+        const float* G = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), t));
+        const bool is_last = (t == s.T - 1);
+        float* out = is_last ? last : ((t & 1) ? buf0 : buf1);
+        tt_embedding_forward_warp_step(out, in, G, s.step_m[t], s.step_k[t], s.step_n[t], s.step_rt[t], s.step_cw[t],
+                                       is_last && accumulate_last, lane);
+        __syncwarp();
+        in = out;
+    }
+}
+
+// Version 3: fused, a bag per block. Warp w runs the chains of lookups w, w+W, ... of the bag and adds each
+// result into its own pooled row in shared memory (the last step accumulates in place); then the block
+// sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
+// and the pooled write stays on chip; no atomics; the result depends only on the block size.
+// Shared memory per warp: 2 * mid_pad + D_pad floats.
+__global__ void __launch_bounds__(1024) tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+                                                                     const int64_t* __restrict__ offsets,
+                                                                     const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                                     const __grid_constant__ TtEmbeddingForwardShape s) {
+    extern __shared__ float4 tt_embedding_forward_smem3[];
+    float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem3);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int per_warp = 2 * s.mid_pad + s.D_pad;
+    float* buf0 = smem + warp * per_warp;
+    float* buf1 = buf0 + s.mid_pad;
+    float* acc = buf1 + s.mid_pad;
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    for (int64_t bag = blockIdx.x; bag < nbags; bag += gridDim.x) {
+        for (int e = lane; e < s.D; e += 32) acc[e] = 0.0f;
+        __syncwarp();
+        const int tbl = (int)(bag / s.B);
+        const int64_t end = offsets[bag + 1];
+        for (int64_t n = offsets[bag] + warp; n < end; n += W) {     // warp-uniform loop
+            const int64_t idx = indices[n];
+            const float* g = nullptr;
+            if (lane < s.T) g = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, lane);
+            tt_embedding_forward_warp_chain(s, g, buf0, buf1, acc, true, lane);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int w = 0; w < W; w++) sum += smem[w * per_warp + 2 * s.mid_pad + e];
+            out[bag * s.D + e] = from_float<floatX>(sum);
+        }
+        __syncthreads();                                              // before the next bag clears acc
+    }
+}
+
+// ---- version 4: grouped by the heavy core(s)
+
+// which cores version 4 keeps in shared memory, and its sort key: key = tbl * P + digits of the grouped
+// cores (first grouped core most significant), P = product of their p
+struct TtEmbeddingForwardGroup {
+    int ncores = 0;
+    int core[2] = {-1, -1};
+    int64_t nkeys = 0;     // tables * P
+    int end_bit = 1;       // bits of the largest key
+    int slice_pad[2] = {0, 0};
+};
+
+// The biggest core slice always; the second biggest too when it is >= 1024 floats (worth sharing) and the
+// groups of both stay >= 8 lookups on uniform indices. Returns "" or why version 4 cannot run.
+inline std::string tt_embedding_forward_make_group(const TtEmbeddingForwardShape& s, TtEmbeddingForwardGroup& g) {
+    g = TtEmbeddingForwardGroup();
+    int h1 = 0;
+    for (int t = 1; t < s.T; t++) if (s.slice[t] > s.slice[h1]) h1 = t;
+    int h2 = -1;
+    for (int t = 0; t < s.T; t++) if (t != h1 && (h2 < 0 || s.slice[t] > s.slice[h2])) h2 = t;
+    g.ncores = 1;
+    g.core[0] = h1;
+    g.nkeys = (int64_t)s.tables * s.p[h1];
+    if (g.nkeys > INT32_MAX)
+        return "tables * p_" + std::to_string(h1) + " (" + std::to_string(g.nkeys) + ") does not fit the 32-bit sort key";
+    if (h2 >= 0 && s.slice[h2] >= 1024 && (int64_t)g.nkeys * s.p[h2] <= INT32_MAX &&
+        (double)s.nnz >= 8.0 * (double)g.nkeys * s.p[h2]) {
+        g.ncores = 2;
+        g.core[1] = h2;
+        g.nkeys *= s.p[h2];
+    }
+    for (int c = 0; c < g.ncores; c++) g.slice_pad[c] = (int)tt_embedding_forward_round4(s.slice[g.core[c]]);
+    g.end_bit = 1;
+    while (g.end_bit < 32 && ((int64_t)1 << g.end_bit) < g.nkeys) g.end_bit++;
+    return "";
+}
+
+// shared-memory bytes of version 4 for `warps` warps: window metadata, grouped slices, per-warp buffers
+inline size_t tt_embedding_forward_smem4_bytes(const TtEmbeddingForwardShape& s, const TtEmbeddingForwardGroup& g, int warps) {
+    const size_t C = (size_t)warps * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+    size_t meta = C * (8 + 4 + 4 + 4);
+    meta = (meta + 15) / 16 * 16;
+    size_t floats = (size_t)g.slice_pad[0] + g.slice_pad[1] + (size_t)warps * (2 * s.mid_pad + s.D_pad);
+    return meta + floats * 4;
+}
+
+inline size_t tt_embedding_forward_smem3_bytes(const TtEmbeddingForwardShape& s, int warps) {
+    return (size_t)warps * (2 * s.mid_pad + s.D_pad) * 4;
+}
+
+// sort key and position of every lookup (the table from a binary search over the tables' first offsets)
+__global__ void tt_embedding_forward_kernel4_keys(uint32_t* __restrict__ keys, int* __restrict__ vals,
+                                                  const int64_t* __restrict__ indices, const int64_t* __restrict__ offsets,
+                                                  const __grid_constant__ TtEmbeddingForwardShape s,
+                                                  const __grid_constant__ TtEmbeddingForwardGroup g) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= s.nnz) return;
+    int lo = 0, hi = s.tables - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (offsets[(int64_t)mid * s.B] <= n) lo = mid; else hi = mid - 1;
+    }
+    const int64_t idx = indices[n];
+    uint32_t key = (uint32_t)lo;
+    for (int c = 0; c < g.ncores; c++) {
+        const int t = g.core[c];
+        key = key * (uint32_t)s.p[t] + (uint32_t)tt_embedding_forward_digit(idx, s.stride[t], s.p[t]);
+    }
+    keys[n] = key;
+    vals[n] = (int)n;
+}
+
+// Version 4, the chains: block b takes positions [b*C, b*C + C) of the sorted order (C = 4 lookups per
+// warp). Lookups with equal keys are contiguous there; for each run the block copies the run's grouped
+// slice(s) into shared memory once, and the warps run the run's chains against them (the other cores from
+// L2). A lookup whose (table, index) appeared earlier in the window is not recomputed: the first one's warp
+// writes the row for both. Every lookup's row goes to rowbuf at its original position.
+__global__ void __launch_bounds__(1024) tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const uint32_t* __restrict__ keys,
+                                                                     const int* __restrict__ perm, const int64_t* __restrict__ indices,
+                                                                     const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                                     const __grid_constant__ TtEmbeddingForwardShape s,
+                                                                     const __grid_constant__ TtEmbeddingForwardGroup g) {
+    extern __shared__ float4 tt_embedding_forward_smem4[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int C = W * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+    // layout: idx[C] int64 | key[C] u32 | lid[C] int | alias[C] int | pad to 16 | slices | per-warp buffers
+    int64_t* idx_s = reinterpret_cast<int64_t*>(tt_embedding_forward_smem4);
+    uint32_t* key_s = reinterpret_cast<uint32_t*>(idx_s + C);
+    int* lid_s = reinterpret_cast<int*>(key_s + C);
+    int* alias_s = lid_s + C;
+    const size_t meta = ((size_t)C * 20 + 15) / 16 * 16;
+    float* slice0 = reinterpret_cast<float*>(reinterpret_cast<char*>(tt_embedding_forward_smem4) + meta);
+    float* slice1 = slice0 + g.slice_pad[0];
+    float* buf0 = slice1 + g.slice_pad[1] + warp * (2 * s.mid_pad + s.D_pad);
+    float* buf1 = buf0 + s.mid_pad;
+    float* row = buf1 + s.mid_pad;
+
+    const int64_t w0 = (int64_t)blockIdx.x * C;
+    const int cnt = (int)min((int64_t)C, s.nnz - w0);
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+        key_s[j] = keys[w0 + j];
+        const int l = perm[w0 + j];
+        lid_s[j] = l;
+        idx_s[j] = indices[l];
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+        int a = j;
+        for (int jj = 0; jj < j; jj++)
+            if (key_s[jj] == key_s[j] && idx_s[jj] == idx_s[j]) { a = jj; break; }
+        alias_s[j] = a;
+    }
+    __syncthreads();
+
+    for (int r0 = 0; r0 < cnt;) {                                  // runs of equal keys, block-uniform
+        const uint32_t key = key_s[r0];
+        int r1 = r0 + 1;
+        while (r1 < cnt && key_s[r1] == key) r1++;
+        // decode the key: digits of the grouped cores, then the table
+        uint32_t rest = key, digit1 = 0;
+        if (g.ncores == 2) {
+            digit1 = rest % (uint32_t)s.p[g.core[1]];
+            rest /= (uint32_t)s.p[g.core[1]];
+        }
+        const uint32_t digit0 = rest % (uint32_t)s.p[g.core[0]];
+        const int tbl = (int)(rest / (uint32_t)s.p[g.core[0]]);
+        for (int c = 0; c < g.ncores; c++) {
+            const int t = g.core[c];
+            const float* src = cores.c[t] + ((int64_t)tbl * s.p[t] + (c == 0 ? digit0 : digit1)) * s.slice[t];
+            float* dst = c == 0 ? slice0 : slice1;
+            const int len = (int)s.slice[t];
+            if (len % 4 == 0) {                                    // slice base 16-byte aligned then
+                const float4* src4 = reinterpret_cast<const float4*>(src);
+                float4* dst4 = reinterpret_cast<float4*>(dst);
+                for (int i = threadIdx.x; i < len / 4; i += blockDim.x) dst4[i] = __ldg(src4 + i);
+            } else {
+                for (int i = threadIdx.x; i < len; i += blockDim.x) dst[i] = __ldg(src + i);
+            }
+        }
+        __syncthreads();
+        for (int j = r0 + warp; j < r1; j += W) {                  // warp-uniform loop
+            if (alias_s[j] != j) continue;
+            const float* gp = nullptr;
+            if (lane < s.T) {
+                if (lane == g.core[0]) gp = slice0;
+                else if (lane == g.core[1]) gp = slice1;
+                else gp = tt_embedding_forward_slice_ptr(cores, s, tbl, idx_s[j], lane);
+            }
+            tt_embedding_forward_warp_chain(s, gp, buf0, buf1, row, false, lane);
+            for (int jj = j; jj < r1; jj++) {
+                if (alias_s[jj] != j) continue;
+                float* dst = rowbuf + (int64_t)lid_s[jj] * s.D;
+                for (int e = lane; e < s.D; e += 32) dst[e] = row[e];
+            }
+            __syncwarp();                                          // row is rewritten by the next chain
+        }
+        __syncthreads();                                           // slices are reloaded for the next run
+        r0 = r1;
+    }
+}
+
+// Version 4, the pooling: one thread per (bag, element), the bag's rows summed in lookup order
+__global__ void tt_embedding_forward_kernel4_pool(floatX* __restrict__ out, const float* __restrict__ rowbuf,
+                                                  const int64_t* __restrict__ offsets, int64_t nbags, int D) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nbags * D) return;
+    const int64_t bag = i / D;
+    const int e = (int)(i - bag * D);
+    float sum = 0.0f;
+    for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) sum += rowbuf[n * D + e];
+    out[i] = from_float<floatX>(sum);
+}
+
+// ----------------------------------------------------------------------------------------------
+// workspace (allocated once, outside timing) and launchers
+
+struct TtEmbeddingForwardWorkspace {
+    // version 2
+    int chunk = 1000;
+    cublasHandle_t handle = nullptr;
+    int* bag_of = nullptr;                 // [nnz]
+    float* tr[TT_EMBEDDING_FORWARD_MAX_CORES] = {};   // step buffers [chunk][Q_{t+1} R_{t+2}], t = 0..T-2
+    const void** a_ptr = nullptr;          // [(T-1) * chunk] each: cuBLAS's A, B and C pointer arrays
+    const void** b_ptr = nullptr;
+    void** c_ptr = nullptr;
+    float* acc = nullptr;                  // fp32 pooled sums [tables*B*D] (bf16 build; fp32 writes out)
+    // version 4
+    TtEmbeddingForwardGroup group;
+    bool group_ok = false;
+    uint32_t* keys_in = nullptr; uint32_t* keys_out = nullptr;
+    int* vals_in = nullptr; int* vals_out = nullptr;
+    void* cub_temp = nullptr;
+    size_t cub_temp_bytes = 0;
+    float* rowbuf = nullptr;               // [nnz][D]
+    size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
+};
+
+void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
+                                const cudaDeviceProp& prop) {
+    ws.max_smem = prop.sharedMemPerBlockOptin;
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel4, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    const int64_t nnz = s.nnz, nbags = (int64_t)s.tables * s.B;
+    // version 2
+    ws.chunk = chunk;
+    cublasCheck(cublasCreate(&ws.handle));
+    cublasCheck(cublasSetStream(ws.handle, 0));
+    ws.bag_of = device_alloc<int>(nnz);
+    for (int t = 0; t + 1 < s.T; t++) ws.tr[t] = device_alloc<float>((size_t)chunk * s.Q[t + 1] * s.R[t + 2]);
+    ws.a_ptr = const_cast<const void**>(device_alloc<void*>((size_t)(s.T - 1) * chunk));
+    ws.b_ptr = const_cast<const void**>(device_alloc<void*>((size_t)(s.T - 1) * chunk));
+    ws.c_ptr = device_alloc<void*>((size_t)(s.T - 1) * chunk);
+    ws.acc = device_alloc<float>((size_t)nbags * s.D);
+    // version 4
+    ws.group_ok = tt_embedding_forward_make_group(s, ws.group).empty();
+    ws.keys_in = device_alloc<uint32_t>(nnz);
+    ws.keys_out = device_alloc<uint32_t>(nnz);
+    ws.vals_in = device_alloc<int>(nnz);
+    ws.vals_out = device_alloc<int>(nnz);
+    ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
+    if (ws.group_ok && nnz > 0) {
+        cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, ws.cub_temp_bytes, ws.keys_in, ws.keys_out, ws.vals_in,
+                                                  ws.vals_out, (int)nnz, 0, ws.group.end_bit));
+        ws.cub_temp = device_alloc<char>(ws.cub_temp_bytes);
+    }
+}
+
+void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
+    cublasCheck(cublasDestroy(ws.handle));
+    cudaCheck(cudaFree(ws.bag_of));
+    for (auto* p : ws.tr) if (p) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr))); cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
+    cudaCheck(cudaFree(ws.c_ptr));
+    cudaCheck(cudaFree(ws.acc));
+    cudaCheck(cudaFree(ws.keys_in)); cudaCheck(cudaFree(ws.keys_out));
+    cudaCheck(cudaFree(ws.vals_in)); cudaCheck(cudaFree(ws.vals_out));
+    if (ws.cub_temp) cudaCheck(cudaFree(ws.cub_temp));
+    cudaCheck(cudaFree(ws.rowbuf));
+}
+
+// NaN into every intermediate a version reads back, so a row or buffer it forgot to write fails the check
+void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s) {
+    for (int t = 0; t + 1 < s.T; t++) poison(ws.tr[t], (size_t)ws.chunk * s.Q[t + 1] * s.R[t + 2] * sizeof(float));
+    poison(ws.acc, (size_t)s.tables * s.B * s.D * sizeof(float));
+    poison(ws.rowbuf, std::max<size_t>((size_t)s.nnz * s.D, 1) * sizeof(float));
+}
+
+void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, int block_size) {
+    const int64_t n = (int64_t)s.tables * s.B * s.D;
+    tt_embedding_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, indices, offsets, cores, s);
+}
+
+// Version 2. cuBLAS is column-major: the row-major step C (m x n) = M (m x k) . G (k x n) is, read
+// column-major, C^T (n x m) = G^T (n x k, ld n) . M^T (k x m, ld k): gemm(N, N, n, m, k, A = G, B = M, C).
+void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B, nnz = s.nnz;
+    float* acc = (sizeof(floatX) == sizeof(float)) ? reinterpret_cast<float*>(out) : ws.acc;
+    cudaCheck(cudaMemsetAsync(acc, 0, (size_t)nbags * s.D * sizeof(float)));
+    if (nnz > 0) {
+        tt_embedding_forward_kernel2_bag_ids<<<(unsigned)ceil_div<int64_t>(nnz, block_size), block_size>>>(ws.bag_of, offsets, nbags, nnz);
+        TtEmbeddingForwardCores bufs = {};
+        for (int t = 0; t + 1 < s.T; t++) bufs.c[t] = ws.tr[t];
+        const float one = 1.0f, zero = 0.0f;
+        for (int64_t start = 0; start < nnz; start += ws.chunk) {
+            const int N = (int)std::min<int64_t>(ws.chunk, nnz - start);
+            tt_embedding_forward_kernel2_pointers<<<ceil_div(N, block_size), block_size>>>(
+                ws.a_ptr, ws.b_ptr, ws.c_ptr, indices, ws.bag_of, start, N, cores, s, bufs);
+            for (int t = 0; t + 1 < s.T; t++) {
+                const int m = s.step_m[t + 1], k = s.step_k[t + 1], n = s.step_n[t + 1];
+                cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                                                ws.a_ptr + (int64_t)t * N, CUDA_R_32F, n,
+                                                ws.b_ptr + (int64_t)t * N, CUDA_R_32F, k,
+                                                &zero, ws.c_ptr + (int64_t)t * N, CUDA_R_32F, n,
+                                                N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            }
+            tt_embedding_forward_kernel2_reduce<<<(unsigned)ceil_div<int64_t>((int64_t)N * 32, block_size), block_size>>>(
+                acc, ws.tr[s.T - 2], ws.bag_of + start, N, s.D);
+        }
+    }
+    if (sizeof(floatX) != sizeof(float)) {
+        const int64_t n = nbags * s.D;
+        tt_embedding_forward_kernel_to_floatX<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, acc, n);
+    }
+}
+
+void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
+    const size_t smem = tt_embedding_forward_smem3_bytes(s, block_size / 32);
+    tt_embedding_forward_kernel3<<<grid, block_size, smem>>>(out, indices, offsets, cores, s);
+}
+
+void tt_embedding_forward4(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B, nnz = s.nnz;
+    if (nnz > 0) {
+        tt_embedding_forward_kernel4_keys<<<(unsigned)ceil_div<int64_t>(nnz, 256), 256>>>(ws.keys_in, ws.vals_in, indices, offsets, s, ws.group);
+        size_t temp = ws.cub_temp_bytes;
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws.cub_temp, temp, ws.keys_in, ws.keys_out, ws.vals_in, ws.vals_out,
+                                                  (int)nnz, 0, ws.group.end_bit));
+        const int warps = block_size / 32, C = warps * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+        const size_t smem = tt_embedding_forward_smem4_bytes(s, ws.group, warps);
+        tt_embedding_forward_kernel4<<<(unsigned)ceil_div<int64_t>(nnz, C), block_size, smem>>>(
+            ws.rowbuf, ws.keys_out, ws.vals_out, indices, cores, s, ws.group);
+    }
+    const int64_t n = nbags * s.D;
+    tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+}
+
+void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
+                          const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                          TtEmbeddingForwardWorkspace& ws, int block_size) {
+    switch (kernel_num) {
+        case 1: tt_embedding_forward1(out, indices, offsets, cores, s, block_size); break;
+        case 2: tt_embedding_forward2(out, indices, offsets, cores, s, ws, block_size); break;
+        case 3: tt_embedding_forward3(out, indices, offsets, cores, s, block_size); break;
+        case 4: tt_embedding_forward4(out, indices, offsets, cores, s, ws, block_size); break;
+        default: fail_args("tt_embedding_forward has no version %d", kernel_num);
+    }
+}
+
+// terms of version 1's explicit sum over the whole call
+inline double tt_embedding_forward_naive_terms(const TtEmbeddingForwardShape& s) {
+    double terms = 1.0;
+    for (int t = 1; t < s.T; t++) terms *= s.R[t];
+    return terms * (double)s.nnz * s.D;
+}
+
+// the precondition of each version on a shape, "" when it can run
+std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s,
+                                             const TtEmbeddingForwardWorkspace& ws) {
+    char buf[256];
+    if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS) {
+        snprintf(buf, sizeof buf, "its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
+                 tt_embedding_forward_naive_terms(s));
+        return buf;
+    }
+    if (kernel_num == 3 && tt_embedding_forward_smem3_bytes(s, 1) > ws.max_smem) {
+        snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                 tt_embedding_forward_smem3_bytes(s, 1), ws.max_smem);
+        return buf;
+    }
+    if (kernel_num == 4) {
+        TtEmbeddingForwardGroup g;
+        std::string why = tt_embedding_forward_make_group(s, g);
+        if (!why.empty()) return why;
+        if (tt_embedding_forward_smem4_bytes(s, g, 1) > ws.max_smem) {
+            snprintf(buf, sizeof buf, "the grouped slices and one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                     tt_embedding_forward_smem4_bytes(s, g, 1), ws.max_smem);
+            return buf;
+        }
+    }
+    return "";
+}
+
+// each version's block sizes: version 1 two (it is slow), version 2 one (its kernels are small helpers
+// around cuBLAS), versions 3 and 4 those whose shared memory fits
+std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s,
+                                             const TtEmbeddingForwardWorkspace& ws) {
+    if (kernel_num == 1) return {64, 256};
+    if (kernel_num == 2) return {256};
+    std::vector<int> out;
+    for (int b : {32, 64, 128, 256, 512, 1024}) {
+        const size_t bytes = kernel_num == 3 ? tt_embedding_forward_smem3_bytes(s, b / 32)
+                                             : tt_embedding_forward_smem4_bytes(s, ws.group, b / 32);
+        if (bytes <= ws.max_smem) out.push_back(b);
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+#ifndef NO_MAIN
+int main(int argc, char** argv) {
+    std::vector<int> p = {200, 220, 250}, q = {4, 4, 4}, ranks = {32, 32};
+    int tables = 1, B = 512, L = 20, D = 0, chunk = 1000;
+    int64_t E = 0;
+    double alpha = 0.0;
+    bool ragged = false;
+    Cli cli("tt_embedding_forward",
+            "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
+            TT_EMBEDDING_FORWARD_NUM_KERNELS, 4);
+    cli.add_int_list("p", &p, "row factors p_0..p_{T-1} (T = len(p) cores)");
+    cli.add_int_list("q", &q, "column factors q_0..q_{T-1}");
+    cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
+    cli.add_int("tables", &tables, "number of tables (cores batched over tables)");
+    cli.add_int("B", &B, "bags per table");
+    cli.add_int("L", &L, "lookups per bag");
+    cli.add_int64("E", &E, "rows per table (0: prod p)");
+    cli.add_int("D", &D, "embedding dimension, must equal prod q (0: prod q)");
+    cli.add_double("alpha", &alpha, "Zipf exponent of the indices (<= 1: uniform)");
+    cli.add_flag("ragged", &ragged, "bags of random sizes (the first bag of every table empty), same total lookups");
+    cli.add_int("chunk", &chunk, "lookups per cuBLAS batch in version 2 (FBTT's batch_count)");
+    cli.constraints = "  T = len(p) in 2..6, len(q) = T, len(ranks) = T - 1, all entries >= 1;\n"
+                      "  prod p >= E, prod q = D; tables, B >= 1, L >= 0; Zipf (alpha > 1) needs E >= L;\n"
+                      "  every index < E (made so here; the validator checks it)";
+    cli.parse(argc, argv);
+    TtEmbeddingForwardShape s;
+    std::string why = tt_embedding_forward_make_shape(s, p, q, ranks, E, D, tables, B, L, alpha);
+    if (!why.empty()) fail_args("%s", why.c_str());
+    require(chunk >= 1, "--chunk (%d) must be >= 1", chunk);
+
+    // inputs: cores uniform in +-sqrt(3 / R_{t+1}) (unit variance per row element), then bags
+    Rng rng(cli.seed);
+    std::vector<std::vector<float>> cores_h(s.T);
+    for (int t = 0; t < s.T; t++) {
+        const float a = sqrtf(3.0f / (float)s.R[t + 1]);
+        cores_h[t] = make_random_floats((size_t)s.tables * s.p[t] * s.slice[t], rng, -a, a);
+    }
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    std::vector<int64_t> indices = make_bag_indices(nbags, s.L, s.E, alpha, rng);
+    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, ragged, rng);
+    why = tt_embedding_forward_validate_bags(indices, offsets, nbags, s.E);
+    if (!why.empty()) fail_args("%s", why.c_str());
+
+    cudaDeviceProp prop = cuda_init();
+
+    std::vector<const float*> core_ptrs(s.T);
+    for (int t = 0; t < s.T; t++) core_ptrs[t] = cores_h[t].data();
+    std::vector<float> ref((size_t)nbags * s.D);
+    tt_embedding_forward_cpu(ref.data(), core_ptrs.data(), indices.data(), offsets.data(), s);
+
+    TtEmbeddingForwardCores cores = {};
+    for (int t = 0; t < s.T; t++) cores.c[t] = device_upload(cores_h[t]);
+    int64_t* d_indices = device_upload(indices);
+    int64_t* d_offsets = device_upload(offsets);
+    floatX* d_out = device_alloc<floatX>((size_t)nbags * s.D);
+    TtEmbeddingForwardWorkspace ws;
+    tt_embedding_forward_setup(ws, s, chunk, prop);
+
+    std::string shape = "T" + std::to_string(s.T) + ",p";
+    for (int t = 0; t < s.T; t++) shape += (t ? "x" : "") + std::to_string(s.p[t]);
+    shape += ",q";
+    for (int t = 0; t < s.T; t++) shape += (t ? "x" : "") + std::to_string(s.q[t]);
+    shape += ",r";
+    for (int t = 1; t < s.T; t++) shape += (t > 1 ? "x" : "") + std::to_string(s.R[t]);
+    shape += ",nt" + std::to_string(s.tables) + ",B" + std::to_string(s.B) + ",L" + std::to_string(s.L);
+    if (s.E != s.prod_p) shape += ",E" + std::to_string(s.E);
+    {
+        char a[32];
+        snprintf(a, sizeof a, ",alpha%g", alpha);
+        shape += a;
+    }
+    if (ragged) shape += ",ragged";
+
+    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s);
+    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %lld floats (%.1fx smaller than the %lld x %d table%s)\n",
+           shape.c_str(), (long long)s.nnz, (long long)nbags, s.D, flops_lookup,
+           (long long)tt_embedding_forward_core_floats(s),
+           (double)s.E * s.D * s.tables / (double)tt_embedding_forward_core_floats(s), (long long)s.E, s.D,
+           s.tables > 1 ? "s" : "");
+    if (ws.group_ok)
+        printf("version 4 groups by core%s %d%s%s (%lld keys)\n", ws.group.ncores > 1 ? "s" : "", ws.group.core[0],
+               ws.group.ncores > 1 ? " and " : "", ws.group.ncores > 1 ? std::to_string(ws.group.core[1]).c_str() : "",
+               (long long)ws.group.nkeys);
+
+    OpRunner r;
+    r.op = "tt_embedding_forward";
+    r.shape = shape;
+    r.bytes = tt_embedding_forward_bytes(s);
+    r.flops = flops_lookup * (double)s.nnz;
+    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, ws); };
+    r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, ws); };
+    r.prepare_check = [&] {
+        poison(d_out, (size_t)nbags * s.D * sizeof(floatX));
+        tt_embedding_forward_poison_workspace(ws, s);
+    };
+    r.launch = [&](int k, int block) { tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, block); };
+    r.check = [&](int, int) {
+        return validate_device("out", d_out, ref.data(), (size_t)nbags * s.D, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+    };
+    r.extra = [&](int, int, double ms) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz > 0 ? ms * 1e3 / (double)s.nnz : 0.0);
+        return std::string(buf);
+    };
+    int rc = run_versions(cli, r);
+
+    if (!cli.dump_dir.empty()) {
+        std::vector<float> got = to_float_vec(device_download(d_out, (size_t)nbags * s.D));
+        for (int t = 0; t < s.T; t++)
+            write_npy(cli.dump_dir, "tt_embedding_forward_core" + std::to_string(t), cores_h[t].data(),
+                      {s.tables, s.p[t], s.slice[t]});
+        write_npy(cli.dump_dir, "tt_embedding_forward_indices", indices.data(), {(int64_t)indices.size()});
+        write_npy(cli.dump_dir, "tt_embedding_forward_offsets", offsets.data(), {(int64_t)offsets.size()});
+        // meta: T, tables, B, E, D, then p[0..T-1], q[0..T-1], R[0..T]
+        std::vector<int64_t> meta = {s.T, s.tables, s.B, s.E, s.D};
+        for (int t = 0; t < s.T; t++) meta.push_back(s.p[t]);
+        for (int t = 0; t < s.T; t++) meta.push_back(s.q[t]);
+        for (int t = 0; t <= s.T; t++) meta.push_back(s.R[t]);
+        write_npy(cli.dump_dir, "tt_embedding_forward_meta", meta.data(), {(int64_t)meta.size()});
+        write_npy(cli.dump_dir, "tt_embedding_forward_out_ref", ref.data(), {s.tables, s.B, s.D});
+        write_npy(cli.dump_dir, "tt_embedding_forward_out", got.data(), {s.tables, s.B, s.D});
+        printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy to %s\n", s.T - 1,
+               cli.dump_dir.c_str());
+    }
+    tt_embedding_forward_free(ws);
+    for (int t = 0; t < s.T; t++) cudaCheck(cudaFree(const_cast<float*>(cores.c[t])));
+    cudaCheck(cudaFree(d_indices));
+    cudaCheck(cudaFree(d_offsets));
+    cudaCheck(cudaFree(d_out));
+    return rc;
+}
+#endif
