@@ -82,6 +82,14 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 #define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
 #define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
+// unroll hints in host-callable device code (the host compiler would warn on #pragma unroll)
+#ifdef __CUDA_ARCH__
+#define TT_EMBEDDING_FORWARD_UNROLL _Pragma("unroll")
+#define TT_EMBEDDING_FORWARD_UNROLL4 _Pragma("unroll 4")
+#else
+#define TT_EMBEDDING_FORWARD_UNROLL
+#define TT_EMBEDDING_FORWARD_UNROLL4
+#endif
 
 // ----------------------------------------------------------------------------------------------
 // shape: everything a kernel needs to know about the chain, computed once on the host
@@ -350,18 +358,39 @@ inline void tt_embedding_forward_cpu(float* out, const float* const* cores, cons
 // ----------------------------------------------------------------------------------------------
 // GPU kernels
 
-// address of the slice of core t for (table, row index)
-__device__ __forceinline__ const float* tt_embedding_forward_slice_ptr(const TtEmbeddingForwardCores& cores,
+// address of the slice of core t for (table, row index) (host-callable: the CPU tests use it too)
+__host__ __device__ __forceinline__ const float* tt_embedding_forward_slice_ptr(const TtEmbeddingForwardCores& cores,
                                                                        const TtEmbeddingForwardShape& s,
                                                                        int tbl, int64_t idx, int t) {
     return cores.c[t] + ((int64_t)tbl * s.p[t] + tt_embedding_forward_digit(idx, s.stride[t], s.p[t])) * s.slice[t];
 }
 
+// The explicit sum of one row element: g[t] points at element (0, a_t, 0) of core t's slice, so that
+// element (k, a_t, k') is g[t][k * row_len[t] + k'] (row_len[t] = q_t R_{t+1}). Sums the product of the T
+// factors over every rank tuple (k_1..k_{T-1}), walking the tuples like an odometer (k_{T-1} fastest) and
+// recomputing only the prefix products that the last increment changed. Host-callable (tested on the CPU).
+__host__ __device__ inline float tt_embedding_forward_explicit_sum(const float* const* g, const int* row_len, const int* R, int T) {
+    int k[TT_EMBEDDING_FORWARD_MAX_CORES + 1];
+    for (int t = 0; t <= T; t++) k[t] = 0;              // k[0] = k[T] = 0 always (R_0 = R_T = 1)
+    float pre[TT_EMBEDDING_FORWARD_MAX_CORES + 1];      // pre[t] = product of factors 0..t-1
+    pre[0] = 1.0f;
+    float sum = 0.0f;
+    int from = 0;
+    for (;;) {
+        for (int u = from; u < T; u++) pre[u + 1] = pre[u] * g[u][k[u] * row_len[u] + k[u + 1]];
+        sum += pre[T];
+        int u = T - 1;                                  // advance the odometer k_{T-1} .. k_1
+        while (u >= 1 && ++k[u] == R[u]) { k[u] = 0; u--; }
+        if (u == 0) break;
+        from = u - 1;                                   // factors u-1 .. T-1 read the changed k's
+    }
+    return sum;
+}
+
 // Version 1: one thread per (bag, output element d). d's digits (a_0..a_{T-1}) fix the middle index of
-// every core; the thread sums, for each lookup of its bag, the product G_0[0,a_0,k_1] G_1[k_1,a_1,k_2] ...
-// over all rank tuples, walking the tuples like an odometer (the last k fastest) and recomputing only the
-// prefix products that the last increment changed. Slow by design: prod(R) terms per element where the
-// chain needs sum(R_t R_{t+1}); it is the spec's formula, run on the GPU.
+// every core; the thread adds, for each lookup of its bag, the explicit sum above: prod(R_1..R_{T-1})
+// terms per element where the chain needs about sum_t R_t R_{t+1} / q. Slow by design: it is the spec's
+// formula, run on the GPU, with nothing shared between threads.
 __global__ void tt_embedding_forward_kernel1(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets,
                                              const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -385,21 +414,7 @@ __global__ void tt_embedding_forward_kernel1(floatX* __restrict__ out, const int
             g[t] = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, t) + a[t] * s.R[t + 1];
             row_len[t] = s.q[t] * s.R[t + 1];
         }
-        int k[TT_EMBEDDING_FORWARD_MAX_CORES + 1];
-        for (int t = 0; t <= T; t++) k[t] = 0;          // k[0] = k[T] = 0 always (R_0 = R_T = 1)
-        float pre[TT_EMBEDDING_FORWARD_MAX_CORES + 1];  // pre[t] = product of factors 0..t-1
-        pre[0] = 1.0f;
-        float sum = 0.0f;
-        int from = 0;
-        for (;;) {
-            for (int u = from; u < T; u++) pre[u + 1] = pre[u] * g[u][k[u] * row_len[u] + k[u + 1]];
-            sum += pre[T];
-            int u = T - 1;                              // advance the odometer k_{T-1} (fastest) .. k_1
-            while (u >= 1 && ++k[u] == s.R[u]) { k[u] = 0; u--; }
-            if (u == 0) break;
-            from = u - 1;                               // factors u-1 .. T-1 read the changed k's
-        }
-        pooled += sum;
+        pooled += tt_embedding_forward_explicit_sum(g, row_len, s.R, T);
     }
     out[tid] = from_float<floatX>(pooled);
 }
@@ -419,18 +434,14 @@ __global__ void tt_embedding_forward_kernel2_bag_ids(int* __restrict__ bag_of, c
     bag_of[n] = (int)lo;
 }
 
-// For lookup n of the chunk: step t multiplies M_t (B operand, the previous buffer or G_0's slice) by
-// G_{t+1}'s slice (A operand) into buffer t (C), in cuBLAS's column-major view (see the launcher).
-__global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ a_ptr, const void** __restrict__ b_ptr,
-                                                      void** __restrict__ c_ptr, const int64_t* __restrict__ indices,
-                                                      const int* __restrict__ bag_of, int64_t start, int N,
-                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
-                                                      const __grid_constant__ TtEmbeddingForwardShape s,
-                                                      const __grid_constant__ TtEmbeddingForwardCores bufs) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N) return;
-    const int64_t idx = indices[start + n];
-    const int tbl = bag_of[start + n] / s.B;
+// The cuBLAS operands of lookup n (of N in the chunk) for every step t = 0..T-2: step t multiplies M_t (B
+// operand: G_0's slice for t = 0, else step t-1's buffer row) by G_{t+1}'s slice (A operand) into step t's
+// buffer row n (C), in cuBLAS's column-major view (see the launcher). Host-callable (tested on the CPU).
+__host__ __device__ inline void tt_embedding_forward_fill_pointers(const void** a_ptr, const void** b_ptr, void** c_ptr,
+                                                                   int n, int N, int tbl, int64_t idx,
+                                                                   const TtEmbeddingForwardCores& cores,
+                                                                   const TtEmbeddingForwardShape& s,
+                                                                   const TtEmbeddingForwardCores& bufs) {
     const float* prev = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0);
     for (int t = 0; t + 1 < s.T; t++) {
         float* buf = const_cast<float*>(bufs.c[t]) + (int64_t)n * s.Q[t + 1] * s.R[t + 2];
@@ -439,6 +450,17 @@ __global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ 
         c_ptr[(int64_t)t * N + n] = buf;
         prev = buf;
     }
+}
+
+__global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ a_ptr, const void** __restrict__ b_ptr,
+                                                      void** __restrict__ c_ptr, const int64_t* __restrict__ indices,
+                                                      const int* __restrict__ bag_of, int64_t start, int N,
+                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                      const __grid_constant__ TtEmbeddingForwardShape s,
+                                                      const __grid_constant__ TtEmbeddingForwardCores bufs) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    tt_embedding_forward_fill_pointers(a_ptr, b_ptr, c_ptr, n, N, bag_of[start + n] / s.B, indices[start + n], cores, s, bufs);
 }
 
 // One warp per lookup of the chunk; the warp that starts a run of equal bag ids adds the run's rows of
@@ -471,9 +493,10 @@ __global__ void tt_embedding_forward_kernel_to_floatX(floatX* __restrict__ out, 
 // One chain step by one warp: out (m x n) = in (m x k) . G (k x n), or out += ... (accumulate). Lane tasks
 // are tiles of RT rows x CW columns, columns fastest across the lanes, so a warp's G loads are consecutive
 // (float4 when CW = 4: n % 4 == 0 and G 16-byte aligned, which the caller guarantees) and its loads of `in`
-// are broadcasts. RT | m and CW | n: no bounds checks inside. Pointers may be global or shared.
+// are broadcasts. RT | m and CW | n: no bounds checks inside. Pointers may be global or shared. Lanes share
+// nothing within a step, so the CPU tests emulate a warp by calling this for lane = 0..31 in turn.
 template <int RT, int CW>
-__device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __restrict__ out, const float* __restrict__ in,
+__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __restrict__ out, const float* __restrict__ in,
                                                                      const float* __restrict__ G, int m, int k, int n,
                                                                      bool accumulate, int lane) {
     const int groups = n / CW;
@@ -484,11 +507,11 @@ __device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __re
         const float* a_ptr = in + rt * RT * k;
         const float* g_ptr = G + j0;
         float acc[RT][CW];
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
         for (int r = 0; r < RT; r++)
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
             for (int c = 0; c < CW; c++) acc[r][c] = 0.0f;
-#pragma unroll 4
+TT_EMBEDDING_FORWARD_UNROLL4
         for (int kk = 0; kk < k; kk++) {
             float g[CW];
             if constexpr (CW == 4) {
@@ -497,22 +520,22 @@ __device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __re
             } else {
                 g[0] = g_ptr[kk * n];
             }
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
             for (int r = 0; r < RT; r++) {
                 const float a = a_ptr[r * k + kk];
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
                 for (int c = 0; c < CW; c++) acc[r][c] = fmaf(a, g[c], acc[r][c]);
             }
         }
         float* o = out + rt * RT * n + j0;
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
         for (int r = 0; r < RT; r++)
-#pragma unroll
+TT_EMBEDDING_FORWARD_UNROLL
             for (int c = 0; c < CW; c++) o[r * n + c] = accumulate ? o[r * n + c] + acc[r][c] : acc[r][c];
     }
 }
 
-__device__ __forceinline__ void tt_embedding_forward_warp_step(float* out, const float* in, const float* G, int m, int k,
+__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step(float* out, const float* in, const float* G, int m, int k,
                                                                int n, int rt, int cw, bool accumulate, int lane) {
     if (cw == 4) {
         if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 4>(out, in, G, m, k, n, accumulate, lane);
@@ -633,6 +656,33 @@ inline size_t tt_embedding_forward_smem3_bytes(const TtEmbeddingForwardShape& s,
     return (size_t)warps * (2 * s.mid_pad + s.D_pad) * 4;
 }
 
+// version 4's sort key of a lookup of table tbl
+__host__ __device__ inline uint32_t tt_embedding_forward_group_key(const TtEmbeddingForwardShape& s,
+                                                                   const TtEmbeddingForwardGroup& g, int tbl, int64_t idx) {
+    uint32_t key = (uint32_t)tbl;
+    for (int c = 0; c < g.ncores; c++) {
+        const int t = g.core[c];
+        key = key * (uint32_t)s.p[t] + (uint32_t)tt_embedding_forward_digit(idx, s.stride[t], s.p[t]);
+    }
+    return key;
+}
+
+// the table of a key, and the slice of grouped core c (0 or 1) that every lookup with this key reads
+__host__ __device__ inline int tt_embedding_forward_group_table(const TtEmbeddingForwardShape& s,
+                                                                const TtEmbeddingForwardGroup& g, uint32_t key) {
+    for (int c = g.ncores - 1; c >= 0; c--) key /= (uint32_t)s.p[g.core[c]];
+    return (int)key;
+}
+__host__ __device__ inline const float* tt_embedding_forward_group_slice(const TtEmbeddingForwardCores& cores,
+                                                                         const TtEmbeddingForwardShape& s,
+                                                                         const TtEmbeddingForwardGroup& g, uint32_t key, int c) {
+    const int tbl = tt_embedding_forward_group_table(s, g, key);
+    if (c == 0 && g.ncores == 2) key /= (uint32_t)s.p[g.core[1]];      // drop the second core's digit
+    const int t = g.core[c];
+    const uint32_t digit = key % (uint32_t)s.p[t];
+    return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
+}
+
 // sort key and position of every lookup (the table from a binary search over the tables' first offsets)
 __global__ void tt_embedding_forward_kernel4_keys(uint32_t* __restrict__ keys, int* __restrict__ vals,
                                                   const int64_t* __restrict__ indices, const int64_t* __restrict__ offsets,
@@ -645,13 +695,7 @@ __global__ void tt_embedding_forward_kernel4_keys(uint32_t* __restrict__ keys, i
         const int mid = (lo + hi + 1) / 2;
         if (offsets[(int64_t)mid * s.B] <= n) lo = mid; else hi = mid - 1;
     }
-    const int64_t idx = indices[n];
-    uint32_t key = (uint32_t)lo;
-    for (int c = 0; c < g.ncores; c++) {
-        const int t = g.core[c];
-        key = key * (uint32_t)s.p[t] + (uint32_t)tt_embedding_forward_digit(idx, s.stride[t], s.p[t]);
-    }
-    keys[n] = key;
+    keys[n] = tt_embedding_forward_group_key(s, g, lo, indices[n]);
     vals[n] = (int)n;
 }
 
@@ -701,19 +745,11 @@ __global__ void __launch_bounds__(1024) tt_embedding_forward_kernel4(float* __re
         const uint32_t key = key_s[r0];
         int r1 = r0 + 1;
         while (r1 < cnt && key_s[r1] == key) r1++;
-        // decode the key: digits of the grouped cores, then the table
-        uint32_t rest = key, digit1 = 0;
-        if (g.ncores == 2) {
-            digit1 = rest % (uint32_t)s.p[g.core[1]];
-            rest /= (uint32_t)s.p[g.core[1]];
-        }
-        const uint32_t digit0 = rest % (uint32_t)s.p[g.core[0]];
-        const int tbl = (int)(rest / (uint32_t)s.p[g.core[0]]);
+        const int tbl = tt_embedding_forward_group_table(s, g, key);
         for (int c = 0; c < g.ncores; c++) {
-            const int t = g.core[c];
-            const float* src = cores.c[t] + ((int64_t)tbl * s.p[t] + (c == 0 ? digit0 : digit1)) * s.slice[t];
+            const float* src = tt_embedding_forward_group_slice(cores, s, g, key, c);
             float* dst = c == 0 ? slice0 : slice1;
-            const int len = (int)s.slice[t];
+            const int len = (int)s.slice[g.core[c]];
             if (len % 4 == 0) {                                    // slice base 16-byte aligned then
                 const float4* src4 = reinterpret_cast<const float4*>(src);
                 float4* dst4 = reinterpret_cast<float4*>(dst);
@@ -836,8 +872,16 @@ void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* o
     tt_embedding_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, indices, offsets, cores, s);
 }
 
-// Version 2. cuBLAS is column-major: the row-major step C (m x n) = M (m x k) . G (k x n) is, read
-// column-major, C^T (n x m) = G^T (n x k, ld n) . M^T (k x m, ld k): gemm(N, N, n, m, k, A = G, B = M, C).
+// Version 2's GEMM of step t (0..T-2). cuBLAS is column-major: the row-major step C (m x n) = M (m x k) .
+// G (k x n) is, read column-major, C^T (n x m) = G^T (n x k, ld n) . M^T (k x m, ld k), so
+// gemm(N, N, rows = n, cols = m, inner = k, A = G (lda n), B = M (ldb k), C (ldc n)). The CPU test runs
+// exactly these arguments through a column-major reference GEMM.
+struct TtEmbeddingForwardGemmArgs { int rows, cols, inner, lda, ldb, ldc; };
+inline TtEmbeddingForwardGemmArgs tt_embedding_forward_gemm_args(const TtEmbeddingForwardShape& s, int t) {
+    const int m = s.step_m[t + 1], k = s.step_k[t + 1], n = s.step_n[t + 1];
+    return {n, m, k, n, k, n};
+}
+
 void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
                            const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
     const int64_t nbags = (int64_t)s.tables * s.B, nnz = s.nnz;
@@ -853,11 +897,11 @@ void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* o
             tt_embedding_forward_kernel2_pointers<<<ceil_div(N, block_size), block_size>>>(
                 ws.a_ptr, ws.b_ptr, ws.c_ptr, indices, ws.bag_of, start, N, cores, s, bufs);
             for (int t = 0; t + 1 < s.T; t++) {
-                const int m = s.step_m[t + 1], k = s.step_k[t + 1], n = s.step_n[t + 1];
-                cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                                                ws.a_ptr + (int64_t)t * N, CUDA_R_32F, n,
-                                                ws.b_ptr + (int64_t)t * N, CUDA_R_32F, k,
-                                                &zero, ws.c_ptr + (int64_t)t * N, CUDA_R_32F, n,
+                const TtEmbeddingForwardGemmArgs g = tt_embedding_forward_gemm_args(s, t);
+                cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, g.rows, g.cols, g.inner, &one,
+                                                ws.a_ptr + (int64_t)t * N, CUDA_R_32F, g.lda,
+                                                ws.b_ptr + (int64_t)t * N, CUDA_R_32F, g.ldb,
+                                                &zero, ws.c_ptr + (int64_t)t * N, CUDA_R_32F, g.ldc,
                                                 N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             }
             tt_embedding_forward_kernel2_reduce<<<(unsigned)ceil_div<int64_t>((int64_t)N * 32, block_size), block_size>>>(

@@ -1,0 +1,462 @@
+// CPU tests of tt_embedding_forward (no GPU): the chain-product reference against the spec's explicit sum
+// formula (an independent implementation, here), the spec's worked example computed by hand, T = 2..6,
+// the shape and bag validators' messages, the FLOP/byte formulas at FBTT's default, and the host-callable
+// pieces of the GPU versions run on the CPU: version 1's odometer sum, the warp step engine of versions 3
+// and 4 (a warp emulated lane by lane), version 2's pointer arrays through a column-major reference GEMM
+// with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode.
+#define NO_MAIN
+#include "../dev/cuda/tt_embedding_forward.cu"
+
+static int failures = 0;
+static void report(bool ok, const std::string& name, const std::string& why = "") {
+    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
+    if (!ok) failures++;
+}
+
+// a problem: shape and host cores
+struct Problem {
+    TtEmbeddingForwardShape s;
+    std::vector<std::vector<float>> cores;
+    std::vector<const float*> ptrs;
+    TtEmbeddingForwardCores c = {};
+    std::string name;
+};
+
+static bool make_problem(Problem& P, const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& ranks,
+                         int tables, int B, int L, Rng& rng) {
+    std::string why = tt_embedding_forward_make_shape(P.s, p, q, ranks, 0, 0, tables, B, L, 0.0);
+    if (!why.empty()) { report(false, "make_shape", why); return false; }
+    P.cores.assign(P.s.T, {});
+    P.ptrs.assign(P.s.T, nullptr);
+    for (int t = 0; t < P.s.T; t++) {
+        const float a = sqrtf(3.0f / (float)P.s.R[t + 1]);
+        P.cores[t] = make_random_floats((size_t)tables * p[t] * P.s.slice[t], rng, -a, a);
+        P.ptrs[t] = P.cores[t].data();
+        P.c.c[t] = P.cores[t].data();
+    }
+    char buf[64];
+    P.name = "T" + std::to_string(P.s.T) + ",p";
+    for (int t = 0; t < P.s.T; t++) P.name += (t ? "x" : "") + std::to_string(p[t]);
+    P.name += ",q";
+    for (int t = 0; t < P.s.T; t++) P.name += (t ? "x" : "") + std::to_string(q[t]);
+    P.name += ",r";
+    for (int t = 0; t + 1 < P.s.T; t++) P.name += (t ? "x" : "") + std::to_string(ranks[t]);
+    snprintf(buf, sizeof buf, ",nt%d", tables);
+    P.name += buf;
+    return true;
+}
+
+// ---- the independent formulation: the spec's explicit sum, written from the spec's formulas only
+
+// element (k, a, k') of slice i of core t of table tbl: [tables, p_t, R_t q_t R_{t+1}], (k * q_t + a) * R_{t+1} + k'
+static double core_elem(const Problem& P, int t, int tbl, int64_t i, int k, int a, int k2) {
+    const TtEmbeddingForwardShape& s = P.s;
+    const int64_t per_row = (int64_t)s.R[t] * s.q[t] * s.R[t + 1];
+    return P.cores[t][(size_t)(((int64_t)tbl * s.p[t] + i) * per_row + ((int64_t)k * s.q[t] + a) * s.R[t + 1] + k2)];
+}
+
+// Emb[idx][d] = sum_{k_1..k_{T-1}} G_0[i_0][0,a_0,k_1] G_1[i_1][k_1,a_1,k_2] ... G_{T-1}[i_{T-1}][k_{T-1},a_{T-1},0]
+// (digits by repeated division from the least significant end, not through the op's strides)
+static double explicit_element(const Problem& P, int tbl, int64_t idx, int d) {
+    const TtEmbeddingForwardShape& s = P.s;
+    const int T = s.T;
+    int64_t i[6];
+    int a[6];
+    int64_t rem = idx;
+    for (int t = T - 1; t >= 0; t--) { i[t] = rem % s.p[t]; rem /= s.p[t]; }
+    int remd = d;
+    for (int t = T - 1; t >= 0; t--) { a[t] = remd % s.q[t]; remd /= s.q[t]; }
+    // recursion over the rank tuple
+    std::function<double(int, int)> rec = [&](int t, int k_in) -> double {
+        if (t == T - 1) return core_elem(P, t, tbl, i[t], k_in, a[t], 0);
+        double sum = 0.0;
+        for (int k = 0; k < s.R[t + 1]; k++) sum += core_elem(P, t, tbl, i[t], k_in, a[t], k) * rec(t + 1, k);
+        return sum;
+    };
+    return rec(0, 0);
+}
+
+static bool close(double got, double want, double atol, double rtol) {
+    return std::isfinite(got) && fabs(got - want) <= atol + rtol * fabs(want);
+}
+
+// ---- the GPU versions' host-callable pieces, run on the CPU
+
+// versions 3/4: a warp's chain emulated lane by lane (lanes share nothing within a step), with the same
+// ping-pong between two buffers as tt_embedding_forward_warp_chain; `g` = the T slice pointers
+static void emulate_warp_chain(const TtEmbeddingForwardShape& s, const float* const* g, float* last, bool accumulate) {
+    std::vector<float> buf0((size_t)std::max(s.mid_pad, 4), NAN), buf1((size_t)std::max(s.mid_pad, 4), NAN);
+    const float* in = g[0];
+    for (int t = 1; t < s.T; t++) {
+        const bool is_last = t == s.T - 1;
+        float* out = is_last ? last : ((t & 1) ? buf0.data() : buf1.data());
+        for (int lane = 0; lane < 32; lane++)
+            tt_embedding_forward_warp_step(out, in, g[t], s.step_m[t], s.step_k[t], s.step_n[t], s.step_rt[t],
+                                           s.step_cw[t], is_last && accumulate, lane);
+        in = out;
+    }
+}
+
+// version 2: column-major C (rows x cols, ldc) = A (rows x inner, lda) . B (inner x cols, ldb), as cuBLAS N, N
+static void colmajor_gemm(const TtEmbeddingForwardGemmArgs& g, const float* A, const float* B, float* C) {
+    for (int j = 0; j < g.cols; j++)
+        for (int i = 0; i < g.rows; i++) {
+            float sum = 0.0f;
+            for (int l = 0; l < g.inner; l++) sum += A[i + (int64_t)l * g.lda] * B[l + (int64_t)j * g.ldb];
+            C[i + (int64_t)j * g.ldc] = sum;
+        }
+}
+
+// version 2 on a chunk of lookups (tbl_of[n], idx_of[n]): pointer arrays from the op's fill function, then
+// every step's batched GEMM with the launcher's arguments; returns the last buffer ([N][D])
+static std::vector<float> emulate_pipeline(const Problem& P, const std::vector<int>& tbl_of, const std::vector<int64_t>& idx_of) {
+    const TtEmbeddingForwardShape& s = P.s;
+    const int N = (int)idx_of.size();
+    std::vector<std::vector<float>> tr(s.T - 1);
+    TtEmbeddingForwardCores bufs = {};
+    for (int t = 0; t + 1 < s.T; t++) {
+        tr[t].assign((size_t)N * s.Q[t + 1] * s.R[t + 2], NAN);
+        bufs.c[t] = tr[t].data();
+    }
+    std::vector<const void*> a((size_t)(s.T - 1) * N), b((size_t)(s.T - 1) * N);
+    std::vector<void*> c((size_t)(s.T - 1) * N);
+    for (int n = 0; n < N; n++) tt_embedding_forward_fill_pointers(a.data(), b.data(), c.data(), n, N, tbl_of[n], idx_of[n], P.c, s, bufs);
+    for (int t = 0; t + 1 < s.T; t++) {
+        const TtEmbeddingForwardGemmArgs g = tt_embedding_forward_gemm_args(s, t);
+        for (int n = 0; n < N; n++)
+            colmajor_gemm(g, (const float*)a[(size_t)t * N + n], (const float*)b[(size_t)t * N + n], (float*)c[(size_t)t * N + n]);
+    }
+    return tr[s.T - 2];
+}
+
+// version 1's per-element sum for (tbl, idx, d)
+static float naive_element(const Problem& P, int tbl, int64_t idx, int d) {
+    const TtEmbeddingForwardShape& s = P.s;
+    int a[6];
+    for (int t = s.T - 1, rem = d; t >= 0; t--) { a[t] = rem % s.q[t]; rem /= s.q[t]; }
+    const float* g[6];
+    int row_len[6];
+    for (int t = 0; t < s.T; t++) {
+        g[t] = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, t) + a[t] * s.R[t + 1];
+        row_len[t] = s.q[t] * s.R[t + 1];
+    }
+    return tt_embedding_forward_explicit_sum(g, row_len, s.R, s.T);
+}
+
+// ---- tests
+
+// The spec's worked example: p=[3,4,5], q=[2,2,2], inner ranks [2,3]; row 37 -> (1,3,2). The three slices
+// it reads are set to small integers, every other core value to NaN (reading a wrong slice poisons the
+// result). By hand:
+//   G_0[1] (q_0 x R_1 = 2x2)       = [[1,2],[3,4]]
+//   G_1[3] (R_1 x q_1 R_2 = 2x6)   = [[1,0,2, 0,1,1],[0,1,1, 2,0,-1]]   (columns (a_1, k_2), k_2 fastest)
+//   tr0 = G_0[1] . G_1[3] (2x6)    = [[1,2,4, 4,1,-1],[3,4,10, 8,3,-1]]
+//   as 4x3 (rows (a_0,a_1))        = [[1,2,4],[4,1,-1],[3,4,10],[8,3,-1]]
+//   G_2[2] (R_2 x q_2 = 3x2)       = [[1,-1],[2,0],[0,3]]
+//   out = tr0 (4x3) . G_2[2]       = [[5,11],[6,-7],[11,27],[14,-11]]  -> d = a_0*4 + a_1*2 + a_2
+static void test_worked_example() {
+    Problem P;
+    Rng rng(1);
+    if (!make_problem(P, {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 1, 1, rng)) return;
+    const TtEmbeddingForwardShape& s = P.s;
+    bool ok = s.stride[0] == 20 && s.stride[1] == 5 && s.stride[2] == 1 && s.slice[0] == 4 && s.slice[1] == 12 &&
+              s.slice[2] == 6 && s.D == 8 && s.E == 60;
+    report(ok, "worked example: strides [20,5,1], core shapes [1,3,4] [1,4,12] [1,5,6], D 8, E 60");
+    const int i0 = tt_embedding_forward_digit(37, s.stride[0], s.p[0]), i1 = tt_embedding_forward_digit(37, s.stride[1], s.p[1]),
+              i2 = tt_embedding_forward_digit(37, s.stride[2], s.p[2]);
+    report(i0 == 1 && i1 == 3 && i2 == 2, "worked example: row 37 -> core indices (1,3,2)",
+           std::to_string(i0) + "," + std::to_string(i1) + "," + std::to_string(i2));
+    report(tt_embedding_forward_flops_per_lookup(s) == 2.0 * 2 * 2 * 6 + 2.0 * 4 * 3 * 2,
+           "worked example: FLOPs per lookup = 2*2*2*6 + 2*4*3*2 (m=2,k=2,n=6 then m=4,k=3,n=2)");
+    for (auto& c : P.cores) std::fill(c.begin(), c.end(), NAN);
+    const float g0[4] = {1, 2, 3, 4}, g1[12] = {1, 0, 2, 0, 1, 1, 0, 1, 1, 2, 0, -1}, g2[6] = {1, -1, 2, 0, 0, 3};
+    std::copy(g0, g0 + 4, P.cores[0].begin() + 1 * 4);
+    std::copy(g1, g1 + 12, P.cores[1].begin() + 3 * 12);
+    std::copy(g2, g2 + 6, P.cores[2].begin() + 2 * 6);
+    const double want[8] = {5, 11, 6, -7, 11, 27, 14, -11};
+    double row[8];
+    tt_embedding_forward_row_cpu(row, P.ptrs.data(), s, 0, 37);
+    std::string why;
+    for (int d = 0; d < 8; d++)
+        if (row[d] != want[d]) why += " d" + std::to_string(d) + ": " + std::to_string(row[d]) + " != " + std::to_string(want[d]);
+    report(why.empty(), "worked example: chain reference = the hand-computed row [5,11,6,-7,11,27,14,-11]", why);
+    why.clear();
+    for (int d = 0; d < 8; d++)
+        if (explicit_element(P, 0, 37, d) != want[d]) why += " d" + std::to_string(d);
+    report(why.empty(), "worked example: explicit sum formula = the hand-computed row", why);
+    why.clear();
+    for (int d = 0; d < 8; d++)
+        if (naive_element(P, 0, 37, d) != (float)want[d]) why += " d" + std::to_string(d);
+    report(why.empty(), "worked example: version 1's odometer sum = the hand-computed row", why);
+    float last[8];
+    const float* g[3];
+    for (int t = 0; t < 3; t++) g[t] = tt_embedding_forward_slice_ptr(P.c, s, 0, 37, t);
+    emulate_warp_chain(s, g, last, false);
+    why.clear();
+    for (int d = 0; d < 8; d++)
+        if (last[d] != (float)want[d]) why += " d" + std::to_string(d) + ": " + std::to_string(last[d]);
+    report(why.empty(), "worked example: versions 3/4's warp chain (emulated) = the hand-computed row", why);
+    std::vector<float> tr = emulate_pipeline(P, {0}, {37});
+    why.clear();
+    for (int d = 0; d < 8; d++)
+        if (tr[d] != (float)want[d]) why += " d" + std::to_string(d) + ": " + std::to_string(tr[d]);
+    report(why.empty(), "worked example: version 2's pointer arrays + column-major GEMM arguments = the hand-computed row", why);
+}
+
+// T = 2..6 with odd factors, rank 1, several tables: the chain reference against the explicit sum (double,
+// 1e-12), and the GPU versions' host-callable pieces against the reference (fp32, 1e-5 of the row scale)
+static void test_random_shapes() {
+    struct Case { std::vector<int> p, q, r; int tables; };
+    std::vector<Case> cases = {
+        {{7, 5}, {3, 4}, {5}, 2},
+        {{13, 11}, {8, 8}, {16}, 1},
+        {{2, 3}, {1, 5}, {1}, 3},
+        {{3, 4, 5}, {2, 3, 2}, {3, 4}, 2},
+        {{5, 7, 3}, {4, 4, 4}, {32, 32}, 1},
+        {{6, 5, 4}, {5, 1, 3}, {7, 2}, 1},
+        {{4, 3, 5, 2}, {2, 3, 2, 2}, {3, 5, 4}, 2},
+        {{3, 4, 5, 2}, {4, 2, 2, 4}, {8, 8, 8}, 1},
+        {{2, 3, 2, 3, 2}, {2, 2, 3, 1, 2}, {2, 3, 4, 2}, 2},
+        {{3, 3, 2, 2, 3}, {2, 2, 2, 2, 4}, {2, 4, 6, 8}, 1},
+        {{2, 2, 3, 2, 2, 3}, {2, 1, 2, 3, 2, 2}, {2, 3, 2, 3, 2}, 2},
+        {{2, 3, 2, 2, 3, 2}, {2, 2, 2, 2, 2, 2}, {4, 1, 3, 2, 5}, 1},
+    };
+    Rng rng(7);
+    int T_seen[7] = {0};
+    for (const Case& c : cases) {
+        Problem P;
+        if (!make_problem(P, c.p, c.q, c.r, c.tables, 1, 1, rng)) continue;
+        const TtEmbeddingForwardShape& s = P.s;
+        T_seen[s.T]++;
+        std::string why_ref, why_v1, why_v34, why_acc, why_v2, why_tile;
+        // the tile choice: rt | m and cw | n, and float4 operands 16-byte aligned where cw = 4
+        for (int t = 1; t < s.T; t++) {
+            if (s.step_m[t] % s.step_rt[t] || s.step_n[t] % s.step_cw[t] || (s.step_cw[t] == 4 && s.slice[t] % 4))
+                why_tile += " step " + std::to_string(t);
+        }
+        const int nrows = 12;
+        std::vector<int> tbls;
+        std::vector<int64_t> idxs;
+        for (int i = 0; i < nrows; i++) {
+            tbls.push_back((int)rng.randint(0, c.tables));
+            idxs.push_back(i == 0 ? 0 : (i == 1 ? s.E - 1 : rng.randint(0, s.E)));   // the first and last rows too
+        }
+        std::vector<float> tr = emulate_pipeline(P, tbls, idxs);
+        std::vector<double> row(s.D);
+        std::vector<float> last(s.D_pad), acc(s.D_pad);
+        for (int i = 0; i < nrows; i++) {
+            const int tbl = tbls[i];
+            const int64_t idx = idxs[i];
+            tt_embedding_forward_row_cpu(row.data(), P.ptrs.data(), s, tbl, idx);
+            const float* g[6];
+            for (int t = 0; t < s.T; t++) {
+                g[t] = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, t);
+                if (s.step_cw[t] == 4 && ((uintptr_t)g[t] % 16) != 0 && t > 0) why_tile += " misaligned slice";
+            }
+            std::fill(last.begin(), last.end(), NAN);
+            emulate_warp_chain(s, g, last.data(), false);
+            for (int d = 0; d < s.D; d++) acc[d] = 0.5f * d;
+            emulate_warp_chain(s, g, acc.data(), true);
+            double scale = 0.0;
+            for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(row[d]));
+            const double tol = 1e-5 * std::max(scale, 1.0);
+            for (int d = 0; d < s.D; d++) {
+                const double want = explicit_element(P, tbl, idx, d);
+                if (!close(row[d], want, 1e-12, 1e-12)) why_ref += " row " + std::to_string(idx) + " d" + std::to_string(d);
+                if (!close(naive_element(P, tbl, idx, d), row[d], tol, 0)) why_v1 += " row " + std::to_string(idx) + " d" + std::to_string(d);
+                if (!close(last[d], row[d], tol, 0)) why_v34 += " row " + std::to_string(idx) + " d" + std::to_string(d);
+                if (!close(acc[d], 0.5 * d + row[d], tol, 0)) why_acc += " row " + std::to_string(idx) + " d" + std::to_string(d);
+                if (!close(tr[(size_t)i * s.D + d], row[d], tol, 0)) why_v2 += " row " + std::to_string(idx) + " d" + std::to_string(d);
+            }
+        }
+        auto cut = [](const std::string& w) { return w.substr(0, 200); };
+        report(why_ref.empty(), P.name + ": chain reference = explicit sum formula (double)", cut(why_ref));
+        report(why_tile.empty(), P.name + ": lane tiles divide every step, float4 operands aligned", cut(why_tile));
+        report(why_v1.empty(), P.name + ": version 1's odometer sum = reference (fp32)", cut(why_v1));
+        report(why_v34.empty(), P.name + ": versions 3/4's warp chain (emulated) = reference (fp32)", cut(why_v34));
+        report(why_acc.empty(), P.name + ": warp chain accumulating into a pooled row = old + reference", cut(why_acc));
+        report(why_v2.empty(), P.name + ": version 2's pointers + cuBLAS arguments (column-major emulation) = reference", cut(why_v2));
+    }
+    bool all_T = true;
+    for (int T = 2; T <= 6; T++) all_T = all_T && T_seen[T] > 0;
+    report(all_T, "shapes cover T = 2, 3, 4, 5, 6");
+}
+
+// the pooled reference: ragged bags over several tables, empty bags exactly zero, sums of explicit rows
+static void test_pooled() {
+    Problem P;
+    Rng rng(11);
+    const int tables = 3, B = 5, L = 3;
+    if (!make_problem(P, {4, 3, 5}, {2, 3, 2}, {3, 2}, tables, B, L, rng)) return;
+    const TtEmbeddingForwardShape& s = P.s;
+    std::vector<int64_t> indices = make_bag_indices((int64_t)tables * B, L, s.E, 0.0, rng);
+    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, true, rng);
+    const int64_t nbags = (int64_t)tables * B;
+    report(tt_embedding_forward_validate_bags(indices, offsets, nbags, s.E).empty(), "ragged offsets pass the bag validator");
+    bool first_empty = true;
+    for (int tbl = 0; tbl < tables; tbl++) first_empty = first_empty && offsets[(size_t)tbl * B] == offsets[(size_t)tbl * B + 1];
+    report(first_empty && offsets[nbags] == s.nnz, "ragged offsets: the first bag of every table is empty, the total is nnz");
+    std::vector<float> out((size_t)nbags * s.D);
+    tt_embedding_forward_cpu(out.data(), P.ptrs.data(), indices.data(), offsets.data(), s);
+    std::string why;
+    int empties = 0;
+    for (int64_t bag = 0; bag < nbags; bag++) {
+        const int tbl = (int)(bag / B);
+        if (offsets[bag] == offsets[bag + 1]) empties++;
+        for (int d = 0; d < s.D; d++) {
+            double want = 0.0;
+            for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) want += explicit_element(P, tbl, indices[n], d);
+            const bool ok = offsets[bag] == offsets[bag + 1] ? out[bag * s.D + d] == 0.0f : close(out[bag * s.D + d], want, 1e-6, 1e-6);
+            if (!ok) why += " bag " + std::to_string(bag) + " d" + std::to_string(d);
+        }
+    }
+    report(why.empty() && empties >= tables, "pooled reference over 3 tables of ragged bags = sums of explicit rows, empty bags 0 (" +
+           std::to_string(empties) + " empty)", why.substr(0, 200));
+}
+
+// the shape validator: each broken constraint named; fine shapes give ""
+static void test_validator() {
+    TtEmbeddingForwardShape s;
+    struct Case { std::vector<int> p, q, r; int64_t E; int D; int tables, B, L; double alpha; const char* want; };
+    const std::vector<int> P3 = {200, 220, 250}, Q3 = {4, 4, 4}, R3 = {32, 32};
+    std::vector<Case> cases = {
+        {P3, Q3, R3, 0, 32, 1, 512, 20, 0, "prod q (64) must equal D (32)"},
+        {P3, {4, 4, 8}, R3, 0, 64, 1, 512, 20, 0, "prod q (128) must equal D (64)"},
+        {P3, Q3, R3, 20000000, 0, 1, 512, 20, 0, "prod p (11000000) must be >= E (20000000)"},
+        {P3, Q3, {32}, 0, 0, 1, 512, 20, 0, "ranks has 1 entries; T - 1 = 2 inner ranks are needed"},
+        {P3, Q3, {32, 32, 32}, 0, 0, 1, 512, 20, 0, "ranks has 3 entries; T - 1 = 2"},
+        {P3, {4, 16}, R3, 0, 0, 1, 512, 20, 0, "len(q) (2) must equal len(p) = T (3)"},
+        {{11000000}, {64}, {}, 0, 0, 1, 512, 20, 0, "the number of cores T = len(p) (1) must be 2..6"},
+        {{2, 2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1, 64}, {1, 1, 1, 1, 1, 1}, 0, 0, 1, 512, 20, 0, "the number of cores T = len(p) (7) must be 2..6"},
+        {P3, Q3, {32, 0}, 0, 0, 1, 512, 20, 0, "ranks entries must be >= 1"},
+        {{200, 0, 250}, Q3, R3, 0, 0, 1, 512, 20, 0, "p and q entries must be >= 1"},
+        {P3, Q3, R3, 0, 0, 0, 512, 20, 0, "tables and B must be >= 1"},
+        {P3, Q3, R3, 0, 0, 1, 512, -1, 0, "L >= 0"},
+        {{2, 2}, {8, 8}, {4}, 0, 0, 1, 512, 20, 1.15, "Zipf bags (alpha 1.15 > 1) need E (4) >= L (20)"},
+        {P3, Q3, R3, 0, 0, 65536, 65536, 20, 0, "must fit in 32 bits"},
+        {P3, Q3, {5000, 5000}, 0, 0, 1, 512, 20, 0, "must be <= 2^24"},
+    };
+    for (const Case& c : cases) {
+        std::string got = tt_embedding_forward_make_shape(s, c.p, c.q, c.r, c.E, c.D, c.tables, c.B, c.L, c.alpha);
+        report(got.find(c.want) != std::string::npos, std::string("validator names '") + c.want + "'", "got '" + got + "'");
+    }
+    struct Fine { std::vector<int> p, q, r; int64_t E; int D; };
+    std::vector<Fine> fine = {{P3, Q3, R3, 0, 0}, {P3, Q3, R3, 11000000, 64}, {P3, Q3, R3, 5, 0},
+                              {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 64},
+                              {{20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 64},
+                              {{2, 3, 2, 3, 2, 3}, {2, 2, 2, 2, 2, 2}, {3, 3, 3, 3, 3}, 0, 0}};
+    for (const Fine& f : fine) {
+        std::string got = tt_embedding_forward_make_shape(s, f.p, f.q, f.r, f.E, f.D, 1, 512, 20, 0.0);
+        report(got.empty(), "validator accepts T=" + std::to_string(f.p.size()) + " E=" + std::to_string(f.E), got);
+    }
+}
+
+// the bag validator: an index >= E (or < 0), broken offsets
+static void test_bag_validator() {
+    std::vector<int64_t> idx = {0, 5, 9, 3}, off = {0, 2, 2, 4};
+    report(tt_embedding_forward_validate_bags(idx, off, 3, 10).empty(), "bag validator accepts valid bags (an empty one included)");
+    std::string got = tt_embedding_forward_validate_bags({0, 5, 10, 3}, off, 3, 10);
+    report(got.find("index 10 at lookup 2") != std::string::npos && got.find("< E (10)") != std::string::npos,
+           "bag validator: an index >= E is named with its position", got);
+    got = tt_embedding_forward_validate_bags({0, -1, 9, 3}, off, 3, 10);
+    report(got.find("index -1 at lookup 1") != std::string::npos, "bag validator: a negative index", got);
+    got = tt_embedding_forward_validate_bags(idx, {0, 3, 2, 4}, 3, 10);
+    report(got.find("non-decreasing") != std::string::npos, "bag validator: decreasing offsets", got);
+    got = tt_embedding_forward_validate_bags(idx, {0, 2, 2, 3}, 3, 10);
+    report(got.find("must equal the number of indices (4)") != std::string::npos, "bag validator: offsets end != nnz", got);
+    got = tt_embedding_forward_validate_bags(idx, {1, 2, 2, 4}, 3, 10);
+    report(got.find("offsets[0] (1) must be 0") != std::string::npos, "bag validator: offsets[0] != 0", got);
+    got = tt_embedding_forward_validate_bags(idx, {0, 2, 4}, 3, 10);
+    report(got.find("tables*B + 1 = 4") != std::string::npos, "bag validator: wrong number of offsets", got);
+}
+
+// FBTT's default: the spec's numbers
+static void test_default_counts() {
+    TtEmbeddingForwardShape s;
+    std::string why = tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    report(why.empty(), "default shape valid", why);
+    report(s.E == 11000000 && s.D == 64 && s.nnz == 10240 && s.stride[0] == 55000 && s.stride[1] == 250,
+           "default: E 11,000,000, D 64, 10,240 lookups, strides [55000, 250, 1]");
+    report(tt_embedding_forward_flops_per_lookup(s) == 36864.0, "default: 36,864 FLOPs per lookup (spec)",
+           std::to_string(tt_embedding_forward_flops_per_lookup(s)));
+    report(tt_embedding_forward_core_floats(s) == 958720, "default: cores hold 958,720 floats (spec)",
+           std::to_string(tt_embedding_forward_core_floats(s)));
+    const double bytes = 4.0 * 958720 + 8.0 * 10240 + 8.0 * 513 + 512.0 * 64 * sizeof(floatX);
+    report(tt_embedding_forward_bytes(s) == bytes, "default: bytes = cores + indices + offsets + output");
+    report((int)(11000000.0 * 64 / 958720) == 734, "default: 734x smaller than the dense table (spec)");
+    report(s.step_rt[1] == 4 && s.step_cw[1] == 4 && s.step_rt[2] == 2 && s.step_cw[2] == 1,
+           "default lane tiles: step 1 (4x32 . 32x128) 4x4, step 2 (16x32 . 32x4) 2x1",
+           std::to_string(s.step_rt[1]) + "x" + std::to_string(s.step_cw[1]) + ", " + std::to_string(s.step_rt[2]) + "x" +
+               std::to_string(s.step_cw[2]));
+    report(s.max_mid == 512 && tt_embedding_forward_smem3_bytes(s, 8) == 8 * (2 * 512 + 64) * 4,
+           "default: version 3 keeps 2 x 512 + 64 floats per warp");
+    TtEmbeddingForwardGroup g;
+    why = tt_embedding_forward_make_group(s, g);
+    report(why.empty() && g.ncores == 1 && g.core[0] == 1 && g.nkeys == 220 && g.end_bit == 8,
+           "default: version 4 groups by core 1 alone (220 keys, 8-bit sort)", why);
+    // the 4-core and 5-core bench shapes
+    tt_embedding_forward_make_shape(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_group(s, g);
+    report(tt_embedding_forward_flops_per_lookup(s) == 53248.0 && g.ncores == 2 && g.core[0] == 1 && g.core[1] == 2 && g.nkeys == 550,
+           "4-core bench shape: 53,248 FLOPs per lookup, version 4 groups by cores 1 and 2 (550 keys)", why);
+    tt_embedding_forward_make_shape(s, {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_group(s, g);
+    report(tt_embedding_forward_flops_per_lookup(s) == 82944.0 && g.ncores == 2 && g.core[0] == 3 && g.core[1] == 2,
+           "5-core bench shape: 82,944 FLOPs per lookup, version 4 groups by cores 3 and 2", why);
+    report(tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS,
+           "5-core bench shape: version 1 skipped (explicit sum too long)");
+}
+
+// version 4's key: the table and grouped slices decoded from a key are those of the lookup; keys order by
+// (table, grouped digits)
+static void test_group_keys() {
+    Rng rng(5);
+    struct Case { std::vector<int> p, q, r; int tables, B, L; };
+    std::vector<Case> cases = {{{7, 9, 5}, {2, 2, 2}, {4, 32}, 3, 40, 30},       // core 1's slice (256) alone
+                               {{3, 4, 5, 6}, {2, 2, 2, 2}, {32, 32, 32}, 2, 100, 40},   // cores 1 and 2 (2048 each)
+                               {{9, 4}, {8, 2}, {64}, 2, 10, 10}};               // core 0 heaviest (8 x 64)
+    for (const Case& c : cases) {
+        Problem P;
+        if (!make_problem(P, c.p, c.q, c.r, c.tables, c.B, c.L, rng)) continue;
+        TtEmbeddingForwardGroup g;
+        std::string why = tt_embedding_forward_make_group(P.s, g);
+        for (int i = 0; i < 200 && why.empty(); i++) {
+            const int tbl = (int)rng.randint(0, c.tables);
+            const int64_t idx = rng.randint(0, P.s.E);
+            const uint32_t key = tt_embedding_forward_group_key(P.s, g, tbl, idx);
+            if (tt_embedding_forward_group_table(P.s, g, key) != tbl) why = "table of key";
+            for (int cc = 0; cc < g.ncores; cc++)
+                if (tt_embedding_forward_group_slice(P.c, P.s, g, key, cc) != tt_embedding_forward_slice_ptr(P.c, P.s, tbl, idx, g.core[cc]))
+                    why = "slice of grouped core " + std::to_string(g.core[cc]);
+            if ((int64_t)key >= g.nkeys || (g.end_bit < 32 && (key >> g.end_bit) != 0)) why = "key out of range";
+        }
+        report(why.empty(), P.name + ": version 4's keys decode to the lookup's table and grouped slices (cores " +
+               std::to_string(g.core[0]) + (g.ncores > 1 ? "," + std::to_string(g.core[1]) : "") + ")", why);
+    }
+}
+
+// the digit helper's 64-bit path against plain division
+static void test_digits() {
+    Rng rng(3);
+    std::string why;
+    for (int i = 0; i < 10000; i++) {
+        const int64_t idx = (int64_t)(rng.next() >> (i % 2 ? 1 : 33));
+        const int64_t stride = (int64_t)(rng.next() >> (i % 3 ? 40 : 20)) + 1;
+        const int p = (int)rng.randint(1, 1000);
+        if (tt_embedding_forward_digit(idx, stride, p) != (int)((idx / stride) % p)) { why = std::to_string(idx); break; }
+    }
+    report(why.empty(), "core-index digits (32- and 64-bit paths) = (idx / stride) % p", why);
+}
+
+int main() {
+    test_worked_example();
+    test_random_shapes();
+    test_pooled();
+    test_validator();
+    test_bag_validator();
+    test_default_counts();
+    test_group_keys();
+    test_digits();
+    printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
+    return failures ? 1 : 0;
+}
