@@ -36,11 +36,20 @@ Versions (one idea each; measured times are for the lead's GPU run, see results/
   3  several bags per warp for small D: a bag gets the power of two lanes that covers D/4 (D=4: one lane,
      32 bags per warp); the grid's y index is the table, so the lanes per bag are uniform in a block
   4  memory-level parallelism: the bag's indices (and weights) are loaded by the group's lanes at once
-     and broadcast with shuffles, 8 16-byte row loads are issued before the first add, lanes hold
-     up to 4 vectors (D <= 512 in one pass), and the output is stored with the streaming hint
+     and broadcast with shuffles (as 32-bit row ids: E_t < 2^31), 8 16-byte row loads are issued
+     before the first add, lanes hold up to 4 vectors (D <= 512 in one pass), and the output is stored
+     with the streaming hint; one kernel instantiation per class of tables (lanes per row, vectors per
+     lane), launched once per class present (once when all tables share D), so each has its own registers
   5  one warp per bag for every D: where a row needs fewer than 32 lanes, the warp's row slots take
      different rows of the same bag and combine with xor shuffles at the end (more rows in flight
-     per bag and fewer bags per warp: better when bags are few, e.g. the dense case with B=512, T=1)
+     per bag and fewer bags per warp: better when bags are few, e.g. the dense case with B=512, T=1).
+     At D >= 128 (a row takes the whole warp) it is version 4.
+Predictions, to be checked against the measurements: versions 1-3 keep one row load in flight per lane
+and should be latency-bound well below the copy roof; versions 4 and 5 keep 8 per lane (32 warps/SM at
+60 registers) and should sit near the roof at D=128 for uniform ids. The default KERNEL is 5 until the
+lead's run says which is fastest. Targets (issue 3): at FBGEMM's default size <= 0.060 / 0.049 ms
+(2x PyTorch's 0.120 / 0.098, uniform / Zipf), at the large size <= 0.31 ms (2x 0.62) and >= 80% of
+copy bandwidth by the fewest-bytes count.
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
