@@ -131,10 +131,9 @@ int main() {
     // 5. the version preconditions
     report(repkv_backward_skip_reason(3, 32, 8, 130).find("HD (130)") != std::string::npos &&
                repkv_backward_skip_reason(3, 32, 8, 128).empty() &&
-               repkv_backward_skip_reason(4, 48, 3, 128).find("rep") != std::string::npos &&
                repkv_backward_skip_reason(2, 32, 8, 13).empty(),
            "repkv_backward version preconditions", "a skip reason is wrong");
-    report(repkv_forward_skip_reason(4, 6).find("HD (6)") != std::string::npos && repkv_forward_skip_reason(1, 6).empty(),
+    report(repkv_forward_skip_reason(4, 32, 8, 6).find("HD (6)") != std::string::npos && repkv_forward_skip_reason(1, 32, 8, 6).empty(),
            "repkv_forward version preconditions", "a skip reason is wrong");
 
     return failures ? 1 : 0;

@@ -338,6 +338,7 @@ struct Cli {
     }
 
     void parse(int argc, char** argv) {
+        setvbuf(stdout, nullptr, _IOLBF, 0);   // line-buffered even into a log file, so stdout and stderr interleave
         bool kernel_given = false;
         for (int i = 1; i < argc; i++) {
             std::string a = argv[i];

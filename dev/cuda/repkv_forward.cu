@@ -12,14 +12,18 @@ Fewest bytes: read inp once, write out once:
   bytes = B*T*HD*(NH + 2*NKV + 3*NH) * sizeof(floatX) = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
 No arithmetic, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
 
-Versions (H200, fp32, bench size, best block; measured numbers in results/h200.md and the README):
+Versions (H200, fp32, bench size, best block; filled in from results/h200.md):
   1  the seed's approach (llm.c dev/cuda/repkv.cu): one thread per out element, decoded with five
      divisions; a K/V element is fetched rep times (once per copy, from L2 after the first)
   2  one thread per inp element, writing its rep copies: each input is read once, and there are
      (NH+2NKV)/(3NH) as many threads (half, at the bench size)
   3  16-byte vectors: one thread per 16 bytes of inp, 128-bit loads and stores
-  4  several vectors per thread, every load issued before the first store, streaming hints
-  5  one block per (b, t) row: no 64-bit division per vector, Q copied two vectors at a time
+  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit division, 32-bit index math
+  5  version 4 with streaming (evict-first) loads and stores
+  6  Hopper's bulk-copy engine: a row into shared memory with one cp.async.bulk, out with one bulk
+     store per destination head
+Tried and dropped (measured in this session, see the closing notes in results/h200.md): four vectors per
+thread with every load issued first; one block per row with a loop; a gather form (one thread per out vector).
 
 Compile and run:
   make repkv_forward        && ./repkv_forward 4
@@ -114,65 +118,105 @@ __global__ void repkv_forward_kernel3(floatX* out, const floatX* inp, int B, int
     }
 }
 
-// Version 4: more bytes in flight. Each thread owns UNROLL input vectors, blockDim apart (a warp's
-// accesses stay coalesced), loads all of them, then writes their copies. inp and out are touched
-// once, so loads and stores carry the evict-first hint (ld.global.cs / st.global.cs).
-#define REPKV_FWD_UNROLL 4
+// Version 4: fewer index divisions. Version 3 decodes each thread's flat index with a 64-bit division
+// by the row length (a software routine of ~70 instructions on the GPU) and two 32-bit ones. Here the
+// grid is two-dimensional: blockIdx.y walks the (b, t) rows (grid-stride past 65535 rows) and the x
+// dimension covers one row's vectors, so the row needs no division and the rest is 32-bit.
 __global__ void repkv_forward_kernel4(floatX* __restrict__ out, const floatX* __restrict__ inp,
                                       int B, int T, int NH, int NKV, int HD) {
     const int HDv = HD / x128::N, rep = NH / NKV;
-    const int64_t row_vecs = (int64_t)(NH + 2 * NKV) * HDv, total = (int64_t)B * T * row_vecs;
-    const int64_t first = (int64_t)blockIdx.x * blockDim.x * REPKV_FWD_UNROLL + threadIdx.x;
-    x128 x[REPKV_FWD_UNROLL];
-#pragma unroll
-    for (int u = 0; u < REPKV_FWD_UNROLL; u++) {
-        int64_t v = first + (int64_t)u * blockDim.x;
-        if (v < total) x[u] = x128::load_cs(inp + v * x128::N);
-    }
-#pragma unroll
-    for (int u = 0; u < REPKV_FWD_UNROLL; u++) {
-        int64_t v = first + (int64_t)u * blockDim.x;
-        if (v >= total) continue;
-        int64_t bt = v / row_vecs;
-        int c = (int)(v - bt * row_vecs);
-        int head = c / HDv, dv = c - head * HDv;
+    const int row_vecs = (NH + 2 * NKV) * HDv;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= row_vecs) return;
+    const int head = c / HDv, dv = c - head * HDv;
+    const int kv = head - NH, part = 1 + kv / NKV, g = kv - (part - 1) * NKV;   // used when head >= NH
+    for (int64_t bt = blockIdx.y; bt < (int64_t)B * T; bt += gridDim.y) {
+        x128 x = x128::load(inp + (bt * row_vecs + c) * x128::N);
         floatX* y = out + bt * 3 * NH * HD;
         if (head < NH) {
-            x[u].store_cs(y + (int64_t)c * x128::N);
+            x.store(y + c * x128::N);
         } else {
-            int kv = head - NH, part = 1 + kv / NKV, g = kv % NKV;
-            floatX* dst = y + ((int64_t)(part * NH + g * rep) * HDv + dv) * x128::N;
-            for (int r = 0; r < rep; r++) x[u].store_cs(dst + (int64_t)r * HD);
+            floatX* dst = y + ((part * NH + g * rep) * HDv + dv) * x128::N;
+            for (int r = 0; r < rep; r++) x.store(dst + r * HD);
         }
     }
 }
 
-// Version 5: one block per (b, t) row (grid-stride over rows past the grid limit). Q is a plain
-// copy, two vectors per iteration; each K/V vector is loaded once and stored rep times. Divisions
-// are 32-bit and per row; loads and stores stream as in version 4.
+// Version 5: version 4 with streaming cache hints: inp is read once and out written once, so loads
+// and stores carry evict-first (ld.global.cs / st.global.cs) and should not push other data out of L2.
 __global__ void repkv_forward_kernel5(floatX* __restrict__ out, const floatX* __restrict__ inp,
                                       int B, int T, int NH, int NKV, int HD) {
     const int HDv = HD / x128::N, rep = NH / NKV;
-    const int q_vecs = NH * HDv, kv_vecs = 2 * NKV * HDv;
-    for (int64_t bt = blockIdx.x; bt < (int64_t)B * T; bt += gridDim.x) {
-        const floatX* x = inp + bt * (NH + 2 * NKV) * HD;
+    const int row_vecs = (NH + 2 * NKV) * HDv;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= row_vecs) return;
+    const int head = c / HDv, dv = c - head * HDv;
+    const int kv = head - NH, part = 1 + kv / NKV, g = kv - (part - 1) * NKV;
+    for (int64_t bt = blockIdx.y; bt < (int64_t)B * T; bt += gridDim.y) {
+        x128 x = x128::load_cs(inp + (bt * row_vecs + c) * x128::N);
         floatX* y = out + bt * 3 * NH * HD;
-        int c = threadIdx.x;
-        for (; c + (int)blockDim.x < q_vecs; c += 2 * blockDim.x) {
-            x128 a = x128::load_cs(x + c * x128::N);
-            x128 b = x128::load_cs(x + (c + blockDim.x) * x128::N);
-            a.store_cs(y + c * x128::N);
-            b.store_cs(y + (c + blockDim.x) * x128::N);
-        }
-        if (c < q_vecs) x128::load_cs(x + c * x128::N).store_cs(y + c * x128::N);
-        for (int j = threadIdx.x; j < kv_vecs; j += blockDim.x) {
-            int kv = j / HDv, dv = j - kv * HDv;
-            int part = 1 + kv / NKV, g = kv - (part - 1) * NKV;
-            x128 val = x128::load_cs(x + (q_vecs + j) * x128::N);
+        if (head < NH) {
+            x.store_cs(y + c * x128::N);
+        } else {
             floatX* dst = y + ((part * NH + g * rep) * HDv + dv) * x128::N;
-            for (int r = 0; r < rep; r++) val.store_cs(dst + r * HD);
+            for (int r = 0; r < rep; r++) x.store_cs(dst + r * HD);
         }
     }
+}
+
+// Version 6: Hopper's bulk-copy engine (the TMA unit, cp.async.bulk, plain sm_90). One block per row
+// (grid-stride, as many blocks as fit on the SMs): thread 0 pulls the whole input row into shared memory
+// with one bulk copy that completes on an mbarrier; then one thread per destination (the Q block, and
+// each of the 2*NH replicated K/V heads) issues a bulk store from shared memory. No thread touches the
+// data and the copy engine moves it in large transactions; the cost is a round trip through shared
+// memory and one row in flight per block.
+__device__ __forceinline__ void repkv_bulk_load(void* smem_dst, const void* gmem_src, unsigned bytes, uint64_t* bar) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem_dst), b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(s), "l"(gmem_src), "r"(bytes), "r"(b) : "memory");
+}
+__device__ __forceinline__ void repkv_mbarrier_wait(uint64_t* bar, unsigned phase) {
+    unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("{\n .reg .pred p;\n WAIT_%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT_%=;\n}" :: "r"(b), "r"(phase) : "memory");
+}
+__device__ __forceinline__ void repkv_bulk_store(void* gmem_dst, const void* smem_src, unsigned bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem_src);
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(gmem_dst), "r"(s), "r"(bytes) : "memory");
+}
+__global__ void repkv_forward_kernel6(floatX* __restrict__ out, const floatX* __restrict__ inp, int B, int T, int NH, int NKV, int HD) {
+    extern __shared__ __align__(128) unsigned char repkv_row[];
+    __shared__ __align__(8) uint64_t bar;
+    const int rep = NH / NKV;
+    const unsigned row_bytes = (unsigned)((NH + 2 * NKV) * HD * sizeof(floatX)), head_bytes = (unsigned)(HD * sizeof(floatX));
+    if (threadIdx.x == 0) {
+        unsigned b = (unsigned)__cvta_generic_to_shared(&bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    unsigned phase = 0;
+    for (int64_t bt = blockIdx.x; bt < (int64_t)B * T; bt += gridDim.x, phase ^= 1) {
+        if (threadIdx.x == 0) repkv_bulk_load(repkv_row, inp + bt * (NH + 2 * NKV) * HD, row_bytes, &bar);
+        repkv_mbarrier_wait(&bar, phase);
+        floatX* y = out + bt * 3 * NH * HD;
+        for (int j = threadIdx.x; j < 1 + 2 * NH; j += blockDim.x) {
+            if (j == 0) {
+                repkv_bulk_store(y, repkv_row, (unsigned)NH * head_bytes);
+            } else {
+                int slot = NH + (j - 1);                       // K heads NH..2NH-1, V heads 2NH..3NH-1
+                int part = slot / NH, h = slot - part * NH;
+                int src_head = NH + (part - 1) * NKV + h / rep;
+                repkv_bulk_store(y + (int64_t)slot * HD, repkv_row + src_head * head_bytes, head_bytes);
+            }
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");   // shared memory read out: reusable
+        __syncthreads();
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -193,15 +237,36 @@ void repkv_forward3(floatX* out, const floatX* inp, int B, int T, int NH, int NK
     repkv_forward_kernel3<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
 }
 
+// versions 4-5: x covers one row's vectors, y the rows (at most 65535; the kernel strides over the rest)
+static dim3 repkv_forward_grid2d(int B, int T, int NH, int NKV, int HD, int block_size) {
+    int row_vecs = (NH + 2 * NKV) * HD / x128::N;
+    return dim3((unsigned)ceil_div(row_vecs, block_size), (unsigned)std::min<int64_t>((int64_t)B * T, 65535));
+}
+
 void repkv_forward4(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
-    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
-    unsigned grid = (unsigned)ceil_div<int64_t>(n, (int64_t)block_size * REPKV_FWD_UNROLL);
-    repkv_forward_kernel4<<<grid, block_size>>>(out, inp, B, T, NH, NKV, HD);
+    repkv_forward_kernel4<<<repkv_forward_grid2d(B, T, NH, NKV, HD, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
 }
 
 void repkv_forward5(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
-    unsigned grid = (unsigned)std::min<int64_t>((int64_t)B * T, 1 << 30);
-    repkv_forward_kernel5<<<grid, block_size>>>(out, inp, B, T, NH, NKV, HD);
+    repkv_forward_kernel5<<<repkv_forward_grid2d(B, T, NH, NKV, HD, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+}
+
+// version 6: one block per row in flight, as many blocks as fit (the shared-memory row limits them)
+void repkv_forward6(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
+    size_t smem = (size_t)(NH + 2 * NKV) * HD * sizeof(floatX);
+    // the grid depends on the occupancy: computed once per (block, smem), not inside every timed call
+    static int cached_block = -1, cached_grid = 0;
+    static size_t cached_smem = 0;
+    if (block_size != cached_block || smem != cached_smem) {
+        cudaCheck(cudaFuncSetAttribute(repkv_forward_kernel6, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+        int dev = 0, sms = 0, blocks_per_sm = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, repkv_forward_kernel6, block_size, smem));
+        cached_block = block_size; cached_smem = smem; cached_grid = sms * std::max(blocks_per_sm, 1);
+    }
+    unsigned grid = (unsigned)std::min<int64_t>((int64_t)B * T, cached_grid);
+    repkv_forward_kernel6<<<grid, block_size, smem>>>(out, inp, B, T, NH, NKV, HD);
 }
 
 void repkv_forward(int kernel_num, floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
@@ -211,14 +276,17 @@ void repkv_forward(int kernel_num, floatX* out, const floatX* inp, int B, int T,
         case 3: repkv_forward3(out, inp, B, T, NH, NKV, HD, block_size); break;
         case 4: repkv_forward4(out, inp, B, T, NH, NKV, HD, block_size); break;
         case 5: repkv_forward5(out, inp, B, T, NH, NKV, HD, block_size); break;
+        case 6: repkv_forward6(out, inp, B, T, NH, NKV, HD, block_size); break;
         default: fail_args("repkv_forward has no version %d", kernel_num);
     }
 }
 
-std::string repkv_forward_skip_reason(int kernel_num, int HD) {
+std::string repkv_forward_skip_reason(int kernel_num, int NH, int NKV, int HD) {
     if (kernel_num >= 3 && HD % x128::N != 0)
         return "HD (" + std::to_string(HD) + ") is not a multiple of the " + std::to_string(x128::N) +
                "-element 16-byte vector (" DTYPE_NAME ")";
+    if (kernel_num == 6 && (int64_t)(NH + 2 * NKV) * HD * sizeof(floatX) > 200 * 1024)
+        return "an input row does not fit in 200 KB of shared memory";
     return "";
 }
 
@@ -227,14 +295,14 @@ std::string repkv_forward_skip_reason(int kernel_num, int HD) {
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
     int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
-    Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 5, 4);
+    Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 6, 4);
     cli.add_int("B", &B, "batch size");
     cli.add_int("T", &T, "sequence length");
     cli.add_int("NH", &NH, "query heads");
     cli.add_int("NKV", &NKV, "key/value heads");
     cli.add_int("HD", &HD, "head dimension");
     cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV;\n"
-                      "  versions 3-5 need HD a multiple of 4 (fp32) or 8 (bf16)";
+                      "  versions 3-6 need HD a multiple of 4 (fp32) or 8 (bf16); version 6 an input row within 200 KB";
     cli.parse(argc, argv);
     require(B >= 1 && T >= 1 && NH >= 1 && NKV >= 1 && HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)", B, T, NH, NKV, HD);
     require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV);
@@ -256,7 +324,7 @@ int main(int argc, char** argv) {
     r.op = "repkv_forward";
     r.shape = shape;
     r.bytes = (double)(n_in + n_out) * sizeof(floatX);
-    r.skip_reason = [&](int k) { return repkv_forward_skip_reason(k, HD); };
+    r.skip_reason = [&](int k) { return repkv_forward_skip_reason(k, NH, NKV, HD); };
     r.prepare_check = [&] { poison(d_out, n_out * sizeof(floatX)); };
     r.launch = [&](int k, int block) { repkv_forward(k, d_out, d_inp, B, T, NH, NKV, HD, block); };
     r.check = [&](int, int) { return validate_device("out", d_out, ref.data(), n_out, REPKV_FWD_ATOL, REPKV_FWD_RTOL); };
