@@ -1,0 +1,1925 @@
+/*
+Pooled embedding bags, backward with the optimizer fused in (FBGEMM's split table-batched embedding
+backward, "exact" optimizers): the pooled gradient becomes one gradient per looked-up row, summed over
+the row's occurrences in the batch, and the optimizer updates that row once. Rows nobody looked up are
+not touched (weights and optimizer state stay bit-identical).
+
+Layout (FBGEMM's, the same inputs as embedding_bag_forward.cu):
+  weights          one flat array of floatX; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
+                   differ) starts at weights_offsets[t] (int64; rows are 16-byte aligned in fp32)
+  D_offsets[T+1]   int32 running sum of D_t; total_D = D_offsets[T]
+  hash_offsets[T+1] int64 running sum of E_t: row r of table t has the linear id hash_offsets[t] + r
+  indices[N] int64 row ids; offsets[T*B+1] int64, table-major: bag (t, b) is
+                   indices[offsets[t*B + b] .. offsets[t*B + b + 1]); bags may be empty
+  per_sample_weights[N] fp32, optional ("weighted")
+  grad_output[B][total_D] fp32 (the gradient of the forward's fp32 output, in both builds)
+  g_{t,r} = sum over occurrences l of row r in a bag (t, b): s_l * grad_output[b][D_offsets[t] + :],
+            s_l = w_l (1 unweighted), divided by the bag's length for MEAN
+Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row:
+  dense            grad[t][r] = g (fp32, the tables' shape; the buffer arrives zeroed, untouched rows stay 0)
+  sgd              W -= lr * g
+  rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)     (FBGEMM's default)
+  adagrad          m[t,r,d] += g^2;       W -= lr * g / (sqrt(m) + eps)
+Optimizer state is fp32 in both builds; the _bf16 build stores the weights in bf16 (updated in fp32,
+rounded to nearest once).
+
+Fewest bytes (each input read once; each looked-up row's weights and state read and written once):
+  bytes = 8 * N + 8 * (T*B + 1)                          indices, offsets
+        + 4 * N                                          per-sample weights, if weighted
+        + 4 * B * total_D                                grad_output
+        + sum over unique rows u of
+            dense: 4 D_u | sgd: 2 D_u sizeof(floatX) | rowwise: 2 D_u sizeof(floatX) + 8 | adagrad: 2 D_u (sizeof(floatX) + 4)
+  FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): uniform (311,574 unique rows
+  of 327,680 lookups) 2.6 + 0.1 + 8.4 + 321.5 MB = 332.7 MB; Zipf 1.15 (18,016 unique) 11.1 + 18.6 = 29.7 MB.
+  Predicted floors (not measured) at ~4.3 TB/s: 0.077 ms uniform; Zipf is bound instead by the 167 MB of
+  grad_output rows every lookup re-reads from L2 (the 8.4 MB grad_output stays in the 60 MB L2).
+  FBGEMM's benchmark figure, printed as `fbgemm_gbps=` = 2 * rw / time with
+  rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (nominal L): 176.2 MB at the default size.
+
+Versions (one idea each; times are left for the lead's GPU run, see results/h200.md):
+  1  what a first port does: every lookup atomicAdds its scaled gradient row into a dense fp32 buffer of
+     the tables' shape and claims its row in a flag array (the first claimant appends it to a list);
+     then one warp per listed row applies the optimizer and zeroes the buffer row and flag again.
+     Float atomics in arbitrary order: not bit-reproducible.
+  2  sort instead of atomics (FBGEMM's first stage): linearize (table offset + row id), CUB radix sort of
+     (linear id -> bag) over only the bits the largest id needs, run-length encode, exclusive sum of the
+     run lengths, then one warp per unique row sums its occurrences and applies the optimizer.
+     Deterministic. A row looked up 10,000 times is one warp's serial loop.
+  3  FBGEMM's hybrid: runs of 32 or more go to a block per row (the warps split the run, a shared-memory
+     tree combines them, warp 0 updates the row); shorter runs stay one warp per row. Like FBGEMM it sorts
+     the per-sample weights in a second radix sort and scales grad_output for MEAN in an extra pass.
+  4  beyond FBGEMM: the sorted occurrences are cut into fixed chunks of 32, one warp per chunk, so every
+     warp reads the same number of gradient rows whatever the distribution (one giant run is spread over
+     the whole GPU). A run inside a chunk is finished there; a run crossing chunks leaves one partial sum
+     per chunk, and a second kernel adds them in chunk order (fixed order, no float atomics) and updates
+     the row. No run-length encoding, scan or long-run list; 32-bit keys; the bag, per-sample weight and
+     MEAN scale travel in the sort's value, so one sort and no extra passes. Never synchronizes the host:
+     the check captures the whole step in a CUDA graph and replays it.
+  5  version 4 with two rows in flight per warp: the next piece's weight and state rows are loaded while
+     this piece's gradient rows are summed (uniform input: nearly every piece is one row, so one DRAM
+     latency per row was exposed). For D <= 256 (register budget); wider rows run as version 4.
+  6  version 5 with sub-warp rows for small D (max D <= 64): a group of G = D/4 lanes (8 or 16) owns a
+     chunk of G occurrences, so a warp works on 32/G rows at once instead of leaving lanes idle.
+
+Compile and run:
+  make embedding_bag_backward       && ./embedding_bag_backward all
+  make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
+  ./embedding_bag_backward all --alpha 0                       (FBGEMM's default size, uniform row ids)
+  ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
+  ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
+*/
+#include "common.h"
+#include <cub/cub.cuh>
+
+// ----------------------------------------------------------------------------------------------
+// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-6 in a fixed order, version 1 in
+// atomic order); the reference sums in double. A sum of n fp32 terms is off by at most (n-1) u sum|t_i|
+// (u = 2^-24) and in practice by about sqrt(n) u sum|t_i| or less (independent roundings; Higham's rule
+// of thumb). The check allows, per element,
+//   err(g) <= (2 sqrt(n) + 4) u sum_i |t_i|        (+4: the scale w_l / L_bag and the product round too)
+// and carries that bound through the optimizer's formula to the weights and the state (first-order terms,
+// plus a few u for each fp32 operation the kernel does after the sum, plus the output rounding: 2^-8 for
+// bf16 weights), then doubles it. See embedding_bag_backward_apply_row. A dropped lookup in a run of
+// 10,240 (the one-row input) still moves a weight by several times this bound (tests/ checks it).
+static const double EMBEDDING_BAG_BACKWARD_U = 0x1.0p-24;
+#ifdef ENABLE_BF16
+static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-8;   // a weight rounded to bf16 (half an ulp is 2^-9)
+#else
+static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-23;  // the reference's and the GPU's fp32 rounding
+#endif
+static const double EMBEDDING_BAG_BACKWARD_ATOL = 1e-7;            // a floor for values near 0
+
+enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, adagrad = 3 };
+static const char* const EMBEDDING_BAG_BACKWARD_OPT_NAMES[] = {"dense", "sgd", "rowwise_adagrad", "adagrad"};
+
+static const int EMBEDDING_BAG_BACKWARD_LONG_RUN = 32;   // version 3: FBGEMM's max_segment_length_per_warp
+static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-6 hold a row in registers: D <= 1024
+
+// ----------------------------------------------------------------------------------------------
+// inputs: the bench's configuration (the forward's flags), the generated layout, validation
+
+struct EmbeddingBagBackwardConfig {
+    int T = 32, D = 128, B = 512, L = 20;
+    int64_t E = 100000;
+    double alpha = 1.15;        // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
+    bool mean = false, weighted = false, mixed_dims = false, one_row = false;
+    std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
+    double empty_frac = 0.0;    // each bag is emptied with this probability
+};
+
+struct EmbeddingBagBackwardParams {
+    EmbeddingBagBackwardOpt opt = EmbeddingBagBackwardOpt::rowwise_adagrad;
+    double lr = 0.1, eps = 0.1;
+};
+
+struct EmbeddingBagBackwardInputs {
+    int T = 0, B = 0;
+    bool mean = false;
+    std::vector<int> D_offsets;             // T+1
+    std::vector<int64_t> E;                 // rows of each table
+    std::vector<int64_t> weights_offsets;   // T
+    std::vector<int64_t> hash_offsets;      // T+1: running sum of E (linear row ids)
+    int64_t num_weights = 0;                // elements of the flat weight array
+    std::vector<int64_t> indices, offsets;  // N, T*B+1
+    std::vector<float> per_sample_weights;  // empty: unweighted
+    std::vector<float> grad_output;         // B * total_D
+    int total_D() const { return D_offsets.empty() ? 0 : D_offsets.back(); }
+    int D(int t) const { return D_offsets[t + 1] - D_offsets[t]; }
+    int64_t num_rows() const { return hash_offsets.empty() ? 0 : hash_offsets.back(); }
+    int64_t N() const { return (int64_t)indices.size(); }
+    int max_D() const { int m = 0; for (int t = 0; t < T; t++) m = std::max(m, D(t)); return m; }
+};
+
+// --mixed-dims: the dims cycle through these and E halves over every 4 tables (as in the forward)
+static const int EMBEDDING_BAG_BACKWARD_MIXED_D[] = {4, 12, 36, 64, 132, 260};
+
+inline int embedding_bag_backward_table_D(const EmbeddingBagBackwardConfig& c, int t) {
+    if (!c.Ds.empty()) return c.Ds[t % c.Ds.size()];
+    if (c.mixed_dims) return EMBEDDING_BAG_BACKWARD_MIXED_D[t % 6];
+    return c.D;
+}
+inline int64_t embedding_bag_backward_table_E(const EmbeddingBagBackwardConfig& c, int t) {
+    if (!c.Es.empty()) return c.Es[t % c.Es.size()];
+    if (c.mixed_dims) return std::max<int64_t>(c.E >> (t % 4), std::max(c.L, 1));
+    return c.E;
+}
+
+// Bags, row ids and per-sample weights by the forward's recipe (the same streams, so a seed gives both ops
+// the same bags), then grad_output from a fourth stream. The tables and the optimizer state are not made
+// here: they are a function of (seed, position), filled on the GPU (embedding_bag_backward_hash01).
+inline EmbeddingBagBackwardInputs embedding_bag_backward_make_inputs(const EmbeddingBagBackwardConfig& c, uint64_t seed) {
+    EmbeddingBagBackwardInputs in;
+    in.T = c.T; in.B = c.B; in.mean = c.mean;
+    in.D_offsets.assign(1, 0);
+    in.hash_offsets.assign(1, 0);
+    int64_t total_D = 0, wo = 0;
+    for (int t = 0; t < c.T; t++) {
+        const int D = embedding_bag_backward_table_D(c, t);
+        const int64_t E = embedding_bag_backward_table_E(c, t);
+        total_D += D;
+        if (total_D > INT32_MAX) fail_args("total_D (sum of the tables' D) must be < 2^31");
+        in.D_offsets.push_back((int)total_D);
+        in.E.push_back(E);
+        in.weights_offsets.push_back(wo);
+        in.hash_offsets.push_back(in.hash_offsets.back() + E);
+        wo += E * (int64_t)D;
+    }
+    in.num_weights = wo;
+    Rng idx_rng(seed), aux_rng(seed ^ 0xA5A5A5A5F00DF00Dull), grad_rng(seed ^ 0x6BAD6BAD0DDBA11ull);
+    std::vector<std::vector<int64_t>> rows(c.T);
+    for (int t = 0; t < c.T; t++) {
+        if (c.one_row) rows[t].assign((size_t)c.B * c.L, idx_rng.randint(0, in.E[t]));
+        else rows[t] = make_bag_indices(c.B, c.L, in.E[t], c.alpha, idx_rng);
+    }
+    in.offsets.assign(1, 0);
+    for (int t = 0; t < c.T; t++) {
+        for (int b = 0; b < c.B; b++) {
+            bool empty = c.empty_frac > 0.0 && aux_rng.uniform01() < c.empty_frac;
+            if (!empty)
+                in.indices.insert(in.indices.end(), rows[t].begin() + (size_t)b * c.L, rows[t].begin() + (size_t)(b + 1) * c.L);
+            in.offsets.push_back((int64_t)in.indices.size());
+        }
+    }
+    if (c.weighted) in.per_sample_weights = make_random_floats(in.indices.size(), aux_rng, -1.f, 1.f);
+    in.grad_output = make_random_floats((size_t)c.B * total_D, grad_rng, -1.f, 1.f);
+    return in;
+}
+
+// The checks a caller's inputs must pass before any kernel touches them (every version trusts them: an
+// index >= E_t would update a row of another table or write past the array). "" when fine.
+inline std::string embedding_bag_backward_validate(const EmbeddingBagBackwardInputs& in) {
+    char buf[256];
+    auto err = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
+    const int T = in.T, B = in.B;
+    if (T < 1 || B < 1) return err("T (%d) and B (%d) must be >= 1", T, B);
+    if ((int64_t)T * B >= INT32_MAX) return err("T*B (%lld) must be < 2^31 (a bag id is 32-bit)", (long long)T * B);
+    if ((int)in.D_offsets.size() != T + 1) return err("D_offsets has %zu entries, expected T+1 = %d", in.D_offsets.size(), T + 1);
+    if (in.D_offsets[0] != 0) return err("D_offsets[0] (%d) must be 0", in.D_offsets[0]);
+    for (int t = 0; t < T; t++) {
+        int D = in.D_offsets[t + 1] - in.D_offsets[t];
+        if (D <= 0 || D % 4 != 0) return err("D of table %d (%d) must be a positive multiple of 4", t, D);
+    }
+    if ((int)in.E.size() != T || (int)in.weights_offsets.size() != T || (int)in.hash_offsets.size() != T + 1)
+        return err("E, weights_offsets and hash_offsets need T, T and T+1 entries (have %zu, %zu and %zu)", in.E.size(),
+                   in.weights_offsets.size(), in.hash_offsets.size());
+    if (in.hash_offsets[0] != 0) return err("hash_offsets[0] (%lld) must be 0", (long long)in.hash_offsets[0]);
+    for (int t = 0; t < T; t++) {
+        int64_t wo = in.weights_offsets[t], E = in.E[t];
+        if (E < 1) return err("E of table %d (%lld) must be >= 1", t, (long long)E);
+        if (in.hash_offsets[t + 1] != in.hash_offsets[t] + E)
+            return err("hash_offsets[%d] (%lld) must be hash_offsets[%d] + E = %lld", t + 1, (long long)in.hash_offsets[t + 1], t,
+                       (long long)(in.hash_offsets[t] + E));
+        if (wo < 0 || wo % 4 != 0)
+            return err("weights_offsets[%d] (%lld) must be a non-negative multiple of 4 (16-byte aligned rows)", t, (long long)wo);
+        if (wo + E * (int64_t)in.D(t) > in.num_weights)
+            return err("table %d (offset %lld, %lld rows of %d) runs past the %lld weights", t, (long long)wo, (long long)E, in.D(t),
+                       (long long)in.num_weights);
+    }
+    const int64_t nbags = (int64_t)T * B;
+    if ((int64_t)in.offsets.size() != nbags + 1)
+        return err("offsets has %zu entries, expected T*B+1 = %lld", in.offsets.size(), (long long)(nbags + 1));
+    if (in.offsets[0] != 0) return err("offsets[0] (%lld) must be 0", (long long)in.offsets[0]);
+    for (int64_t i = 1; i <= nbags; i++)
+        if (in.offsets[i] < in.offsets[i - 1])
+            return err("offsets must be non-decreasing: offsets[%lld] = %lld < offsets[%lld] = %lld", (long long)i,
+                       (long long)in.offsets[i], (long long)(i - 1), (long long)in.offsets[i - 1]);
+    if (in.offsets[nbags] != (int64_t)in.indices.size())
+        return err("offsets[T*B] (%lld) must equal the number of indices (%zu)", (long long)in.offsets[nbags], in.indices.size());
+    if ((int64_t)in.indices.size() >= INT32_MAX)
+        return err("%zu lookups: at most 2^31 - 1 (positions in the sorted lookups are 32-bit)", in.indices.size());
+    if (!in.per_sample_weights.empty() && in.per_sample_weights.size() != in.indices.size())
+        return err("per_sample_weights has %zu entries, expected one per index (%zu)", in.per_sample_weights.size(), in.indices.size());
+    if (in.grad_output.size() != (size_t)B * in.total_D())
+        return err("grad_output has %zu entries, expected B*total_D = %lld", in.grad_output.size(), (long long)B * in.total_D());
+    for (int t = 0; t < T; t++)
+        for (int64_t l = in.offsets[(int64_t)t * B]; l < in.offsets[(int64_t)(t + 1) * B]; l++)
+            if (in.indices[l] < 0 || in.indices[l] >= in.E[t])
+                return err("indices[%lld] = %lld (table %d) is out of range: table %d has E = %lld rows", (long long)l,
+                           (long long)in.indices[l], t, t, (long long)in.E[t]);
+    return "";
+}
+
+// The initial tables and optimizer state: uniform from (seed, stream, position) with a counter-based
+// hash, the same on the host and the GPU, so that tables of 10^9 elements are filled on the GPU and the
+// reference computes only the rows it needs. 24 random bits: exact in fp32. Streams: 1 weights in
+// [-1, 1), 2 the optimizer state in [0, 1).
+__host__ __device__ inline uint64_t embedding_bag_backward_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+__host__ __device__ inline float embedding_bag_backward_hash01(uint64_t seed, uint64_t stream, uint64_t i) {
+    uint64_t z = embedding_bag_backward_mix(seed + 0x9E3779B97F4A7C15ull * (stream + 1));
+    z = embedding_bag_backward_mix(z + 0x9E3779B97F4A7C15ull * (i + 1));
+    return (float)(z >> 40) * 0x1.0p-24f;
+}
+__host__ __device__ inline float embedding_bag_backward_initial_weight(uint64_t seed, int64_t e) {
+    return 2.0f * embedding_bag_backward_hash01(seed, 1, (uint64_t)e) - 1.0f;
+}
+__host__ __device__ inline float embedding_bag_backward_initial_state(uint64_t seed, int64_t i) {
+    return embedding_bag_backward_hash01(seed, 2, (uint64_t)i);
+}
+
+// ----------------------------------------------------------------------------------------------
+// the touched rows: every (table, row) looked up at least once, in linear-id order (what the sort gives),
+// with its occurrences; the compact layout the check gathers them into
+
+struct EmbeddingBagBackwardRows {
+    std::vector<int64_t> linear, row, count, first;  // U each; first: into occ
+    std::vector<int> table;
+    std::vector<int64_t> col;                        // U+1: the compact offset of row u (running sum of D)
+    std::vector<int64_t> occ;                        // lookup positions grouped by row (ascending within a row)
+    std::vector<int32_t> bag_of;                     // N: the bag t*B + b of each lookup
+    int64_t max_count = 0;
+    int64_t U() const { return (int64_t)linear.size(); }
+};
+
+inline EmbeddingBagBackwardRows embedding_bag_backward_touched_rows(const EmbeddingBagBackwardInputs& in) {
+    EmbeddingBagBackwardRows r;
+    const int64_t N = in.N();
+    r.bag_of.resize((size_t)N);
+    std::vector<std::pair<int64_t, int64_t>> lin_pos((size_t)N);
+    for (int64_t bag = 0; bag < (int64_t)in.T * in.B; bag++) {
+        const int t = (int)(bag / in.B);
+        for (int64_t l = in.offsets[bag]; l < in.offsets[bag + 1]; l++) {
+            r.bag_of[l] = (int32_t)bag;
+            lin_pos[l] = {in.hash_offsets[t] + in.indices[l], l};
+        }
+    }
+    std::sort(lin_pos.begin(), lin_pos.end());
+    r.col.push_back(0);
+    for (int64_t i = 0; i < N; i++) {
+        r.occ.push_back(lin_pos[i].second);
+        if (i == 0 || lin_pos[i].first != lin_pos[i - 1].first) {
+            const int64_t lin = lin_pos[i].first;
+            const int t = (int)(std::upper_bound(in.hash_offsets.begin(), in.hash_offsets.end(), lin) - in.hash_offsets.begin()) - 1;
+            r.linear.push_back(lin);
+            r.table.push_back(t);
+            r.row.push_back(lin - in.hash_offsets[t]);
+            r.first.push_back(i);
+            r.count.push_back(0);
+            r.col.push_back(r.col.back() + in.D(t));
+        }
+        r.count.back()++;
+        r.max_count = std::max(r.max_count, r.count.back());
+    }
+    return r;
+}
+
+// the scale of lookup l in bag `bag`: its per-sample weight, divided by the bag's length for MEAN
+inline double embedding_bag_backward_scale(const EmbeddingBagBackwardInputs& in, int64_t bag, int64_t l) {
+    double s = in.per_sample_weights.empty() ? 1.0 : (double)in.per_sample_weights[l];
+    if (in.mean) s /= (double)(in.offsets[bag + 1] - in.offsets[bag]);
+    return s;
+}
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference: the row gradients in double, then one optimizer step per row in double, each output
+// with its tolerance (the bound of the header's tolerance note, per element)
+
+// One row's step. g, A: the row gradient and sum_i |t_i| per column (double); n: the row's lookups;
+// w: its weights, m_row (rowwise) or m (adagrad, D values) its state. Writes the new weights / state /
+// dense gradient and their tolerances (only those the optimizer has).
+inline void embedding_bag_backward_apply_row(const EmbeddingBagBackwardParams& p, int D, int64_t n, const double* g,
+                                             const double* A, const float* w, float m_row, const float* m,
+                                             float* w_out, float* w_tol, float* m_out, float* m_tol,
+                                             float* g_out, float* g_tol) {
+    const double u = EMBEDDING_BAG_BACKWARD_U, r_out = EMBEDDING_BAG_BACKWARD_OUT_RTOL, tiny = EMBEDDING_BAG_BACKWARD_ATOL;
+    const double lr = p.lr, eps = p.eps;
+    auto eg = [&](int d) { return (2.0 * std::sqrt((double)n) + 4.0) * u * A[d]; };   // bound on |g_gpu - g|
+    // bound on |sqrt(m_gpu) - sqrt(m)| given |m_gpu - m| <= dm (no singularity at m = 0)
+    auto dsqrt = [](double m_, double dm) { return m_ > 0.0 ? std::min(dm / (2.0 * std::sqrt(m_)), std::sqrt(dm)) : std::sqrt(dm); };
+    switch (p.opt) {
+        case EmbeddingBagBackwardOpt::dense:
+            for (int d = 0; d < D; d++) {
+                g_out[d] = (float)g[d];
+                g_tol[d] = (float)(2.0 * eg(d) + 0x1.0p-23 * std::fabs(g[d]) + tiny);
+            }
+            break;
+        case EmbeddingBagBackwardOpt::sgd:
+            for (int d = 0; d < D; d++) {
+                const double wn = (double)w[d] - lr * g[d];
+                w_out[d] = (float)wn;
+                w_tol[d] = (float)(2.0 * (lr * eg(d) + 2.0 * u * (std::fabs(w[d]) + lr * std::fabs(g[d]))) + r_out * std::fabs(wn) + tiny);
+            }
+            break;
+        case EmbeddingBagBackwardOpt::adagrad:
+            for (int d = 0; d < D; d++) {
+                const double e = eg(d), gd = g[d];
+                const double mn = (double)m[d] + gd * gd;
+                const double dm = 2.0 * std::fabs(gd) * e + e * e + 2.0 * u * ((double)m[d] + gd * gd);
+                const double den = std::sqrt(mn) + eps, f = gd / den;
+                const double df = e / den + std::fabs(gd) * dsqrt(mn, dm) / (den * den) + 4.0 * u * std::fabs(f);
+                const double wn = (double)w[d] - lr * f;
+                w_out[d] = (float)wn;
+                w_tol[d] = (float)(2.0 * (lr * df + 2.0 * u * (std::fabs(w[d]) + lr * std::fabs(f))) + r_out * std::fabs(wn) + tiny);
+                m_out[d] = (float)mn;
+                m_tol[d] = (float)(2.0 * dm + 0x1.0p-23 * mn + tiny);
+            }
+            break;
+        case EmbeddingBagBackwardOpt::rowwise_adagrad: {
+            double S = 0.0, dS = 0.0;
+            for (int d = 0; d < D; d++) {
+                const double e = eg(d);
+                S += g[d] * g[d];
+                dS += 2.0 * std::fabs(g[d]) * e + e * e;
+            }
+            dS += (D + 1) * u * S;                                    // the fp32 sum of D squares
+            const double mn = (double)m_row + S / D;
+            const double dm = dS / D + 3.0 * u * ((double)m_row + S / D);
+            const double den = std::sqrt(mn) + eps, mult = lr / den;
+            const double dmult = lr * dsqrt(mn, dm) / (den * den) + 4.0 * u * mult;
+            for (int d = 0; d < D; d++) {
+                const double wn = (double)w[d] - mult * g[d];
+                w_out[d] = (float)wn;
+                w_tol[d] = (float)(2.0 * (mult * eg(d) + std::fabs(g[d]) * dmult + 2.0 * u * (std::fabs(w[d]) + mult * std::fabs(g[d]))) +
+                                   r_out * std::fabs(wn) + tiny);
+            }
+            m_out[0] = (float)mn;
+            m_tol[0] = (float)(2.0 * dm + 0x1.0p-23 * mn + tiny);
+            break;
+        }
+    }
+}
+
+// The reference step: for every touched row, g and sum|t| in double over its lookups (in position order),
+// then the optimizer. w0(e): the initial weight at flat position e (as the GPU sees it, floatX-rounded);
+// m0(i): the initial state at i (linear row id for rowwise, flat position for adagrad). Results are compact:
+// row u's D_u values start at rows.col[u] (the rowwise state: one value at u).
+struct EmbeddingBagBackwardReference {
+    EmbeddingBagBackwardRows rows;
+    std::vector<float> w, w_tol, m, m_tol, grad, grad_tol;
+};
+
+template <class W0, class M0>
+EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardParams& p,
+                                                         W0 w0, M0 m0) {
+    EmbeddingBagBackwardReference ref;
+    ref.rows = embedding_bag_backward_touched_rows(in);
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    const int64_t U = R.U(), C = R.col.back();
+    const bool dense = p.opt == EmbeddingBagBackwardOpt::dense;
+    const bool rowwise = p.opt == EmbeddingBagBackwardOpt::rowwise_adagrad, adagrad = p.opt == EmbeddingBagBackwardOpt::adagrad;
+    if (dense) { ref.grad.resize(C); ref.grad_tol.resize(C); }
+    else { ref.w.resize(C); ref.w_tol.resize(C); }
+    if (rowwise) { ref.m.resize(U); ref.m_tol.resize(U); }
+    if (adagrad) { ref.m.resize(C); ref.m_tol.resize(C); }
+    const int total_D = in.total_D();
+    std::vector<double> g, A;
+    std::vector<float> w, m;
+    for (int64_t u = 0; u < U; u++) {
+        const int t = R.table[u], D = in.D(t);
+        g.assign(D, 0.0);
+        A.assign(D, 0.0);
+        for (int64_t i = R.first[u]; i < R.first[u] + R.count[u]; i++) {
+            const int64_t l = R.occ[i], bag = R.bag_of[l], b = bag % in.B;
+            const double s = embedding_bag_backward_scale(in, bag, l);
+            const float* go = in.grad_output.data() + b * total_D + in.D_offsets[t];
+            for (int d = 0; d < D; d++) {
+                const double term = s * (double)go[d];
+                g[d] += term;
+                A[d] += std::fabs(term);
+            }
+        }
+        const int64_t wrow = in.weights_offsets[t] + R.row[u] * D, c = R.col[u];
+        w.resize(D);
+        m.resize(D);
+        if (!dense) for (int d = 0; d < D; d++) w[d] = w0(wrow + d);
+        if (adagrad) for (int d = 0; d < D; d++) m[d] = m0(wrow + d);
+        const float m_row = rowwise ? m0(R.linear[u]) : 0.0f;
+        float* m_out = rowwise ? &ref.m[u] : (adagrad ? &ref.m[c] : nullptr);
+        float* m_tol = rowwise ? &ref.m_tol[u] : (adagrad ? &ref.m_tol[c] : nullptr);
+        embedding_bag_backward_apply_row(p, D, R.count[u], g.data(), A.data(), w.data(), m_row, m.data(),
+                                         dense ? nullptr : &ref.w[c], dense ? nullptr : &ref.w_tol[c], m_out, m_tol,
+                                         dense ? &ref.grad[c] : nullptr, dense ? &ref.grad_tol[c] : nullptr);
+    }
+    return ref;
+}
+
+// ----------------------------------------------------------------------------------------------
+// bytes: ours (the header's formula) and FBGEMM's benchmark figure
+
+inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& rows,
+                                           EmbeddingBagBackwardOpt opt) {
+    const double N = (double)in.N();
+    double bytes = 8.0 * N + 8.0 * ((double)in.T * in.B + 1) + 4.0 * in.B * in.total_D();
+    if (!in.per_sample_weights.empty()) bytes += 4.0 * N;
+    for (int64_t u = 0; u < rows.U(); u++) {
+        const double D = in.D(rows.table[u]);
+        switch (opt) {
+            case EmbeddingBagBackwardOpt::dense: bytes += 4.0 * D; break;
+            case EmbeddingBagBackwardOpt::sgd: bytes += 2.0 * D * sizeof(floatX); break;
+            case EmbeddingBagBackwardOpt::rowwise_adagrad: bytes += 2.0 * D * sizeof(floatX) + 8.0; break;
+            case EmbeddingBagBackwardOpt::adagrad: bytes += 2.0 * D * (sizeof(floatX) + 4.0); break;
+        }
+    }
+    return bytes;
+}
+
+// FBGEMM's rw at the nominal bag length L (the backward's figure is 2 * rw / time)
+inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L) {
+    return 4.0 * in.B * in.total_D() + (double)sizeof(floatX) * in.B * in.total_D() * L;
+}
+
+// ----------------------------------------------------------------------------------------------
+// helpers shared by the host (tests) and the GPU kernels of versions 4-6: how the sorted lookups are cut
+// into chunks, pieces and runs
+
+__host__ __device__ inline int64_t embedding_bag_backward_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ inline int embedding_bag_backward_ctz(unsigned x) {   // x != 0
+#ifdef __CUDA_ARCH__
+    return __ffs((int)x) - 1;
+#else
+    return __builtin_ctz(x);
+#endif
+}
+__host__ __device__ inline int embedding_bag_backward_popc(unsigned x) {
+#ifdef __CUDA_ARCH__
+    return __popc(x);
+#else
+    return __builtin_popcount(x);
+#endif
+}
+
+// A chunk holds lookups [c*C, min(c*C + C, N)) of the sorted order, cnt of them; bit i of `starts` /
+// `ends` is set when its lookup i is the first / last of its run (its row's lookups) in the whole order.
+// A piece is a maximal stretch of one run inside the chunk. The piece that begins at `begin` (< cnt)
+// ends at the first run end at or after it, or at the chunk's last lookup.
+__host__ __device__ inline int embedding_bag_backward_piece_end(unsigned ends, int cnt, int begin) {
+    const unsigned bits = (ends | (1u << (cnt - 1))) & (0xFFFFFFFFu << begin);
+    return embedding_bag_backward_ctz(bits);
+}
+// A piece is the whole run (the chunk finishes the row) when it begins at a run start and ends at a run
+// end. Otherwise it is a partial: the HEAD of the chunk (slot 0, begin == 0, its run began in an earlier
+// chunk) or its TAIL (slot 1, it begins its run and the run goes on past the chunk).
+__host__ __device__ inline bool embedding_bag_backward_piece_complete(unsigned starts, unsigned ends, int begin, int end) {
+    return ((starts >> begin) & 1u) && ((ends >> end) & 1u);
+}
+__host__ __device__ inline int embedding_bag_backward_piece_slot(unsigned starts, int begin) { return (int)((starts >> begin) & 1u); }
+
+// does the run of `key` go on past chunk x (is the first lookup of chunk x+1 also `key`)?
+template <class K>
+__host__ __device__ inline bool embedding_bag_backward_continues(const K* keys, int64_t N, int64_t C, int64_t x, K key) {
+    const int64_t next = (x + 1) * C;
+    return next < N && keys[next] == key;
+}
+// chunk c owns a run that crosses chunks when its last lookup's run begins inside c and goes on past it
+// (c then holds that run's TAIL partial; the following chunks up to the run's last hold HEAD partials)
+template <class K>
+__host__ __device__ inline bool embedding_bag_backward_is_owner(const K* keys, int64_t N, int64_t C, int64_t c) {
+    const int64_t first = c * C;
+    if (first >= N) return false;
+    const int64_t last = embedding_bag_backward_min64(first + C, N) - 1;
+    const K key = keys[last];
+    return last + 1 < N && keys[last + 1] == key && (first == 0 || keys[first - 1] != key);
+}
+
+// The last chunk of a run owned by chunk oc: the first x > oc where f(x) = "the run goes on past chunk x"
+// is false (f(oc) is true, f is true then false, f(num_chunks-1) is false). 32 probes at a time: first at
+// oc + 1, 2, 4, ..., 2^30, then 32 evenly spaced probes that cut the bracket 32-fold per round, so a run
+// over S chunks costs about 1 + log32(S) rounds of loads instead of S. `ballot(probe)` returns the 32-bit
+// mask of probe(lane) over the lanes 0..31: a warp ballot on the GPU, a loop on the host.
+#pragma nv_exec_check_disable
+template <class Probe, class Ballot>
+__host__ __device__ inline int64_t embedding_bag_backward_last_chunk(int64_t oc, int64_t num_chunks, Probe f, Ballot ballot) {
+    const unsigned m = ballot([&](int l) {
+        const int64_t x = oc + ((int64_t)1 << l);
+        return l < 31 && x < num_chunks && f(x);
+    });
+    const int l0 = embedding_bag_backward_ctz(~m);                       // the first false probe (<= 31)
+    int64_t lo = l0 == 0 ? oc : oc + ((int64_t)1 << (l0 - 1));          // f(lo) true
+    int64_t hi = embedding_bag_backward_min64(oc + ((int64_t)1 << l0), num_chunks - 1);   // f(hi) false
+    while (hi - lo > 1) {
+        const int64_t step = (hi - lo + 31) / 32;
+        const int64_t base = lo;
+        const unsigned m2 = ballot([&](int l) {
+            const int64_t x = base + (int64_t)(l + 1) * step;
+            return x < hi && f(x);
+        });
+        const int k = embedding_bag_backward_popc(m2);                   // probes 0..k-1 are true
+        lo = base + (int64_t)k * step;
+        hi = embedding_bag_backward_min64(base + (int64_t)(k + 1) * step, hi);
+    }
+    return hi;
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU: what every version gets (device pointers; sizes from the host)
+
+struct EmbeddingBagBackwardArgs {
+    floatX* weights;                 // updated in place (not read for dense)
+    float* state;                    // rowwise: num_rows; adagrad: num_weights; else nullptr
+    float* grad_weights;             // dense: num_weights fp32, arrives zeroed; else nullptr
+    const int64_t* weights_offsets;  // T
+    const int* D_offsets;            // T+1
+    const int64_t* hash_offsets;     // T+1
+    const int64_t* indices;          // N
+    const int64_t* offsets;          // T*B+1
+    const float* per_sample_weights; // N or nullptr
+    const float* grad_output;        // B * total_D
+    int T, B, total_D, max_D, key_bits;
+    int64_t N, num_rows, num_weights;
+    bool mean;
+    EmbeddingBagBackwardOpt opt;
+    float lr, eps;
+};
+
+// four consecutive elements as fp32 (16-byte access in fp32; 8 bytes of bf16 weights in the bf16 build)
+__device__ __forceinline__ float4 embedding_bag_backward_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 embedding_bag_backward_ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ void embedding_bag_backward_store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+#ifdef ENABLE_BF16
+__device__ __forceinline__ float4 embedding_bag_backward_load4(const __nv_bfloat16* p) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);     // element 0 in the low half of r.x
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u),
+                       __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
+}
+__device__ __forceinline__ void embedding_bag_backward_store4(__nv_bfloat16* p, float4 v) {
+    uint2 r;
+    r.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16);
+    r.y = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
+    *reinterpret_cast<uint2*>(p) = r;
+}
+#endif
+__device__ __forceinline__ float4 embedding_bag_backward_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+__device__ __forceinline__ void embedding_bag_backward_fma4(float4& acc, float s, const float4& x) {
+    acc.x = fmaf(s, x.x, acc.x); acc.y = fmaf(s, x.y, acc.y); acc.z = fmaf(s, x.z, acc.z); acc.w = fmaf(s, x.w, acc.w);
+}
+__device__ __forceinline__ void embedding_bag_backward_add4(float4& acc, const float4& x) {
+    acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+}
+
+// the table of linear row id `lin`: the last t with hash_offsets[t] <= lin
+__host__ __device__ inline int embedding_bag_backward_table_of(const int64_t* hash_offsets, int T, int64_t lin) {
+    int lo = 0, hi = T;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (hash_offsets[mid] <= lin) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// ----------------------------------------------------------------------------------------------
+// the optimizer, shared by versions 2-6: a row is held by G lanes, lane l owning the 4-column vectors
+// l, l+G, l+2G, ... (VPL of them). Every lane of the warp calls update_row (rowwise Adagrad reduces over
+// the G lanes with shuffles); `on` says whether this group really updates a row.
+
+template <int VPL>
+struct EmbeddingBagBackwardRow { float4 w[VPL], m[VPL]; float mrow; };
+
+template <int VPL, int G>
+__device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
+                                                                int64_t lin, int l, EmbeddingBagBackwardRow<VPL>& r) {
+#pragma unroll
+    for (int v = 0; v < VPL; v++) {
+        const int c4 = l + G * v;
+        const bool in = on && 4 * c4 < D;
+        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load4(a.weights + wrow + 4 * c4)
+                                                                  : embedding_bag_backward_zero4();
+        r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
+                                                                    : embedding_bag_backward_zero4();
+    }
+    r.mrow = (on && a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) ? a.state[lin] : 0.0f;
+}
+
+template <int VPL, int G>
+__device__ __forceinline__ void embedding_bag_backward_update_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
+                                                                  int64_t lin, int l, const float4 (&g)[VPL],
+                                                                  const EmbeddingBagBackwardRow<VPL>& r) {
+    const unsigned full = 0xFFFFFFFFu;
+    if (a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VPL; v++)
+            if (4 * (l + G * v) < D) ss += g[v].x * g[v].x + g[v].y * g[v].y + g[v].z * g[v].z + g[v].w * g[v].w;
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(full, ss, o, G);   // the same bits in every lane
+        const float mn = r.mrow + ss / (float)D;
+        const float mult = a.lr / (sqrtf(mn) + a.eps);
+#pragma unroll
+        for (int v = 0; v < VPL; v++) {
+            const int c4 = l + G * v;
+            if (on && 4 * c4 < D)
+                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                                              make_float4(r.w[v].x - mult * g[v].x, r.w[v].y - mult * g[v].y,
+                                                          r.w[v].z - mult * g[v].z, r.w[v].w - mult * g[v].w));
+        }
+        if (on && l == 0) a.state[lin] = mn;
+    } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
+#pragma unroll
+        for (int v = 0; v < VPL; v++) {
+            const int c4 = l + G * v;
+            if (!(on && 4 * c4 < D)) continue;
+            float4 m = r.m[v], w = r.w[v];
+            m.x += g[v].x * g[v].x; m.y += g[v].y * g[v].y; m.z += g[v].z * g[v].z; m.w += g[v].w * g[v].w;
+            w.x -= a.lr * g[v].x / (sqrtf(m.x) + a.eps);
+            w.y -= a.lr * g[v].y / (sqrtf(m.y) + a.eps);
+            w.z -= a.lr * g[v].z / (sqrtf(m.z) + a.eps);
+            w.w -= a.lr * g[v].w / (sqrtf(m.w) + a.eps);
+            embedding_bag_backward_store4(a.state + wrow + 4 * c4, m);
+            embedding_bag_backward_store4(a.weights + wrow + 4 * c4, w);
+        }
+    } else if (a.opt == EmbeddingBagBackwardOpt::sgd) {
+#pragma unroll
+        for (int v = 0; v < VPL; v++) {
+            const int c4 = l + G * v;
+            if (on && 4 * c4 < D)
+                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                                              make_float4(r.w[v].x - a.lr * g[v].x, r.w[v].y - a.lr * g[v].y,
+                                                          r.w[v].z - a.lr * g[v].z, r.w[v].w - a.lr * g[v].w));
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < VPL; v++) {
+            const int c4 = l + G * v;
+            if (on && 4 * c4 < D) embedding_bag_backward_store4(a.grad_weights + wrow + 4 * c4, g[v]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Version 1: atomics. One warp per bag: for each lookup, lane 0 claims the row (flag 0 -> 1; the first
+// claimant appends the linear id to the list) and the lanes atomicAdd s * grad_output into the row of a
+// dense fp32 accumulator of the tables' shape. Then one warp per listed row applies the optimizer and
+// zeroes the accumulator row and the flag, so both are zero again for the next step (the accumulator is
+// zeroed once, at allocation; the list count is reset by a memset). The adds to a hot row serialize in
+// L2, and their order changes from run to run: the result is not bit-reproducible.
+__global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_scatter(EmbeddingBagBackwardArgs a, float* acc, unsigned* flags,
+                                                                              int64_t* list, unsigned* count) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (bag >= (int64_t)a.T * a.B) return;                   // the whole warp
+    const int t = (int)(bag / a.B), b = (int)(bag - (int64_t)t * a.B);
+    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+    const float* go = a.grad_output + (int64_t)b * a.total_D + a.D_offsets[t];
+    const float bag_scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
+    for (int64_t l = start; l < end; l++) {
+        const int64_t row = a.indices[l];
+        const float s = a.per_sample_weights != nullptr ? a.per_sample_weights[l] * bag_scale : bag_scale;
+        if (lane == 0) {
+            const int64_t lin = a.hash_offsets[t] + row;
+            if (atomicExch(&flags[lin], 1u) == 0u) list[atomicAdd(count, 1u)] = lin;
+        }
+        float* dst = acc + a.weights_offsets[t] + row * D;
+        for (int d = lane; d < D; d += 32) atomicAdd(dst + d, s * go[d]);
+    }
+}
+
+__global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(EmbeddingBagBackwardArgs a, float* acc, unsigned* flags,
+                                                                            const int64_t* list, const unsigned* count) {
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (i >= (int64_t)*count) return;                        // the whole warp
+    const int64_t lin = list[i];
+    const int t = embedding_bag_backward_table_of(a.hash_offsets, a.T, lin);
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+    const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+    float* g = acc + wrow;
+    float mult = a.lr;
+    if (a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) {
+        float ss = 0.0f;
+        for (int d = lane; d < D; d += 32) ss += g[d] * g[d];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+        const float mn = a.state[lin] + ss / (float)D;
+        mult = a.lr / (sqrtf(mn) + a.eps);
+        __syncwarp();
+        if (lane == 0) a.state[lin] = mn;
+    }
+    for (int d = lane; d < D; d += 32) {
+        const float gd = g[d];
+        g[d] = 0.0f;
+        if (a.opt == EmbeddingBagBackwardOpt::dense) {
+            a.grad_weights[wrow + d] = gd;
+        } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
+            const float m = a.state[wrow + d] + gd * gd;
+            a.state[wrow + d] = m;
+            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - a.lr * gd / (sqrtf(m) + a.eps));
+        } else {
+            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - mult * gd);
+        }
+    }
+    if (lane == 0) flags[lin] = 0u;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Versions 2 and 3 (FBGEMM's pipeline): linearize, sort, run-length encode, scan.
+
+// one warp per bag: key = the lookup's linear row id (64-bit, as FBGEMM), value = its bag t*B + b
+__global__ void embedding_bag_backward_linearize64(EmbeddingBagBackwardArgs a, uint64_t* keys, uint32_t* bags) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (bag >= (int64_t)a.T * a.B) return;
+    const int t = (int)(bag / a.B);
+    const int64_t hoff = a.hash_offsets[t];
+    for (int64_t l = a.offsets[bag] + (threadIdx.x & 31); l < a.offsets[bag + 1]; l += 32) {
+        keys[l] = (uint64_t)(hoff + a.indices[l]);
+        bags[l] = (uint32_t)bag;
+    }
+}
+
+// MEAN, FBGEMM's way: a copy of grad_output with each bag's slice divided by the bag's length (an empty
+// bag's slice passes through unscaled; nothing reads it)
+__global__ void embedding_bag_backward_grad_mean(EmbeddingBagBackwardArgs a, float* go_mean) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (bag >= (int64_t)a.T * a.B) return;
+    const int t = (int)(bag / a.B), b = (int)(bag - (int64_t)t * a.B);
+    const int64_t L = a.offsets[bag + 1] - a.offsets[bag];
+    const float s = L > 0 ? 1.0f / (float)L : 1.0f;
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+    const int64_t off = (int64_t)b * a.total_D + a.D_offsets[t];
+    for (int c4 = threadIdx.x & 31; 4 * c4 < D; c4 += 32) {
+        const float4 x = embedding_bag_backward_ldg4(a.grad_output + off + 4 * c4);
+        embedding_bag_backward_store4(go_mean + off + 4 * c4, make_float4(x.x * s, x.y * s, x.z * s, x.w * s));
+    }
+}
+
+// The sum of one run's lookups [j_begin, j_end) (positions in the sorted order) into a lane's VPL vectors:
+// the lanes load 32 (bag, weight) pairs at once and broadcast them with shuffles; every lane of the warp
+// runs the same trip counts. psw: the sorted per-sample weights, or nullptr.
+template <int VPL>
+__device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBagBackwardArgs& a, const uint32_t* bags, const float* psw,
+                                                               const float* go, int t, int D, int j_begin, int j_end, int lane,
+                                                               float4 (&acc)[VPL]) {
+    const float* gbase = go + a.D_offsets[t];
+    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
+    for (int j0 = j_begin; j0 < j_end; j0 += 32) {
+        const int j = j0 + lane;
+        uint32_t bt = bt0;
+        float w = 1.0f;
+        if (j < j_end) {
+            bt = bags[j];
+            if (psw != nullptr) w = psw[j];
+        }
+        const int n = min(32, j_end - j0);
+        for (int k = 0; k < n; k++) {
+            const uint32_t btk = __shfl_sync(0xFFFFFFFFu, bt, k);
+            const float wk = __shfl_sync(0xFFFFFFFFu, w, k);
+            const float* gr = gbase + (int64_t)(btk - bt0) * a.total_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = lane + 32 * v;
+                if (4 * c4 < D) embedding_bag_backward_fma4(acc[v], wk, embedding_bag_backward_ldg4(gr + 4 * c4));
+            }
+        }
+    }
+}
+
+// Version 2: one warp per unique row (run r of the sorted keys): sum its lookups, then the optimizer.
+// The grid covers N warps (the most runs there can be); warps past num_runs (on the device) return.
+// SKIP_LONG (version 3's short-run kernel): runs of 32 or more are left to the block-per-row kernel.
+template <int VPL, bool SKIP_LONG>
+__global__ void __launch_bounds__(512) embedding_bag_backward_kernel2(EmbeddingBagBackwardArgs a, const uint64_t* run_keys,
+                                                                      const int* run_starts, const int* run_lengths,
+                                                                      const int* num_runs, const uint32_t* bags,
+                                                                      const float* psw, const float* go) {
+    const int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (r >= *num_runs) return;                              // the whole warp
+    const int start = run_starts[r], len = run_lengths[r];
+    if (SKIP_LONG && len >= EMBEDDING_BAG_BACKWARD_LONG_RUN) return;
+    const int64_t lin = (int64_t)run_keys[r];
+    const int t = (int)(bags[start] / (uint32_t)a.B);
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+    const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+    float4 acc[VPL];
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+    embedding_bag_backward_sum_run<VPL>(a, bags, psw, go, t, D, start, start + len, lane, acc);
+    EmbeddingBagBackwardRow<VPL> row;
+    embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
+    embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+}
+
+// version 3: the runs of 32 or more, listed (in any order: each is then handled by one block, so the
+// result does not depend on the order)
+__global__ void embedding_bag_backward_find_long(const int* run_lengths, const int* num_runs, int* long_ids, int* num_long) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < *num_runs && run_lengths[r] >= EMBEDDING_BAG_BACKWARD_LONG_RUN) long_ids[atomicAdd(num_long, 1)] = (int)r;
+}
+
+// Version 3, FBGEMM's block per long row: the W warps of the block take W consecutive slices of the run,
+// a shared-memory tree (fixed pairing, so deterministic) adds the W partial sums, warp 0 updates the row.
+// Blocks stride over the long runs; W is a power of two.
+template <int VPL>
+__global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(EmbeddingBagBackwardArgs a, const uint64_t* run_keys,
+                                                                          const int* run_starts, const int* run_lengths,
+                                                                          const int* long_ids, const int* num_long,
+                                                                          const uint32_t* bags, const float* psw, const float* go) {
+    extern __shared__ float4 embedding_bag_backward_smem[];  // [W][VPL * 32]
+    const int W = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int nl = *num_long;
+    for (int i = blockIdx.x; i < nl; i += gridDim.x) {
+        const int r = long_ids[i];
+        const int start = run_starts[r], len = run_lengths[r];
+        const int64_t lin = (int64_t)run_keys[r];
+        const int t = (int)(bags[start] / (uint32_t)a.B);
+        const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+        const int per_warp = (len + W - 1) / W;
+        const int s0 = min(len, w * per_warp), s1 = min(len, s0 + per_warp);
+        float4 acc[VPL];
+#pragma unroll
+        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+        embedding_bag_backward_sum_run<VPL>(a, bags, psw, go, t, D, start + s0, start + s1, lane, acc);
+#pragma unroll
+        for (int v = 0; v < VPL; v++) embedding_bag_backward_smem[(w * VPL + v) * 32 + lane] = acc[v];
+        __syncthreads();
+        for (int h = W / 2; h > 0; h >>= 1) {
+            if (w < h)
+#pragma unroll
+                for (int v = 0; v < VPL; v++)
+                    embedding_bag_backward_add4(embedding_bag_backward_smem[(w * VPL + v) * 32 + lane],
+                                                embedding_bag_backward_smem[((w + h) * VPL + v) * 32 + lane]);
+            __syncthreads();
+        }
+        if (w == 0) {
+#pragma unroll
+            for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_smem[v * 32 + lane];
+            const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+            EmbeddingBagBackwardRow<VPL> row;
+            embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
+            embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+        }
+        __syncthreads();                                     // the shared sums are reused by the next run
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Versions 4-6: fixed chunks of the sorted lookups.
+
+// one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b, and for weighted bags
+// the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
+template <class VAL>
+__global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, uint32_t* keys, VAL* vals) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (bag >= (int64_t)a.T * a.B) return;
+    const int t = (int)(bag / a.B);
+    const int64_t hoff = a.hash_offsets[t];
+    for (int64_t l = a.offsets[bag] + (threadIdx.x & 31); l < a.offsets[bag + 1]; l += 32) {
+        keys[l] = (uint32_t)(hoff + a.indices[l]);
+        if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
+        else vals[l] = (VAL)bag;
+    }
+}
+
+// one piece of a chunk as the G lanes of its group see it (every field is the same in the group)
+struct EmbeddingBagBackwardPiece {
+    int begin, end;          // lanes of the group, end inclusive
+    bool act, complete, tail;
+    int t, D, Doff;
+    int64_t wrow, lin;
+};
+
+// the piece of the group that begins at lane `begin` (act = false when begin >= cnt). Every lane of the
+// warp calls it (shuffles).
+template <int G>
+__device__ __forceinline__ EmbeddingBagBackwardPiece embedding_bag_backward_piece_at(const EmbeddingBagBackwardArgs& a, int begin, int cnt,
+                                                                                     unsigned starts, unsigned ends, uint32_t key, int tt) {
+    EmbeddingBagBackwardPiece p;
+    p.act = begin < cnt;
+    p.begin = p.act ? begin : 0;
+    p.end = p.act ? embedding_bag_backward_piece_end(ends, cnt, p.begin) : 0;
+    p.complete = p.act && embedding_bag_backward_piece_complete(starts, ends, p.begin, p.end);
+    p.tail = embedding_bag_backward_piece_slot(starts, p.begin) == 1;
+    p.t = __shfl_sync(0xFFFFFFFFu, tt, p.begin, G);
+    const uint32_t k = __shfl_sync(0xFFFFFFFFu, key, p.begin, G);
+    p.Doff = a.D_offsets[p.t];
+    p.D = a.D_offsets[p.t + 1] - p.Doff;
+    p.lin = (int64_t)k;
+    p.wrow = a.weights_offsets[p.t] + (p.lin - a.hash_offsets[p.t]) * p.D;
+    return p;
+}
+
+// Versions 4-6, first kernel. A group of G lanes (G = 32: the warp) owns the chunk of G sorted lookups
+// [chunk*G, chunk*G + G): lane l loads lookup l's key and value, run starts and ends come from comparing
+// keys with the neighbours, and two ballots give the group its start/end masks. The group then walks its
+// pieces in order: sums the piece's gradient rows (UNR rows in flight per lane, in lookup order), and
+// either updates the row (the piece is the whole run) or stores the sum as the chunk's HEAD or TAIL
+// partial for the combine kernel. Loops run the warp's longest trip count so shuffles see every lane.
+// PREFETCH (version 5): the next piece's weight/state rows are loaded before this piece's gradient rows
+// are summed (two rows in flight); only for VPL <= 2, where the registers allow it.
+template <int G, int VPL, bool PREFETCH, class VAL>
+__global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
+                                                                     const VAL* __restrict__ vals, float* __restrict__ partials) {
+    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
+    constexpr bool PF = PREFETCH && VPL <= 2;
+    constexpr unsigned GMASK = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1u);
+    const unsigned full = 0xFFFFFFFFu;
+    const int lane = threadIdx.x & 31, l = lane % G;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t N = a.N;
+    if (warp * 32 >= N) return;                              // the whole warp
+    const int64_t chunk = warp * (32 / G) + lane / G;
+    const int64_t base = chunk * G, o = base + l;
+    const bool valid = o < N;
+    uint32_t key = 0;
+    VAL val = 0;
+    bool st = false, en = false;
+    if (valid) {
+        key = keys[o];
+        val = vals[o];
+        st = o == 0 || keys[o - 1] != key;
+        en = o == N - 1 || keys[o + 1] != key;
+    }
+    const int shift = (lane / G) * G;
+    const unsigned starts = (__ballot_sync(full, st) >> shift) & GMASK;
+    const unsigned ends = (__ballot_sync(full, en) >> shift) & GMASK;
+    const int cnt = (int)embedding_bag_backward_min64(G, N - base > 0 ? N - base : 0);
+    // this lane's lookup: bag, table, scale (per-sample weight, / bag length for MEAN)
+    const uint32_t bt = (uint32_t)val;
+    float s = 1.0f;
+    if constexpr (sizeof(VAL) == 8) s = __uint_as_float((uint32_t)(val >> 32));
+    int tt = 0;
+    if (valid) {
+        tt = (int)(bt / (uint32_t)a.B);
+        if (a.mean) s *= 1.0f / (float)(a.offsets[bt + 1] - a.offsets[bt]);
+    }
+
+    EmbeddingBagBackwardPiece cur = embedding_bag_backward_piece_at<G>(a, 0, cnt, starts, ends, key, tt);
+    EmbeddingBagBackwardRow<VPL> rc;
+    if constexpr (PF) embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
+    while (__any_sync(full, cur.act)) {
+        EmbeddingBagBackwardPiece nxt = cur;
+        EmbeddingBagBackwardRow<VPL> rn;
+        if constexpr (PF) {
+            nxt = embedding_bag_backward_piece_at<G>(a, cur.act ? cur.end + 1 : cnt, cnt, starts, ends, key, tt);
+            embedding_bag_backward_load_row<VPL, G>(a, nxt.complete, nxt.D, nxt.wrow, nxt.lin, l, rn);
+        } else {
+            embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
+        }
+        float4 acc[VPL];
+#pragma unroll
+        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+        const int plen = cur.act ? cur.end - cur.begin + 1 : 0;
+        const int maxlen = (int)__reduce_max_sync(full, (unsigned)plen);
+        const float* gbase = a.grad_output + cur.Doff;
+        const uint32_t bt0 = (uint32_t)cur.t * (uint32_t)a.B;
+        for (int j0 = 0; j0 < maxlen; j0 += UNR) {
+            float4 x[UNR][VPL];
+            float sc[UNR];
+#pragma unroll
+            for (int u = 0; u < UNR; u++) {
+                const bool on = j0 + u < plen;
+                const int src = on ? cur.begin + j0 + u : 0;
+                const uint32_t btu = __shfl_sync(full, bt, src, G);
+                sc[u] = __shfl_sync(full, s, src, G);
+                const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
+#pragma unroll
+                for (int v = 0; v < VPL; v++) {
+                    const int c4 = l + G * v;
+                    x[u][v] = (on && 4 * c4 < cur.D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNR; u++)
+                if (j0 + u < plen)
+#pragma unroll
+                    for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sc[u], x[u][v]);
+        }
+        embedding_bag_backward_update_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
+        if (cur.act && !cur.complete) {
+            float* p = partials + (chunk * 2 + (cur.tail ? 1 : 0)) * (int64_t)a.max_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = l + G * v;
+                if (4 * c4 < cur.D) embedding_bag_backward_store4(p + 4 * c4, acc[v]);
+            }
+        }
+        if constexpr (PF) {
+            cur = nxt;
+            rc = rn;
+        } else {
+            cur = embedding_bag_backward_piece_at<G>(a, cur.act ? cur.end + 1 : cnt, cnt, starts, ends, key, tt);
+        }
+    }
+}
+
+// Versions 4-6, second kernel: the runs that cross chunks. Each block takes 256 chunks, one thread per
+// chunk finds the owners (chunks where such a run begins; embedding_bag_backward_is_owner), and the
+// block handles its owners in order. For each: warp 0 finds the run's last chunk (32 probes per round),
+// the 8 warps add the S partials (warp w: partials w, w+8, w+16, ... in that order; partial 0 is the
+// owner's TAIL, partial k >= 1 the HEAD of chunk owner+k), warp 0 adds the 8 warp sums in warp order and
+// updates the row. Fixed order throughout: the same bits on every run.
+template <int VPL, class VAL>
+__global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
+                                                                     const VAL* __restrict__ vals, const float* __restrict__ partials,
+                                                                     int C, int64_t num_chunks) {
+    constexpr int W = 8;
+    __shared__ int64_t owners[W * 32];
+    __shared__ int counts[W];
+    __shared__ int64_t last_chunk;
+    __shared__ float4 red[W][VPL * 32];
+    const unsigned full = 0xFFFFFFFFu;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int64_t N = a.N;
+    const int64_t c = (int64_t)blockIdx.x * (W * 32) + tid;
+    const bool own = c < num_chunks && embedding_bag_backward_is_owner(keys, N, (int64_t)C, c);
+    const unsigned m = __ballot_sync(full, own);
+    if (lane == 0) counts[w] = __popc(m);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int i = 0; i < W; i++) {
+        before += i < w ? counts[i] : 0;
+        total += counts[i];
+    }
+    if (own) owners[before + __popc(m & ((1u << lane) - 1u))] = c;
+    __syncthreads();
+    for (int i = 0; i < total; i++) {
+        const int64_t oc = owners[i];
+        const int64_t last = embedding_bag_backward_min64(oc * C + C, N) - 1;   // the owner's last lookup
+        const uint32_t K = keys[last];
+        if (w == 0) {
+            const int64_t cl = embedding_bag_backward_last_chunk(
+                oc, num_chunks, [&](int64_t x) { return embedding_bag_backward_continues(keys, N, (int64_t)C, x, K); },
+                [&](auto probe) { return __ballot_sync(full, probe(lane)); });
+            if (lane == 0) last_chunk = cl;
+        }
+        __syncthreads();
+        const int64_t S = last_chunk - oc + 1;
+        const int t = (int)((uint32_t)vals[last] / (uint32_t)a.B);
+        const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+        float4 acc[VPL];
+#pragma unroll
+        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+        for (int64_t k0 = w; k0 < S; k0 += 4 * W) {
+            float4 x[4][VPL];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int64_t k = k0 + u * W;
+                const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
+#pragma unroll
+                for (int v = 0; v < VPL; v++) {
+                    const int c4 = lane + 32 * v;
+                    x[u][v] = (k < S && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (k0 + u * W < S)
+#pragma unroll
+                    for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
+        }
+#pragma unroll
+        for (int v = 0; v < VPL; v++) red[w][v * 32 + lane] = acc[v];
+        __syncthreads();
+        if (w == 0) {
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                acc[v] = red[0][v * 32 + lane];
+                for (int ww = 1; ww < W; ww++) embedding_bag_backward_add4(acc[v], red[ww][v * 32 + lane]);
+            }
+            const int64_t lin = (int64_t)K;
+            const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+            EmbeddingBagBackwardRow<VPL> row;
+            embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
+            embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+        }
+        __syncthreads();                                     // red and last_chunk are reused
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// workspace: everything the versions need besides their inputs and outputs, allocated once (CUB's temp
+// storage sized for the largest call) before anything is timed
+
+struct EmbeddingBagBackwardWorkspace {
+    void* temp = nullptr;
+    size_t temp_bytes = 0;
+    // version 1 (acc and flags are zero between steps: zeroed at allocation, re-zeroed by the version)
+    float* acc = nullptr;
+    unsigned* flags = nullptr;
+    int64_t* list = nullptr;
+    unsigned* count = nullptr;
+    // versions 2, 3
+    uint64_t *keys64 = nullptr, *keys64_sorted = nullptr, *keys64_scratch = nullptr, *run_keys = nullptr;
+    uint32_t *bags = nullptr, *bags_sorted = nullptr;
+    float *psw_sorted = nullptr, *go_mean = nullptr;
+    int *run_lengths = nullptr, *run_starts = nullptr, *num_runs = nullptr, *long_ids = nullptr, *num_long = nullptr;
+    // versions 4-6 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
+    uint32_t *keys32 = nullptr, *keys32_sorted = nullptr;
+    void *vals = nullptr, *vals_sorted = nullptr;
+    float* partials = nullptr;
+    // the buffers a version must write before it reads them: the check poisons them before every run
+    std::vector<std::pair<void*, size_t>> scratch;
+    std::vector<void*> owned;
+};
+
+// the number of bits the largest linear row id needs (at least 1): the sorts look at no others
+inline int embedding_bag_backward_key_bits(int64_t num_rows) {
+    int bits = 1;
+    while (bits < 63 && ((num_rows - 1) >> bits) != 0) bits++;
+    return bits;
+}
+
+// versions 4-6: rows in flight per lane / lanes per row
+inline int embedding_bag_backward_vpl(int max_D) {   // 4-column vectors per lane of a full warp: 1, 2, 4, 8
+    const int v = ceil_div(max_D, 128);
+    return v <= 1 ? 1 : (v <= 2 ? 2 : (v <= 4 ? 4 : 8));
+}
+inline int embedding_bag_backward_group(int max_D) {  // version 6's lanes per row (8 or 16; 32 above D = 64)
+    return max_D <= 32 ? 8 : (max_D <= 64 ? 16 : 32);
+}
+
+template <class T>
+T* embedding_bag_backward_ws_alloc(EmbeddingBagBackwardWorkspace& ws, size_t n, bool scratch = true) {
+    T* p = device_alloc<T>(n);
+    ws.owned.push_back(p);
+    if (scratch) ws.scratch.push_back({p, std::max<size_t>(n, 1) * sizeof(T)});
+    return p;
+}
+
+inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const EmbeddingBagBackwardArgs& a, const std::vector<int>& kernels) {
+    EmbeddingBagBackwardWorkspace ws;
+    const int64_t N = a.N;
+    const bool weighted = a.per_sample_weights != nullptr;
+    auto uses = [&](int lo, int hi) { for (int k : kernels) if (k >= lo && k <= hi) return true; return false; };
+    size_t temp = 0, bytes = 0;
+    if (uses(1, 1)) {
+        ws.acc = embedding_bag_backward_ws_alloc<float>(ws, (size_t)a.num_weights, false);
+        ws.flags = embedding_bag_backward_ws_alloc<unsigned>(ws, (size_t)a.num_rows, false);
+        cudaCheck(cudaMemset(ws.acc, 0, std::max<size_t>(a.num_weights, 1) * sizeof(float)));
+        cudaCheck(cudaMemset(ws.flags, 0, std::max<size_t>(a.num_rows, 1) * sizeof(unsigned)));
+        ws.list = embedding_bag_backward_ws_alloc<int64_t>(ws, (size_t)N);
+        ws.count = embedding_bag_backward_ws_alloc<unsigned>(ws, 1);
+    }
+    if (uses(2, 3)) {
+        ws.keys64 = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+        ws.keys64_sorted = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+        ws.bags = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+        ws.bags_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+        ws.run_keys = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+        ws.run_lengths = embedding_bag_backward_ws_alloc<int>(ws, (size_t)N);
+        ws.run_starts = embedding_bag_backward_ws_alloc<int>(ws, (size_t)N);
+        ws.num_runs = embedding_bag_backward_ws_alloc<int>(ws, 1);
+        ws.long_ids = embedding_bag_backward_ws_alloc<int>(ws, (size_t)N);
+        ws.num_long = embedding_bag_backward_ws_alloc<int>(ws, 1);
+        if (weighted) {
+            ws.keys64_scratch = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+            ws.psw_sorted = embedding_bag_backward_ws_alloc<float>(ws, (size_t)N);
+        }
+        if (a.mean) ws.go_mean = embedding_bag_backward_ws_alloc<float>(ws, (size_t)a.B * a.total_D);
+        cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ws.keys64, ws.keys64_sorted, ws.bags, ws.bags_sorted, (int)N, 0, a.key_bits));
+        temp = std::max(temp, bytes);
+        if (weighted) {
+            cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ws.keys64, ws.keys64_scratch, a.per_sample_weights, ws.psw_sorted, (int)N, 0,
+                                                      a.key_bits));
+            temp = std::max(temp, bytes);
+        }
+        cudaCheck(cub::DeviceRunLengthEncode::Encode(nullptr, bytes, ws.keys64_sorted, ws.run_keys, ws.run_lengths, ws.num_runs, (int)N));
+        temp = std::max(temp, bytes);
+        cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, bytes, ws.run_lengths, ws.run_starts, (int)N));
+        temp = std::max(temp, bytes);
+    }
+    if (uses(4, 6) && a.num_rows <= ((int64_t)1 << 32)) {
+        ws.keys32 = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+        ws.keys32_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+        if (weighted) {
+            ws.vals = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+            ws.vals_sorted = embedding_bag_backward_ws_alloc<uint64_t>(ws, (size_t)N);
+            cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint64_t*)ws.vals,
+                                                      (uint64_t*)ws.vals_sorted, (int)N, 0, std::min(a.key_bits, 32)));
+        } else {
+            ws.vals = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+            ws.vals_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
+            cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint32_t*)ws.vals,
+                                                      (uint32_t*)ws.vals_sorted, (int)N, 0, std::min(a.key_bits, 32)));
+        }
+        temp = std::max(temp, bytes);
+        // two partial rows per chunk; the smallest chunk is version 6's group
+        const int C = uses(6, 6) ? std::min(32, embedding_bag_backward_group(a.max_D)) : 32;
+        ws.partials = embedding_bag_backward_ws_alloc<float>(ws, (size_t)ceil_div<int64_t>(N, C) * 2 * a.max_D);
+    }
+    ws.temp_bytes = temp;
+    ws.temp = embedding_bag_backward_ws_alloc<char>(ws, temp, false);
+    return ws;
+}
+
+inline void embedding_bag_backward_free(EmbeddingBagBackwardWorkspace& ws) {
+    for (void* p : ws.owned) cudaCheck(cudaFree(p));
+    ws.owned.clear();
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers (stream-ordered only: no allocation, no host synchronization) and the dispatcher
+
+inline unsigned embedding_bag_backward_grid(int64_t threads, int block) { return (unsigned)ceil_div<int64_t>(threads, block); }
+
+void embedding_bag_backward1(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    cudaCheck(cudaMemsetAsync(ws.count, 0, sizeof(unsigned), stream));
+    embedding_bag_backward_kernel1_scatter<<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, block), block, 0, stream>>>(
+        a, ws.acc, ws.flags, ws.list, ws.count);
+    embedding_bag_backward_kernel1_apply<<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(a, ws.acc, ws.flags, ws.list,
+                                                                                                             ws.count);
+}
+
+// versions 2, 3: linearize, sort (and the weights in a second sort), MEAN pass, run-length encode, scan.
+// Returns the grad_output the kernels read (the MEAN copy or the input).
+inline const float* embedding_bag_backward_runs(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, cudaStream_t stream) {
+    const int N = (int)a.N;
+    size_t bytes = ws.temp_bytes;
+    embedding_bag_backward_linearize64<<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys64, ws.bags);
+    cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys64, ws.keys64_sorted, ws.bags, ws.bags_sorted, N, 0, a.key_bits, stream));
+    if (a.per_sample_weights != nullptr) {
+        bytes = ws.temp_bytes;
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys64, ws.keys64_scratch, a.per_sample_weights, ws.psw_sorted, N, 0,
+                                                  a.key_bits, stream));
+    }
+    const float* go = a.grad_output;
+    if (a.mean) {
+        embedding_bag_backward_grad_mean<<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.go_mean);
+        go = ws.go_mean;
+    }
+    bytes = ws.temp_bytes;
+    cudaCheck(cub::DeviceRunLengthEncode::Encode(ws.temp, bytes, ws.keys64_sorted, ws.run_keys, ws.run_lengths, ws.num_runs, N, stream));
+    // The encoder writes num_runs lengths; the scan runs over all N (num_runs is on the device). Entry r of
+    // an exclusive sum depends on entries < r only, and no kernel reads a start past num_runs, so the
+    // unwritten tail needs no zeroing (FBGEMM zeroes it: one more pass).
+    bytes = ws.temp_bytes;
+    cudaCheck(cub::DeviceScan::ExclusiveSum(ws.temp, bytes, ws.run_lengths, ws.run_starts, N, stream));
+    return go;
+}
+
+template <int VPL>
+void embedding_bag_backward2_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    const float* go = embedding_bag_backward_runs(a, ws, stream);
+    embedding_bag_backward_kernel2<VPL, false><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
+        a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
+}
+
+template <int VPL>
+void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    const float* go = embedding_bag_backward_runs(a, ws, stream);
+    cudaCheck(cudaMemsetAsync(ws.num_long, 0, sizeof(int), stream));
+    embedding_bag_backward_find_long<<<embedding_bag_backward_grid(a.N, 256), 256, 0, stream>>>(ws.run_lengths, ws.num_runs, ws.long_ids,
+                                                                                                 ws.num_long);
+    // FBGEMM's grid for the long runs: one block per 1024 lookups, striding over the long runs
+    const unsigned cta_grid = (unsigned)std::max<int64_t>(1, ceil_div<int64_t>(a.N, 1024));
+    const size_t smem = (size_t)(block / 32) * VPL * 32 * sizeof(float4);
+    embedding_bag_backward_kernel3_cta<VPL><<<cta_grid, block, smem, stream>>>(a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.long_ids,
+                                                                              ws.num_long, ws.bags_sorted, ws.psw_sorted, go);
+    embedding_bag_backward_kernel2<VPL, true><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
+        a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
+}
+
+// versions 4-6: linearize, one sort, the chunk kernel, the combine kernel
+template <int G, int VPL, bool PREFETCH, class VAL>
+void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    VAL* vals = (VAL*)ws.vals;
+    VAL* vals_sorted = (VAL*)ws.vals_sorted;
+    size_t bytes = ws.temp_bytes;
+    embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, vals);
+    cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
+                                              std::min(a.key_bits, 32), stream));
+    const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, G);
+    embedding_bag_backward_chunks<G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+        a, ws.keys32_sorted, vals_sorted, ws.partials);
+    embedding_bag_backward_combine<(G == 32 ? VPL : 1), VAL><<<embedding_bag_backward_grid(chunks, 256), 256, 0, stream>>>(
+        a, ws.keys32_sorted, vals_sorted, ws.partials, G, chunks);
+}
+
+template <int G, int VPL, bool PREFETCH>
+void embedding_bag_backward_chunked_vals(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t>(a, ws, block, stream);
+    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t>(a, ws, block, stream);
+}
+
+void embedding_bag_backward2(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    switch (embedding_bag_backward_vpl(a.max_D)) {
+        case 1: embedding_bag_backward2_vpl<1>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward2_vpl<2>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward2_vpl<4>(a, ws, block, stream); break;
+        default: embedding_bag_backward2_vpl<8>(a, ws, block, stream); break;
+    }
+}
+
+void embedding_bag_backward3(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    switch (embedding_bag_backward_vpl(a.max_D)) {
+        case 1: embedding_bag_backward3_vpl<1>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward3_vpl<2>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward3_vpl<4>(a, ws, block, stream); break;
+        default: embedding_bag_backward3_vpl<8>(a, ws, block, stream); break;
+    }
+}
+
+template <bool PREFETCH>
+void embedding_bag_backward_warp_chunks(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    switch (embedding_bag_backward_vpl(a.max_D)) {
+        case 1: embedding_bag_backward_chunked_vals<32, 1, PREFETCH>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward_chunked_vals<32, 2, PREFETCH>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward_chunked_vals<32, 4, PREFETCH>(a, ws, block, stream); break;
+        default: embedding_bag_backward_chunked_vals<32, 8, PREFETCH>(a, ws, block, stream); break;
+    }
+}
+
+void embedding_bag_backward4(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    embedding_bag_backward_warp_chunks<false>(a, ws, block, stream);
+}
+
+void embedding_bag_backward5(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    embedding_bag_backward_warp_chunks<true>(a, ws, block, stream);
+}
+
+void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    if (embedding_bag_backward_group(a.max_D) == 8) embedding_bag_backward_chunked_vals<8, 1, true>(a, ws, block, stream);
+    else embedding_bag_backward_chunked_vals<16, 1, true>(a, ws, block, stream);
+}
+
+void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block,
+                            cudaStream_t stream) {
+    switch (kernel_num) {
+        case 1: embedding_bag_backward1(a, ws, block, stream); break;
+        case 2: embedding_bag_backward2(a, ws, block, stream); break;
+        case 3: embedding_bag_backward3(a, ws, block, stream); break;
+        case 4: embedding_bag_backward4(a, ws, block, stream); break;
+        case 5: embedding_bag_backward5(a, ws, block, stream); break;
+        case 6: embedding_bag_backward6(a, ws, block, stream); break;
+        default: fail_args("embedding_bag_backward has no version %d", kernel_num);
+    }
+}
+
+// version 3's block-per-row kernel takes up to 16 warps * 8 vectors * 512 B = 64 KB of shared memory:
+// allow it once, outside any launcher (and outside graph capture)
+inline void embedding_bag_backward_setup_kernels() {
+    const int max_smem = 16 * 8 * 32 * (int)sizeof(float4);
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+}
+
+// the precondition of each version on a shape, "" when it can run
+inline std::string embedding_bag_backward_skip_reason(int kernel_num, int max_D, int64_t num_rows) {
+    if (kernel_num >= 2 && max_D > EMBEDDING_BAG_BACKWARD_MAX_D)
+        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-6 hold a row in registers (8 vectors per lane)";
+    if (kernel_num >= 4 && num_rows > ((int64_t)1 << 32))
+        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-6 sort 32-bit row ids";
+    if (kernel_num == 6 && embedding_bag_backward_group(max_D) == 32)
+        return "max D = " + std::to_string(max_D) + " > 64: sub-warp rows are for D <= 64 (wider rows take the whole warp, as in version 5)";
+    return "";
+}
+
+inline std::vector<int> embedding_bag_backward_blocks() { return {64, 128, 256, 512}; }
+
+// ----------------------------------------------------------------------------------------------
+// the check's GPU helpers (never timed): fill the tables, gather / restore / poison the looked-up rows,
+// compare with the reference, and prove that nothing else changed
+
+inline unsigned embedding_bag_backward_helper_grid(int64_t threads) {
+    return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(threads, 256), 132 * 64));
+}
+
+template <class T>
+__global__ void embedding_bag_backward_fill_weights(T* w, int64_t n, uint64_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        w[i] = from_float<T>(embedding_bag_backward_initial_weight(seed, i));
+}
+__global__ void embedding_bag_backward_fill_state(float* m, int64_t n, uint64_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        m[i] = embedding_bag_backward_initial_state(seed, i);
+}
+
+// row u of a strided buffer starts at src_off[u] and has col[u+1] - col[u] elements; compact row u
+// starts at col[u]. One warp per row.
+template <class T>
+__global__ void embedding_bag_backward_gather(float* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < U; u += ((int64_t)gridDim.x * blockDim.x) >> 5)
+        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) dst[col[u] + d] = to_float(src[src_off[u] + d]);
+}
+template <class T>
+__global__ void embedding_bag_backward_copy_rows(T* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < U; u += ((int64_t)gridDim.x * blockDim.x) >> 5)
+        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) dst[src_off[u] + d] = src[src_off[u] + d];
+}
+__global__ void embedding_bag_backward_poison_rows(float* dst, const int64_t* src_off, const int64_t* col, int64_t U) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < U; u += ((int64_t)gridDim.x * blockDim.x) >> 5)
+        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) dst[src_off[u] + d] = __uint_as_float(0xFFFFFFFFu);
+}
+
+struct EmbeddingBagBackwardStats {
+    unsigned long long bad, nonfinite, first_bad;
+    unsigned max_abs_bits, max_rel_bits;      // non-negative floats order like their bits
+};
+
+__device__ inline void embedding_bag_backward_stats_add(EmbeddingBagBackwardStats* s, unsigned long long bad, unsigned long long nonfinite,
+                                                        unsigned long long first, float max_abs, float max_rel) {
+    for (int o = 16; o > 0; o >>= 1) {
+        bad += __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+        nonfinite += __shfl_xor_sync(0xFFFFFFFFu, nonfinite, o);
+        const unsigned long long f = __shfl_xor_sync(0xFFFFFFFFu, first, o);
+        first = f < first ? f : first;
+        max_abs = fmaxf(max_abs, __shfl_xor_sync(0xFFFFFFFFu, max_abs, o));
+        max_rel = fmaxf(max_rel, __shfl_xor_sync(0xFFFFFFFFu, max_rel, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (bad) atomicAdd(&s->bad, bad);
+        if (nonfinite) atomicAdd(&s->nonfinite, nonfinite);
+        atomicMin(&s->first_bad, first);
+        atomicMax(&s->max_abs_bits, __float_as_uint(max_abs));
+        atomicMax(&s->max_rel_bits, __float_as_uint(max_rel));
+    }
+}
+
+// compact result against the reference: element i fails when non-finite or |got - ref| > tol[i]
+__global__ void embedding_bag_backward_compare(const float* got, const float* ref, const float* tol, int64_t n, EmbeddingBagBackwardStats* s) {
+    unsigned long long bad = 0, nonfinite = 0, first = ~0ull;
+    float max_abs = 0.0f, max_rel = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = got[i], r = ref[i];
+        bool fail;
+        if (!isfinite(g)) {
+            nonfinite++;
+            fail = true;
+        } else {
+            const float e = fabsf(g - r);
+            max_abs = fmaxf(max_abs, e);
+            if (fabsf(r) > 1e-6f) max_rel = fmaxf(max_rel, e / fabsf(r));
+            fail = e > tol[i];
+        }
+        if (fail) {
+            bad++;
+            first = (unsigned long long)i < first ? (unsigned long long)i : first;
+        }
+    }
+    embedding_bag_backward_stats_add(s, bad, nonfinite, first, max_abs, max_rel);
+}
+
+// two word arrays bit for bit
+__global__ void embedding_bag_backward_bitdiff(const unsigned* x, const unsigned* y, int64_t n, EmbeddingBagBackwardStats* s) {
+    unsigned long long bad = 0, first = ~0ull;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (x[i] != y[i]) {
+            bad++;
+            first = (unsigned long long)i < first ? (unsigned long long)i : first;
+        }
+    embedding_bag_backward_stats_add(s, bad, 0, first, 0.0f, 0.0f);
+}
+
+// Every linear row r not looked up (touched[r] == 0; touched == nullptr: every row) must hold the same
+// bits in cur as in ref (ref == nullptr: all zero bits). unit: one word per row at r (rowwise state, v1's
+// flags); else the row of table t at base[t] + row * D_t. One warp per row; first_bad is a linear row.
+template <class Word>
+__global__ void embedding_bag_backward_untouched(const Word* cur, const Word* ref, const uint8_t* touched, const int64_t* base,
+                                                 const int* D_offsets, const int64_t* hash_offsets, int T, int64_t num_rows, bool unit,
+                                                 EmbeddingBagBackwardStats* s) {
+    const int lane = threadIdx.x & 31;
+    unsigned long long bad = 0, first = ~0ull;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < num_rows; r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        if (touched != nullptr && touched[r]) continue;
+        int width = 1;
+        int64_t off = r;
+        if (!unit) {
+            const int t = embedding_bag_backward_table_of(hash_offsets, T, r);
+            width = D_offsets[t + 1] - D_offsets[t];
+            off = base[t] + (r - hash_offsets[t]) * width;
+        }
+        for (int d = lane; d < width; d += 32) {
+            const Word x = cur[off + d], y = ref != nullptr ? ref[off + d] : (Word)0;
+            if (x != y) {
+                bad++;
+                first = (unsigned long long)r < first ? (unsigned long long)r : first;
+            }
+        }
+    }
+    embedding_bag_backward_stats_add(s, bad, 0, first, 0.0f, 0.0f);
+}
+
+inline EmbeddingBagBackwardStats embedding_bag_backward_stats(EmbeddingBagBackwardStats* d_s, const std::function<void()>& launch) {
+    const EmbeddingBagBackwardStats init = {0ull, 0ull, ~0ull, 0u, 0u};
+    cudaCheck(cudaMemcpy(d_s, &init, sizeof init, cudaMemcpyHostToDevice));
+    launch();
+    cudaCheck(cudaGetLastError());
+    EmbeddingBagBackwardStats out;
+    cudaCheck(cudaMemcpy(&out, d_s, sizeof out, cudaMemcpyDeviceToHost));
+    return out;
+}
+inline float embedding_bag_backward_bits_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
+
+// the shape field of the RESULT lines (the forward's, plus the optimizer)
+inline std::string embedding_bag_backward_shape(const EmbeddingBagBackwardConfig& c, const EmbeddingBagBackwardParams& p) {
+    std::string Ds, Es;
+    for (int t = 0; t < std::min(c.T, 8); t++) {
+        Ds += (t ? ":" : "") + std::to_string(embedding_bag_backward_table_D(c, t));
+        Es += (t ? ":" : "") + std::to_string(embedding_bag_backward_table_E(c, t));
+    }
+    bool same_D = true, same_E = true;
+    for (int t = 1; t < c.T; t++) {
+        same_D = same_D && embedding_bag_backward_table_D(c, t) == embedding_bag_backward_table_D(c, 0);
+        same_E = same_E && embedding_bag_backward_table_E(c, t) == embedding_bag_backward_table_E(c, 0);
+    }
+    if (same_D) Ds = std::to_string(embedding_bag_backward_table_D(c, 0));
+    else if (c.T > 8) Ds += ":...";
+    if (same_E) Es = std::to_string(embedding_bag_backward_table_E(c, 0));
+    else if (c.T > 8) Es += ":...";
+    char buf[512];
+    snprintf(buf, sizeof buf, "T%d,E%s,D%s,B%d,L%d,alpha%g,%s%s%s%s,%s", c.T, Es.c_str(), Ds.c_str(), c.B, c.L,
+             c.alpha > 1.0 ? c.alpha : 0.0, c.mean ? "mean" : "sum", c.weighted ? ",weighted" : "",
+             c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "",
+             EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt]);
+    return buf;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+#ifndef NO_MAIN
+int main(int argc, char** argv) {
+    EmbeddingBagBackwardConfig cfg;
+    EmbeddingBagBackwardParams prm;
+    std::string pooling = "sum", optimizer = "rowwise_adagrad", break_input = "none";
+    Cli cli("embedding_bag_backward",
+            "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
+            "one update per looked-up row, rows nobody looked up untouched.", 6, 5);
+    cli.add_int("T", &cfg.T, "tables");
+    cli.add_int64("E", &cfg.E, "rows per table");
+    cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
+    cli.add_int("B", &cfg.B, "bags per table (batch size)");
+    cli.add_int("L", &cfg.L, "lookups per bag");
+    cli.add_double("alpha", &cfg.alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
+    cli.add_choice("pooling", &pooling, {"sum", "mean"}, "pooling");
+    cli.add_flag("weighted", &cfg.weighted, "per-sample weights");
+    cli.add_flag("mixed-dims", &cfg.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
+    cli.add_int_list("Ds", &cfg.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
+    cli.add_int_list("Es", &cfg.Es, "per-table E, cycled over the tables (overrides --E, --mixed-dims)");
+    cli.add_double("empty-frac", &cfg.empty_frac, "fraction of bags made empty (1: all bags empty)");
+    cli.add_flag("one-row", &cfg.one_row, "adversarial input: every lookup of a table hits the same row");
+    cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "rowwise_adagrad", "adagrad"}, "the fused optimizer (dense: write the gradient)");
+    cli.add_double("lr", &prm.lr, "learning rate");
+    cli.add_double("eps", &prm.eps, "Adagrad's epsilon");
+    cli.add_choice("break-input", &break_input, {"none", "index", "order", "count"},
+                   "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
+    cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a positive multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31,\n"
+                      "  fewer than 2^31 lookups, eps > 0; Zipf (alpha > 1) needs E >= L in every table;\n"
+                      "  versions 2-6 need every D <= 1024, versions 4-6 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
+                      "  --block a power of two from 32 to 512";
+    cli.parse(argc, argv);
+    cfg.mean = pooling == "mean";
+    for (int i = 0; i < 4; i++)
+        if (optimizer == EMBEDDING_BAG_BACKWARD_OPT_NAMES[i]) prm.opt = (EmbeddingBagBackwardOpt)i;
+    require(cfg.T >= 1 && cfg.T <= 65535, "T (%d) must be 1..65535", cfg.T);
+    require(cfg.B >= 1, "B (%d) must be >= 1", cfg.B);
+    require(cfg.L >= 0, "L (%d) must be >= 0", cfg.L);
+    require(cfg.E >= 1, "E (%lld) must be >= 1", (long long)cfg.E);
+    for (int E : cfg.Es) require(E >= 1, "every --Es entry must be >= 1 (got %d)", E);
+    require(cfg.empty_frac >= 0.0 && cfg.empty_frac <= 1.0, "--empty-frac (%g) must be in [0, 1]", cfg.empty_frac);
+    require((int64_t)cfg.T * cfg.B < INT32_MAX, "T*B (%lld) must be < 2^31", (long long)cfg.T * cfg.B);
+    require((int64_t)cfg.T * cfg.B * cfg.L < INT32_MAX, "T*B*L (%lld) must be < 2^31 lookups", (long long)cfg.T * cfg.B * cfg.L);
+    require(prm.eps > 0.0, "--eps (%g) must be > 0", prm.eps);
+    require(cli.block == 0 || (cli.block >= 32 && cli.block <= 512 && (cli.block & (cli.block - 1)) == 0),
+            "--block (%d) must be a power of two from 32 to 512", cli.block);
+    for (int t = 0; t < cfg.T; t++) {
+        const int D = embedding_bag_backward_table_D(cfg, t);
+        require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
+    }
+    int64_t table_elems = 0;
+    for (int t = 0; t < cfg.T; t++) table_elems += embedding_bag_backward_table_E(cfg, t) * embedding_bag_backward_table_D(cfg, t);
+    require(table_elems <= ((int64_t)8 << 30), "the tables hold %lld elements: more than this bench allocates (2^33)", (long long)table_elems);
+
+    EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, cli.seed);
+    if (break_input == "index") {
+        for (int64_t bag = 0; bag < (int64_t)in.T * in.B; bag++)
+            if (in.offsets[bag + 1] > in.offsets[bag]) { in.indices[in.offsets[bag]] = in.E[bag / in.B]; break; }
+    } else if (break_input == "order") {
+        in.offsets[1] = -1;
+    } else if (break_input == "count") {
+        in.offsets.pop_back();
+    }
+    std::string bad = embedding_bag_backward_validate(in);
+    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+
+    cuda_init();
+    const EmbeddingBagBackwardOpt opt = prm.opt;
+    const bool dense = opt == EmbeddingBagBackwardOpt::dense, rowwise = opt == EmbeddingBagBackwardOpt::rowwise_adagrad,
+               adagrad = opt == EmbeddingBagBackwardOpt::adagrad;
+    const int max_D = in.max_D();
+    const int64_t N = in.N(), num_rows = in.num_rows(), num_weights = in.num_weights;
+    const uint64_t seed = cli.seed;
+
+    // the reference: the touched rows' initial values come from the same hash the GPU fills the tables with
+    auto w0 = [&](int64_t e) { return to_float(from_float<floatX>(embedding_bag_backward_initial_weight(seed, e))); };
+    auto m0 = [&](int64_t i) { return embedding_bag_backward_initial_state(seed, i); };
+    EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    const int64_t U = R.U(), C = R.col.back();
+    int64_t long_runs = 0;
+    for (int64_t u = 0; u < U; u++) long_runs += R.count[u] >= EMBEDDING_BAG_BACKWARD_LONG_RUN;
+    printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
+           "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
+           in.T, in.B, in.total_D(), max_D, (long long)N, cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
+           cfg.mean ? "mean" : "sum", cfg.weighted ? ", weighted" : "", (long long)U, (long long)R.max_count, (long long)long_runs,
+           EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt], prm.lr, prm.eps, (double)num_weights * sizeof(floatX) / 1e9);
+
+    // inputs on the device
+    EmbeddingBagBackwardArgs a{};
+    a.weights_offsets = device_upload(in.weights_offsets);
+    a.D_offsets = device_upload(in.D_offsets);
+    a.hash_offsets = device_upload(in.hash_offsets);
+    a.indices = device_upload(in.indices);
+    a.offsets = device_upload(in.offsets);
+    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
+    a.grad_output = device_upload(in.grad_output);
+    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = max_D;
+    a.key_bits = embedding_bag_backward_key_bits(num_rows);
+    a.N = N; a.num_rows = num_rows; a.num_weights = num_weights;
+    a.mean = in.mean; a.opt = opt; a.lr = (float)prm.lr; a.eps = (float)prm.eps;
+
+    // tables and state: a pristine copy (filled once from the hash) and the live one the step updates
+    const unsigned fill_grid = embedding_bag_backward_helper_grid(num_weights);
+    floatX* W0 = device_alloc<floatX>((size_t)num_weights);
+    floatX* W = device_alloc<floatX>((size_t)num_weights);
+    embedding_bag_backward_fill_weights<floatX><<<fill_grid, 256>>>(W0, num_weights, seed);
+    cudaCheck(cudaGetLastError());
+    const int64_t n_state = rowwise ? num_rows : (adagrad ? num_weights : 0);
+    float* M0 = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
+    float* M = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
+    if (n_state) embedding_bag_backward_fill_state<<<embedding_bag_backward_helper_grid(n_state), 256>>>(M0, n_state, seed);
+    float* Gd = dense ? device_alloc<float>((size_t)num_weights) : nullptr;
+    cudaCheck(cudaGetLastError());
+    a.weights = W; a.state = M; a.grad_weights = Gd;
+
+    // the touched rows: where they live, the mask of them, the reference and its tolerances (compact)
+    std::vector<int64_t> h_src((size_t)U), h_iota((size_t)U + 1);
+    for (int64_t u = 0; u < U; u++) h_src[u] = in.weights_offsets[R.table[u]] + R.row[u] * in.D(R.table[u]);
+    for (int64_t u = 0; u <= U; u++) h_iota[u] = u;
+    std::vector<uint8_t> h_mask((size_t)num_rows, 0);
+    for (int64_t u = 0; u < U; u++) h_mask[R.linear[u]] = 1;
+    int64_t* d_src = device_upload(h_src);
+    int64_t* d_col = device_upload(R.col);
+    int64_t* d_lin = device_upload(R.linear);
+    int64_t* d_iota = device_upload(h_iota);
+    uint8_t* d_mask = device_upload(h_mask);
+    const int64_t n_m = rowwise ? U : (adagrad ? C : 0);
+    float *d_ref_w = nullptr, *d_tol_w = nullptr, *d_ref_m = nullptr, *d_tol_m = nullptr, *d_ref_g = nullptr, *d_tol_g = nullptr;
+    if (!dense) { d_ref_w = device_upload(ref.w); d_tol_w = device_upload(ref.w_tol); }
+    if (n_m) { d_ref_m = device_upload(ref.m); d_tol_m = device_upload(ref.m_tol); }
+    if (dense) { d_ref_g = device_upload(ref.grad); d_tol_g = device_upload(ref.grad_tol); }
+    float* d_cw = device_alloc<float>((size_t)C);          // the GPU's rows, gathered (weights or dense grad)
+    float* d_cm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
+    float* d_fw = device_alloc<float>((size_t)C);          // ... of the first run, for the bit comparison
+    float* d_fm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
+    EmbeddingBagBackwardStats* d_stats = device_alloc<EmbeddingBagBackwardStats>(1);
+
+    EmbeddingBagBackwardWorkspace ws = embedding_bag_backward_workspace(a, cli.kernels);
+    embedding_bag_backward_setup_kernels();
+    cudaStream_t capture_stream;
+    cudaCheck(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaDeviceSynchronize());
+
+    const unsigned row_grid = embedding_bag_backward_helper_grid(U * 32);
+    auto gather = [&]() {
+        if (dense) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cw, Gd, d_src, d_col, U);
+        else embedding_bag_backward_gather<floatX><<<row_grid, 256>>>(d_cw, W, d_src, d_col, U);
+        if (rowwise) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_lin, d_iota, U);
+        if (adagrad) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_src, d_col, U);
+        cudaCheck(cudaGetLastError());
+    };
+    // where compact element i lives, for a failure message
+    auto where = [&](int64_t i, bool per_row) {
+        const int64_t u = per_row ? i : (int64_t)(std::upper_bound(R.col.begin(), R.col.end(), i) - R.col.begin()) - 1;
+        char buf[160];
+        if (per_row) snprintf(buf, sizeof buf, "table %d row %lld", R.table[u], (long long)R.row[u]);
+        else snprintf(buf, sizeof buf, "table %d row %lld column %lld (%lld lookups)", R.table[u], (long long)R.row[u], (long long)(i - R.col[u]),
+                      (long long)R.count[u]);
+        return std::string(buf);
+    };
+    auto check_values = [&](const char* name, const float* got, const float* refv, const float* tol, int64_t n, bool per_row) {
+        if (n == 0) { printf("  %-16s ok    (no row was looked up)\n", name); return true; }
+        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(
+            d_stats, [&] { embedding_bag_backward_compare<<<embedding_bag_backward_helper_grid(n), 256>>>(got, refv, tol, n, d_stats); });
+        const float max_abs = embedding_bag_backward_bits_float(s.max_abs_bits), max_rel = embedding_bag_backward_bits_float(s.max_rel_bits);
+        if (s.bad == 0) {
+            printf("  %-16s ok    (%lld elements, max abs err %.3g, max rel err %.3g; tolerance per element: the propagated fp32 bound)\n", name,
+                   (long long)n, max_abs, max_rel);
+            return true;
+        }
+        float g, r, t;
+        cudaCheck(cudaMemcpy(&g, got + s.first_bad, 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&r, refv + s.first_bad, 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&t, tol + s.first_bad, 4, cudaMemcpyDeviceToHost));
+        printf("  %-16s FAIL  %llu of %lld elements (%llu non-finite), max abs err %.3g, max rel err %.3g\n", name, s.bad, (long long)n,
+               s.nonfinite, max_abs, max_rel);
+        printf("    first at %s: got %.9g expected %.9g (tolerance %.3g)\n", where((int64_t)s.first_bad, per_row).c_str(), g, r, t);
+        return false;
+    };
+    // rows not looked up: bit-identical to the pristine copy (ref == nullptr: zero)
+    auto check_untouched = [&](const char* name, const void* cur, const void* refp, bool half, const uint8_t* mask, bool unit,
+                               int64_t rows) {
+        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
+            const unsigned grid = embedding_bag_backward_helper_grid(rows * 32);
+            if (half)
+                embedding_bag_backward_untouched<unsigned short><<<grid, 256>>>((const unsigned short*)cur, (const unsigned short*)refp, mask,
+                                                                                 a.weights_offsets, a.D_offsets, a.hash_offsets, a.T, rows,
+                                                                                 unit, d_stats);
+            else
+                embedding_bag_backward_untouched<unsigned><<<grid, 256>>>((const unsigned*)cur, (const unsigned*)refp, mask, a.weights_offsets,
+                                                                           a.D_offsets, a.hash_offsets, a.T, rows, unit, d_stats);
+        });
+        if (s.bad == 0) {
+            printf("  %-16s ok    (%s)\n", name, mask ? "every row not looked up is bit-identical" : "bit-identical everywhere");
+            return true;
+        }
+        const int t = embedding_bag_backward_table_of(in.hash_offsets.data(), in.T, (int64_t)s.first_bad);
+        printf("  %-16s FAIL  %llu elements changed; first in table %d row %lld%s\n", name, s.bad, t,
+               (long long)((int64_t)s.first_bad - in.hash_offsets[t]), unit ? "" : "");
+        return false;
+    };
+    auto check_all = [&]() {
+        bool ok = true;
+        gather();
+        if (dense) ok = check_values("dense grad", d_cw, d_ref_g, d_tol_g, C, false) && ok;
+        else ok = check_values("weights", d_cw, d_ref_w, d_tol_w, C, false) && ok;
+        if (n_m) ok = check_values("state", d_cm, d_ref_m, d_tol_m, n_m, rowwise) && ok;
+        const bool half = sizeof(floatX) == 2;
+        ok = check_untouched(dense ? "weights (all)" : "weights (rest)", W, W0, half, dense ? nullptr : d_mask, false, num_rows) && ok;
+        if (rowwise) ok = check_untouched("state (rest)", M, M0, false, d_mask, true, num_rows) && ok;
+        if (adagrad) ok = check_untouched("state (rest)", M, M0, false, d_mask, false, num_rows) && ok;
+        if (dense) ok = check_untouched("dense grad (rest)", Gd, nullptr, false, d_mask, false, num_rows) && ok;
+        return ok;
+    };
+    auto same_bits = [&](const char* name, const float* x, const float* y, int64_t n) {
+        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
+            embedding_bag_backward_bitdiff<<<embedding_bag_backward_helper_grid(n), 256>>>((const unsigned*)x, (const unsigned*)y, n, d_stats);
+        });
+        if (s.bad == 0) { printf("  %-16s ok    (a CUDA-graph replay of the step gave the same bits)\n", name); return true; }
+        printf("  %-16s FAIL  the graph replay differs from the first run in %llu of %lld elements (first: %s)\n", name, s.bad, (long long)n,
+               where((int64_t)s.first_bad, name[0] == 's' && rowwise).c_str());
+        return false;
+    };
+
+    char shape[600];
+    snprintf(shape, sizeof shape, "%s", embedding_bag_backward_shape(cfg, prm).c_str());
+    OpRunner r;
+    r.op = "embedding_bag_backward";
+    r.shape = shape;
+    r.bytes = embedding_bag_backward_bytes(in, R, opt);
+    r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, max_D, num_rows); };
+    r.blocks_for = [&](int) { return embedding_bag_backward_blocks(); };
+    // before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
+    // looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
+    // scratch buffer poisoned
+    r.prepare_check = [&] {
+        cudaCheck(cudaMemcpy(W, W0, (size_t)num_weights * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        if (n_state) cudaCheck(cudaMemcpy(M, M0, (size_t)n_state * sizeof(float), cudaMemcpyDeviceToDevice));
+        if (dense) {
+            cudaCheck(cudaMemset(Gd, 0, (size_t)num_weights * sizeof(float)));
+            embedding_bag_backward_poison_rows<<<row_grid, 256>>>(Gd, d_src, d_col, U);
+            cudaCheck(cudaGetLastError());
+        }
+        for (auto& p : ws.scratch) poison(p.first, p.second);
+    };
+    // timing: every sample starts from the same tables (the looked-up rows restored, untimed)
+    r.prepare_timing = [&] {
+        if (!dense) embedding_bag_backward_copy_rows<floatX><<<row_grid, 256>>>(W, W0, d_src, d_col, U);
+        if (rowwise) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_lin, d_iota, U);
+        if (adagrad) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_src, d_col, U);
+    };
+    r.launch = [&](int k, int block) { embedding_bag_backward(k, a, ws, block, 0); };
+    r.check = [&](int k, int block) {
+        bool ok = check_all();
+        if (k == 1) {   // version 1 must leave its accumulator and flags zero for the next step
+            ok = check_untouched("v1 accumulator", ws.acc, nullptr, false, nullptr, false, num_rows) && ok;
+            ok = check_untouched("v1 flags", ws.flags, nullptr, false, nullptr, true, num_rows) && ok;
+        }
+        if (N == 0) {
+            printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
+            return ok;
+        }
+        // the same step again, captured in a CUDA graph (global capture mode: a host synchronization or an
+        // allocation inside the step would fail the capture) and replayed
+        cudaCheck(cudaMemcpy(d_fw, d_cw, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice));
+        if (n_m) cudaCheck(cudaMemcpy(d_fm, d_cm, (size_t)n_m * sizeof(float), cudaMemcpyDeviceToDevice));
+        r.prepare_check();
+        cudaCheck(cudaDeviceSynchronize());
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaCheck(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeGlobal));
+        embedding_bag_backward(k, a, ws, block, capture_stream);
+        cudaCheck(cudaStreamEndCapture(capture_stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+        cudaCheck(cudaGraphLaunch(exec, capture_stream));
+        cudaCheck(cudaStreamSynchronize(capture_stream));
+        cudaCheck(cudaGraphExecDestroy(exec));
+        cudaCheck(cudaGraphDestroy(graph));
+        if (k == 1) {
+            printf("  graph replay (version 1: float atomics add in a different order each run, so its bits are not compared; "
+                   "the replay is checked against the reference)\n");
+            ok = check_all() && ok;
+        } else {
+            printf("  graph replay, compared bit for bit with the first run:\n");
+            gather();
+            ok = same_bits(dense ? "dense grad" : "weights", d_cw, d_fw, C) && ok;
+            if (n_m) ok = same_bits("state", d_cm, d_fm, n_m) && ok;
+            ok = check_untouched(dense ? "weights (all)" : "weights (rest)", W, W0, sizeof(floatX) == 2, dense ? nullptr : d_mask, false,
+                                 num_rows) && ok;
+        }
+        return ok;
+    };
+    const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L);
+    r.extra = [&](int, int, double ms) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)U);
+        return std::string(buf);
+    };
+    int rc = run_versions(cli, r);
+
+    if (!cli.dump_dir.empty()) {
+        if (num_weights > ((int64_t)1 << 26)) {
+            printf("--dump skipped: the tables hold %lld elements (the dump is for small sizes, at most 2^26)\n", (long long)num_weights);
+        } else {
+            const std::string& dir = cli.dump_dir;
+            const std::string p = "embedding_bag_backward_";
+            write_npy(dir, p + "indices", in.indices.data(), {(int64_t)in.indices.size()});
+            write_npy(dir, p + "offsets", in.offsets.data(), {(int64_t)in.offsets.size()});
+            write_npy(dir, p + "D_offsets", in.D_offsets.data(), {(int64_t)in.D_offsets.size()});
+            write_npy(dir, p + "weights_offsets", in.weights_offsets.data(), {(int64_t)in.weights_offsets.size()});
+            write_npy(dir, p + "hash_offsets", in.hash_offsets.data(), {(int64_t)in.hash_offsets.size()});
+            if (!in.per_sample_weights.empty())
+                write_npy(dir, p + "per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
+            write_npy(dir, p + "grad_output", in.grad_output.data(), {(int64_t)in.B, (int64_t)in.total_D()});
+            std::vector<float> before = to_float_vec(device_download(W0, (size_t)num_weights));
+            std::vector<float> after = to_float_vec(device_download(W, (size_t)num_weights));
+            std::vector<float> wref = before;
+            if (!dense)
+                for (int64_t u = 0; u < U; u++)
+                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) wref[h_src[u] + d] = ref.w[R.col[u] + d];
+            write_npy(dir, p + "weights_before", before.data(), {num_weights});
+            write_npy(dir, p + "weights_after", after.data(), {num_weights});
+            write_npy(dir, p + "weights_ref", wref.data(), {num_weights});
+            if (n_state) {
+                std::vector<float> sb = device_download(M0, (size_t)n_state), sa = device_download(M, (size_t)n_state), sr = sb;
+                for (int64_t u = 0; u < U; u++) {
+                    if (rowwise) sr[R.linear[u]] = ref.m[u];
+                    else for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) sr[h_src[u] + d] = ref.m[R.col[u] + d];
+                }
+                write_npy(dir, p + "state_before", sb.data(), {n_state});
+                write_npy(dir, p + "state_after", sa.data(), {n_state});
+                write_npy(dir, p + "state_ref", sr.data(), {n_state});
+            }
+            if (dense) {
+                std::vector<float> ga = device_download(Gd, (size_t)num_weights), gr((size_t)num_weights, 0.0f);
+                for (int64_t u = 0; u < U; u++)
+                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) gr[h_src[u] + d] = ref.grad[R.col[u] + d];
+                write_npy(dir, p + "grad", ga.data(), {num_weights});
+                write_npy(dir, p + "grad_ref", gr.data(), {num_weights});
+            }
+            printf("dumped %s*.npy (inputs, weights/state before, after the last version's step, and the reference) to %s\n", p.c_str(),
+                   dir.c_str());
+        }
+    }
+
+    embedding_bag_backward_free(ws);
+    cudaCheck(cudaStreamDestroy(capture_stream));
+    for (const void* ptr : std::initializer_list<const void*>{a.weights_offsets, a.D_offsets, a.hash_offsets, a.indices, a.offsets,
+                                                         a.per_sample_weights, a.grad_output, W0, W, M0, M, Gd, d_src, d_col, d_lin, d_iota,
+                                                         d_mask, d_ref_w, d_tol_w, d_ref_m, d_tol_m, d_ref_g, d_tol_g, d_cw, d_cm, d_fw,
+                                                         d_fm, d_stats})
+        if (ptr) cudaCheck(cudaFree(const_cast<void*>(ptr)));
+    return rc;
+}
+#endif
