@@ -90,9 +90,7 @@ static void emulate_warp_chain(const TtEmbeddingForwardShape& s, const float* co
     for (int t = 1; t < s.T; t++) {
         const bool is_last = t == s.T - 1;
         float* out = is_last ? last : ((t & 1) ? buf0.data() : buf1.data());
-        for (int lane = 0; lane < 32; lane++)
-            tt_embedding_forward_warp_step(out, in, g[t], s.step_m[t], s.step_k[t], s.step_n[t], s.step_rt[t],
-                                           s.step_cw[t], is_last && accumulate, lane);
+        for (int lane = 0; lane < 32; lane++) tt_embedding_forward_chain_step(s, t, out, in, g[t], is_last && accumulate, lane);
         in = out;
     }
 }
@@ -388,8 +386,9 @@ static void test_default_counts() {
            "default lane tiles: step 1 (4x32 . 32x128) 4x4, step 2 (16x32 . 32x4) 2x1",
            std::to_string(s.step_rt[1]) + "x" + std::to_string(s.step_cw[1]) + ", " + std::to_string(s.step_rt[2]) + "x" +
                std::to_string(s.step_cw[2]));
-    report(s.max_mid == 512 && tt_embedding_forward_smem3_bytes(s, 8) == 8 * (2 * 512 + 64) * 4,
-           "default: version 3 keeps 2 x 512 + 64 floats per warp");
+    report(s.ld[0] == 32 && s.ld[1] == 33 && s.ld[2] == 1 && s.max_mid == 16 * 33 &&
+               tt_embedding_forward_smem3_bytes(s, 8) == 8 * (2 * 528 + 64) * 4,
+           "default: M_1 kept as 16 rows of stride 33 (odd: no bank conflicts); version 3 keeps 2 x 528 + 64 floats per warp");
     TtEmbeddingForwardGroup g;
     why = tt_embedding_forward_make_group(s, g);
     report(why.empty() && g.ncores == 1 && g.core[0] == 1 && g.nkeys == 220 && g.end_bit == 8,

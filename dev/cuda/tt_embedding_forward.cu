@@ -107,7 +107,11 @@ struct TtEmbeddingForwardShape {
     int step_m[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, step_k[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
     int step_n[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
     int step_rt[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, step_cw[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
-    int max_mid = 0;   // largest intermediate M_t, t = 1..T-2 (0 when T = 2: M_0 is read from the core)
+    // row stride of M_t as the next step reads it (Q_t rows of R_{t+1}): ld[0] = R_1 (M_0 is the core slice);
+    // for the intermediates t = 1..T-2, R_{t+1} rounded up to odd, so that lanes reading different rows at the
+    // same k hit different shared-memory banks; ld[T-1] = 1 (the output row)
+    int ld[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+    int max_mid = 0;   // largest intermediate Q_t * ld[t], t = 1..T-2 (0 when T = 2: M_0 is read from the core)
     int mid_pad = 0, D_pad = 0;   // both rounded up to 4 floats (16-byte aligned shared buffers)
 };
 
@@ -207,7 +211,8 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
             snprintf(buf, sizeof buf, "chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
             return buf;
         }
-        if (t >= 1 && t <= T - 2) s.max_mid = std::max<int>(s.max_mid, (int)(Qt * s.R[t + 1]));
+        s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
+        if (t >= 1 && t <= T - 2) s.max_mid = std::max<int>(s.max_mid, (int)(Qt * s.ld[t]));
     }
     s.mid_pad = (int)tt_embedding_forward_round4(s.max_mid);
     s.D_pad = (int)tt_embedding_forward_round4(D);
@@ -490,27 +495,32 @@ __global__ void tt_embedding_forward_kernel_to_floatX(floatX* __restrict__ out, 
 
 // ---- the warp chain engine of versions 3 and 4
 
-// One chain step by one warp: out (m x n) = in (m x k) . G (k x n), or out += ... (accumulate). Lane tasks
-// are tiles of RT rows x CW columns, columns fastest across the lanes, so a warp's G loads are consecutive
-// (float4 when CW = 4: n % 4 == 0 and G 16-byte aligned, which the caller guarantees) and its loads of `in`
-// are broadcasts. RT | m and CW | n: no bounds checks inside. Pointers may be global or shared. Lanes share
-// nothing within a step, so the CPU tests emulate a warp by calling this for lane = 0..31 in turn.
+// One chain step by one warp: out (m x n) = in (m x k, row stride ld_in) . G (k x n), or out += ... when
+// `accumulate`. The product is stored reshaped for the next step: element (i, j) goes to row i * q + j / r,
+// column j % r of a matrix with row stride ld_out (r = the next rank R_{t+1}, q * r = n; ld_out = r for the
+// dense layout, more to pad). Lane tasks are tiles of RT rows x CW columns, columns fastest across the lanes,
+// so a warp's G loads are consecutive (float4 when CW = 4: n % 4 == 0 and G 16-byte aligned, which the caller
+// guarantees) and its loads of `in` are broadcasts, or rows apart by an odd stride (no bank conflicts).
+// RT | m and CW | n: no bounds checks inside. Pointers may be global or shared. Lanes share nothing within a
+// step, so the CPU tests emulate a warp by calling this for lane = 0..31 in turn.
 template <int RT, int CW>
-__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __restrict__ out, const float* __restrict__ in,
+__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step_tiled(float* __restrict__ out, int r, int ld_out,
+                                                                     const float* __restrict__ in, int ld_in,
                                                                      const float* __restrict__ G, int m, int k, int n,
                                                                      bool accumulate, int lane) {
     const int groups = n / CW;
     const int tasks = (m / RT) * groups;
+    const int out_rs = (n / r) * ld_out;                 // distance between rows i and i+1 of the product
     for (int task = lane; task < tasks; task += 32) {
         const int rt = task / groups;
         const int j0 = (task - rt * groups) * CW;
-        const float* a_ptr = in + rt * RT * k;
+        const float* a_ptr = in + rt * RT * ld_in;
         const float* g_ptr = G + j0;
         float acc[RT][CW];
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int r = 0; r < RT; r++)
+        for (int i = 0; i < RT; i++)
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int c = 0; c < CW; c++) acc[r][c] = 0.0f;
+            for (int c = 0; c < CW; c++) acc[i][c] = 0.0f;
 TT_EMBEDDING_FORWARD_UNROLL4
         for (int kk = 0; kk < k; kk++) {
             float g[CW];
@@ -521,36 +531,57 @@ TT_EMBEDDING_FORWARD_UNROLL4
                 g[0] = g_ptr[kk * n];
             }
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int r = 0; r < RT; r++) {
-                const float a = a_ptr[r * k + kk];
+            for (int i = 0; i < RT; i++) {
+                const float a = a_ptr[i * ld_in + kk];
 TT_EMBEDDING_FORWARD_UNROLL
-                for (int c = 0; c < CW; c++) acc[r][c] = fmaf(a, g[c], acc[r][c]);
+                for (int c = 0; c < CW; c++) acc[i][c] = fmaf(a, g[c], acc[i][c]);
             }
         }
-        float* o = out + rt * RT * n + j0;
+        int col[CW];                                     // where columns j0.. land in the reshaped output row
+        {
+            int a = j0 / r, kp = j0 - a * r;
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int r = 0; r < RT; r++)
+            for (int c = 0; c < CW; c++) {
+                col[c] = a * ld_out + kp;
+                if (++kp == r) { kp = 0; a++; }
+            }
+        }
+        float* o = out + rt * RT * out_rs;
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int c = 0; c < CW; c++) o[r * n + c] = accumulate ? o[r * n + c] + acc[r][c] : acc[r][c];
+        for (int i = 0; i < RT; i++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int c = 0; c < CW; c++) {
+                float* dst = o + i * out_rs + col[c];
+                *dst = accumulate ? *dst + acc[i][c] : acc[i][c];
+            }
     }
 }
 
-__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step(float* out, const float* in, const float* G, int m, int k,
-                                                               int n, int rt, int cw, bool accumulate, int lane) {
+__host__ __device__ __forceinline__ void tt_embedding_forward_warp_step(float* out, int r, int ld_out, const float* in, int ld_in,
+                                                               const float* G, int m, int k, int n, int rt, int cw,
+                                                               bool accumulate, int lane) {
     if (cw == 4) {
-        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 4>(out, in, G, m, k, n, accumulate, lane);
-        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 4>(out, in, G, m, k, n, accumulate, lane);
-        else tt_embedding_forward_warp_step_tiled<1, 4>(out, in, G, m, k, n, accumulate, lane);
+        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 4>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
+        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 4>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
+        else tt_embedding_forward_warp_step_tiled<1, 4>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
     } else {
-        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 1>(out, in, G, m, k, n, accumulate, lane);
-        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 1>(out, in, G, m, k, n, accumulate, lane);
-        else tt_embedding_forward_warp_step_tiled<1, 1>(out, in, G, m, k, n, accumulate, lane);
+        if (rt == 4) tt_embedding_forward_warp_step_tiled<4, 1>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
+        else if (rt == 2) tt_embedding_forward_warp_step_tiled<2, 1>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
+        else tt_embedding_forward_warp_step_tiled<1, 1>(out, r, ld_out, in, ld_in, G, m, k, n, accumulate, lane);
     }
+}
+
+// chain step t (1..T-1) of the shape: in = M_{t-1} (row stride ld[t-1]), G = core t's slice, out = M_t
+// (row stride ld[t]; for t = T-1 the D-value output row)
+__host__ __device__ __forceinline__ void tt_embedding_forward_chain_step(const TtEmbeddingForwardShape& s, int t, float* out,
+                                                                const float* in, const float* G, bool accumulate, int lane) {
+    tt_embedding_forward_warp_step(out, s.R[t + 1], s.ld[t], in, s.ld[t - 1], G, s.step_m[t], s.step_k[t], s.step_n[t],
+                                   s.step_rt[t], s.step_cw[t], accumulate, lane);
 }
 
 // The whole chain of one lookup by one warp. Lane t (< T) holds the slice pointer of core t (global, or
 // shared for a grouped core); every lane must call this (full-mask shuffles). Intermediates ping-pong
-// between buf0 and buf1 (warp-private, max_mid floats each); the last step writes (or adds to) `last`
+// between buf0 and buf1 (warp-private, max_mid floats each, padded rows); the last step writes (or adds to) `last`
 // (D floats). Ends with a __syncwarp, so `last` is visible to the whole warp.
 __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddingForwardShape& s, const float* g_lane,
                                                                 float* buf0, float* buf1, float* last,
@@ -561,8 +592,7 @@ __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddin
         const float* G = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), t));
         const bool is_last = (t == s.T - 1);
         float* out = is_last ? last : ((t & 1) ? buf0 : buf1);
-        tt_embedding_forward_warp_step(out, in, G, s.step_m[t], s.step_k[t], s.step_n[t], s.step_rt[t], s.step_cw[t],
-                                       is_last && accumulate_last, lane);
+        tt_embedding_forward_chain_step(s, t, out, in, G, is_last && accumulate_last, lane);
         __syncwarp();
         in = out;
     }
@@ -573,7 +603,7 @@ __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddin
 // sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
 // and the pooled write stays on chip; no atomics; the result depends only on the block size.
 // Shared memory per warp: 2 * mid_pad + D_pad floats.
-__global__ void __launch_bounds__(1024) tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+__global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                                                      const int64_t* __restrict__ offsets,
                                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                      const __grid_constant__ TtEmbeddingForwardShape s) {
@@ -704,7 +734,7 @@ __global__ void tt_embedding_forward_kernel4_keys(uint32_t* __restrict__ keys, i
 // slice(s) into shared memory once, and the warps run the run's chains against them (the other cores from
 // L2). A lookup whose (table, index) appeared earlier in the window is not recomputed: the first one's warp
 // writes the row for both. Every lookup's row goes to rowbuf at its original position.
-__global__ void __launch_bounds__(1024) tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const uint32_t* __restrict__ keys,
+__global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const uint32_t* __restrict__ keys,
                                                                      const int* __restrict__ perm, const int64_t* __restrict__ indices,
                                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                      const __grid_constant__ TtEmbeddingForwardShape s,
@@ -814,6 +844,7 @@ struct TtEmbeddingForwardWorkspace {
     size_t cub_temp_bytes = 0;
     float* rowbuf = nullptr;               // [nnz][D]
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
+    int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};   // per version, from cudaFuncGetAttributes
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -821,6 +852,13 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.max_smem = prop.sharedMemPerBlockOptin;
     cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
     cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel4, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    // no __launch_bounds__ on the chain kernels (a bound of 512 made ptxas cap them at 64 registers and
+    // spill); the largest block each compiled kernel accepts is read here instead (1024 at <= 64 registers)
+    cudaFuncAttributes attr;
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3));
+    ws.max_threads[3] = attr.maxThreadsPerBlock;
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel4));
+    ws.max_threads[4] = attr.maxThreadsPerBlock;
     const int64_t nnz = s.nnz, nbags = (int64_t)s.tables * s.B;
     // version 2
     ws.chunk = chunk;
@@ -993,6 +1031,7 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 2) return {256};
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
+        if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
         const size_t bytes = kernel_num == 3 ? tt_embedding_forward_smem3_bytes(s, b / 32)
                                              : tt_embedding_forward_smem4_bytes(s, ws.group, b / 32);
         if (bytes <= ws.max_smem) out.push_back(b);
