@@ -1162,7 +1162,12 @@ int main(int argc, char** argv) {
         write_npy(cli.dump_dir, "tt_embedding_forward_meta", meta.data(), {(int64_t)meta.size()});
         write_npy(cli.dump_dir, "tt_embedding_forward_out_ref", ref.data(), {s.tables, s.B, s.D});
         write_npy(cli.dump_dir, "tt_embedding_forward_out", got.data(), {s.tables, s.B, s.D});
-        printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy to %s\n", s.T - 1,
+        const std::string shape_path = cli.dump_dir + "/tt_embedding_forward_shape.txt";   // the RESULT shape, for the peers
+        FILE* f = fopen(shape_path.c_str(), "w");
+        if (!f) fail_args("cannot write '%s': %s", shape_path.c_str(), strerror(errno));
+        fprintf(f, "%s\n", shape.c_str());
+        fclose(f);
+        printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1,
                cli.dump_dir.c_str());
     }
     tt_embedding_forward_free(ws);
