@@ -1,0 +1,525 @@
+// CPU tests of dev/cuda/tt_embedding_backward.cu (no GPU is touched):
+//  - the reference's row decode on the spec's worked example, and the default shape's counts
+//  - the backward reference against central finite differences of <Y(G), dY> in double, T = 2..6
+//  - every version's device code emulated on the CPU (the kernels' __host__ __device__ bodies run
+//    thread by thread, phase by phase; cuBLAS's batched GEMM by a column-major loop with the same
+//    arguments; CUB's sort and scan by std::stable_sort and a prefix sum), checked against the
+//    reference by the op's own check, for T = 2..6, several optimizers, empty bags, tables > 1,
+//    Zipf hot slices longer than a pivot chunk, and block sizes that are not multiples of 32
+//  - the check itself catches a changed untouched slice and a gradient error
+//  - FBTT's optimizer update grid at its default p: which core rows it never updates, against ours
+//  - the validators' messages (bad shapes, an index >= E, bad offsets)
+// Prints PASS <case> / FAIL <case>: <why> per case; exits 1 if any failed.
+#define NO_MAIN
+#include "../dev/cuda/tt_embedding_backward.cu"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+static int g_failed = 0, g_passed = 0;
+
+static void result(bool ok, const std::string& name, const std::string& why = "") {
+    if (ok) {
+        printf("PASS %s\n", name.c_str());
+        g_passed++;
+    } else {
+        printf("FAIL %s: %s\n", name.c_str(), why.c_str());
+        g_failed++;
+    }
+    fflush(stdout);
+}
+
+// run f with stdout silenced (the op's check prints a line per array)
+template <class F>
+static auto quietly(F&& f) {
+    fflush(stdout);
+    int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    auto r = f();
+    fflush(stdout);
+    dup2(saved, 1);
+    close(devnull);
+    close(saved);
+    return r;
+}
+
+// ------------------------------------------------------------------------------------------------
+// a test problem, made in the same order as main makes it
+
+struct Case {
+    std::string name;
+    std::vector<int> p, q, ranks;
+    int tables, B, L;
+    double alpha;
+    bool ragged;
+    uint64_t seed;
+};
+
+struct Problem {
+    TTBwdShape s;
+    int L;
+    std::vector<int64_t> offsets, indices;
+    std::vector<float> cores, dY, state;
+};
+
+static Problem make_problem(const Case& c) {
+    Problem pr;
+    std::string err = tt_embedding_backward_check_shape(c.p, c.q, c.ranks, 0, c.tables, c.B, c.L, c.alpha, 0.05, 1e-8);
+    if (!err.empty()) { printf("bad test case %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
+    pr.s = tt_embedding_backward_make_shape(c.p, c.q, c.ranks, 0, c.tables, c.B);
+    pr.L = c.L;
+    Rng rng(c.seed);
+    tt_embedding_backward_make_bags(pr.s, c.L, c.alpha, c.ragged, rng, pr.offsets, pr.indices);
+    err = tt_embedding_backward_check_bags(pr.offsets, pr.indices, pr.s.num_bags, pr.s.E);
+    if (!err.empty()) { printf("bad test bags %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
+    pr.s.nnz = (int)pr.indices.size();
+    pr.cores = tt_embedding_backward_make_cores(pr.s, rng);
+    pr.dY = make_random_floats((size_t)pr.s.num_bags * pr.s.D, rng);
+    pr.state.assign((size_t)pr.s.core_off[pr.s.T], 0.0f);
+    for (int t = 0; t < pr.s.T; t++)
+        for (int64_t e = 0; e < tt_embedding_backward_core_elems(pr.s, t); e++)
+            pr.state[pr.s.core_off[t] + e] = rng.uniform(0.1f, 1.0f);
+    return pr;
+}
+
+// ------------------------------------------------------------------------------------------------
+// emulation of the versions
+
+// (__host__ __device__ only because the block programs are; it runs on the CPU)
+struct HostExec {
+    int nt;
+    template <class F>
+    __host__ __device__ void phase(F&& f) {
+        for (int t = 0; t < nt; t++) f(t);
+    }
+};
+
+// raw memory filled with 0xFF bytes (NaN as float, -1 as int), like the GPU's poison
+struct Poisoned {
+    std::vector<unsigned char> bytes;
+    explicit Poisoned(size_t n_floats) : bytes(std::max<size_t>(n_floats, 1) * 4 + 16, 0xFF) {}
+    float* f() { return reinterpret_cast<float*>(bytes.data()); }
+    int* i() { return reinterpret_cast<int*>(bytes.data()); }
+};
+
+struct StepOut {
+    std::vector<float> cores, state, dG;
+};
+
+// the optimizer pass of versions 1-3, its grid-stride loop emulated block by block
+static void emulate_optimizer_pass(const TTBwdShape& s, int opt, float lr, float eps, StepOut& o) {
+    if (opt == TT_BWD_DENSE) return;
+    const int64_t total = s.core_off[s.T];
+    const int block = 256;
+    const unsigned grid = tt_embedding_backward_optimizer_grid(total, block);
+    for (unsigned b = 0; b < grid; b++)
+        for (int th = 0; th < block; th++)
+            for (int64_t i = (int64_t)b * block + th; i < total; i += (int64_t)grid * block)
+                tt_embedding_backward_apply(opt, lr, eps, o.cores.data(), o.state.data(), nullptr, i, o.dG[i]);
+}
+
+// cublasGemmBatchedEx's semantics (column-major, C = op(A) op(B)) with the launcher's arguments
+static void emulate_gemm_batched(const TTBwdBlasCall& c, float** ptrs, int chunk, int N) {
+    for (int b = 0; b < N; b++) {
+        const float* A = ptrs[(int64_t)c.slot_a * chunk + b];
+        const float* B = ptrs[(int64_t)c.slot_b * chunk + b];
+        float* C = ptrs[(int64_t)c.slot_c * chunk + b];
+        for (int i = 0; i < c.m; i++)
+            for (int j = 0; j < c.n; j++) {
+                float acc = 0.0f;
+                for (int l = 0; l < c.k; l++) {
+                    const float av = c.ta == CUBLAS_OP_N ? A[i + (int64_t)l * c.lda] : A[l + (int64_t)i * c.lda];
+                    const float bv = c.tb == CUBLAS_OP_N ? B[l + (int64_t)j * c.ldb] : B[j + (int64_t)l * c.ldb];
+                    acc = fmaf(av, bv, acc);
+                }
+                C[i + (int64_t)j * c.ldc] = acc;
+            }
+    }
+}
+
+// One step of version k (1..5) from the problem's inputs; nt = threads per block for versions 3-5.
+static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, int nt) {
+    const TTBwdShape& s = pr.s;
+    const int64_t C = s.core_off[s.T];
+    StepOut o;
+    o.cores = pr.cores;
+    o.state = pr.state;
+    o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());   // poisoned output
+    const int64_t* offsets = pr.offsets.data();
+    const int64_t* indices = pr.indices.data();
+    const float* dY = pr.dY.data();
+    if (k <= 3) std::fill(o.dG.begin(), o.dG.end(), 0.0f);            // the launchers' memset
+    if (k == 1) {
+        int Ssum = 0;
+        for (int t = 0; t < s.T; t++) Ssum += s.S[t];
+        for (int64_t gid = 0; gid < (int64_t)s.nnz * Ssum; gid++)
+            tt_embedding_backward_naive_element(s, gid, Ssum, offsets, indices, o.cores.data(), dY, o.dG.data());
+        emulate_optimizer_pass(s, opt, lr, eps, o);
+    } else if (k == 2) {
+        const int chunk = 7;   // small, so several chunks and a ragged last one are exercised
+        const int slots = tt_embedding_backward_fbtt_slots(s.T);
+        Poisoned rows((size_t)s.T * chunk);
+        std::vector<float*> ptrs((size_t)slots * chunk, nullptr);
+        std::vector<Poisoned> P, trG;
+        TTBwdFbttBufs bufs;
+        memset(&bufs, 0, sizeof bufs);
+        P.reserve(s.T);
+        trG.reserve(s.T);
+        for (int t = 0; t < s.T; t++) {
+            P.emplace_back(t >= 1 && t <= s.T - 2 ? (size_t)chunk * s.m[t] * s.R[t + 1] : 1);
+            trG.emplace_back((size_t)chunk * s.S[t]);
+            if (t >= 1 && t <= s.T - 2) bufs.P[t] = P[t].f();
+            bufs.trG[t] = trG[t].f();
+        }
+        for (int64_t start = 0; start < s.nnz; start += chunk) {
+            const int N = (int)std::min<int64_t>(chunk, s.nnz - start);
+            for (int nl = 0; nl < N; nl++)
+                tt_embedding_backward_fbtt_setup_lookup(s, start, nl, chunk, offsets, indices, o.cores.data(), dY, bufs,
+                                                        ptrs.data(), rows.i());
+            auto scatter = [&](int t) {
+                for (int64_t i = 0; i < (int64_t)N * s.S[t]; i++)
+                    tt_embedding_backward_fbtt_scatter_element(s, t, i, rows.i() + (int64_t)t * chunk, trG[t].f(), o.dG.data());
+            };
+            for (int t = 0; t <= s.T - 3; t++) emulate_gemm_batched(tt_embedding_backward_fbtt_call(s, 0, t), ptrs.data(), chunk, N);
+            for (int t = s.T - 1; t >= 1; t--) {
+                emulate_gemm_batched(tt_embedding_backward_fbtt_call(s, 1, t), ptrs.data(), chunk, N);
+                scatter(t);
+                emulate_gemm_batched(tt_embedding_backward_fbtt_call(s, 2, t), ptrs.data(), chunk, N);
+            }
+            scatter(0);
+        }
+        emulate_optimizer_pass(s, opt, lr, eps, o);
+    } else if (k == 3) {
+        const TTBwdLayout L = tt_embedding_backward_make_layout(s, -1, 1, 0);
+        Poisoned bag_of(s.nnz);
+        for (int bag = 0; bag < s.num_bags; bag++)
+            for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++)
+                tt_embedding_backward_decode_lookup(s, bag, (int)j, indices, bag_of.i(), nullptr, nullptr);
+        if (s.nnz > 0) {
+            const int grid = (int)std::min<int64_t>(ceil_div<int64_t>(s.nnz, L.nb), 1 << 20);
+            Poisoned sm(L.total_floats);
+            HostExec ex{nt};
+            for (int b = 0; b < grid; b++)
+                tt_embedding_backward_fused_block(ex, s, L, sm.f(), b, grid, indices, bag_of.i(), o.cores.data(), dY,
+                                                  o.dG.data());
+        }
+        emulate_optimizer_pass(s, opt, lr, eps, o);
+    } else {
+        if (s.nnz == 0) {
+            if (opt == TT_BWD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);
+            return o;
+        }
+        TTBwdPivot pv;
+        memset(&pv, 0, sizeof pv);
+        pv.pivot = tt_embedding_backward_pick_pivot(s);
+        pv.chunk = TT_BWD_CHUNK;
+        int64_t W_total = 0;
+        for (int t = 0; t < s.T; t++) {
+            pv.W_off[t] = W_total;
+            if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
+        }
+        const int nb = tt_embedding_backward_pick_nb(s, pv.pivot);
+        const TTBwdLayout L = tt_embedding_backward_make_layout(s, pv.pivot, nb, k == 5);
+        const int K_total = s.key_base[s.T], Kc = s.tables * s.p[pv.pivot], N = s.T * s.nnz;
+        Poisoned bag_of(s.nnz), keys(N), vals(N), keys_sorted(N), vals_sorted(N), seg_lo(K_total), seg_hi(K_total),
+            chunk_count(Kc + 1), chunk_off(Kc + 1), W(W_total);
+        const int64_t max_chunks = tt_embedding_backward_max_chunks(s, pv);
+        Poisoned partial(max_chunks * s.S[pv.pivot]);
+        for (int bag = 0; bag < s.num_bags; bag++)
+            for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++)
+                tt_embedding_backward_decode_lookup(s, bag, (int)j, indices, bag_of.i(), keys.i(), vals.i());
+        // CUB's radix sort is stable: equal keys keep their input (lookup) order
+        std::vector<std::pair<int, int>> kv(N);
+        for (int i = 0; i < N; i++) kv[i] = {keys.i()[i], vals.i()[i]};
+        std::stable_sort(kv.begin(), kv.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        for (int i = 0; i < N; i++) { keys_sorted.i()[i] = kv[i].first; vals_sorted.i()[i] = kv[i].second; }
+        for (int key = 0; key <= K_total; key++)
+            tt_embedding_backward_segment_key(s, pv, key, keys_sorted.i(), seg_lo.i(), seg_hi.i(), chunk_count.i());
+        int run = 0;
+        for (int i = 0; i <= Kc; i++) { chunk_off.i()[i] = run; run += chunk_count.i()[i]; }
+        Poisoned sm(L.total_floats);
+        HostExec ex{nt};
+        for (int64_t b = 0; b < max_chunks; b++) {
+            if (k == 5)
+                tt_embedding_backward_pivot_block<1>(ex, s, L, pv, sm.f(), (int)b, chunk_off.i(), seg_lo.i(), seg_hi.i(),
+                                                     vals_sorted.i(), indices, bag_of.i(), o.cores.data(), dY, W.f(),
+                                                     partial.f());
+            else
+                tt_embedding_backward_pivot_block<0>(ex, s, L, pv, sm.f(), (int)b, chunk_off.i(), seg_lo.i(), seg_hi.i(),
+                                                     vals_sorted.i(), indices, bag_of.i(), o.cores.data(), dY, W.f(),
+                                                     partial.f());
+        }
+        for (int key = 0; key < K_total; key++)
+            for (int tid = 0; tid < 128; tid++)
+                tt_embedding_backward_final_slice(s, pv, key, tid, 128, opt, lr, eps, o.cores.data(), o.state.data(),
+                                                  o.dG.data(), W.f(), partial.f(), chunk_off.i(), seg_lo.i(), seg_hi.i(),
+                                                  vals_sorted.i());
+    }
+    return o;
+}
+
+static bool check_step(const Problem& pr, const TTBwdReference& ref, int opt, float lr, float eps, const StepOut& o,
+                       bool show_on_fail = true) {
+    auto run = [&] {
+        return tt_embedding_backward_check(pr.s, opt, lr, eps, ref, pr.cores.data(), pr.state.data(), o.cores.data(),
+                                           o.state.data(), o.dG.data());
+    };
+    bool ok = quietly(run);
+    if (!ok && show_on_fail) run();   // print the details
+    return ok;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+static void test_decode_and_counts() {
+    // the spec's worked example: p = [3,4,5], L = [20,5,1], row 37 -> (1,3,2)
+    TTBwdShape s = tt_embedding_backward_make_shape({3, 4, 5}, {2, 2, 2}, {2, 3}, 0, 1, 1);
+    int idx[TT_BWD_MAX_T];
+    tt_embedding_backward_decode_row(s, 37, idx);
+    result(s.Lrad[0] == 20 && s.Lrad[1] == 5 && s.Lrad[2] == 1 && idx[0] == 1 && idx[1] == 3 && idx[2] == 2 && s.E == 60 &&
+               s.S[0] == 4 && s.S[1] == 12 && s.S[2] == 6,
+           "decode_worked_example", "row 37 of p=[3,4,5] must decode to (1,3,2) with L = [20,5,1] and slices 4, 12, 6");
+    // FBTT's default: cores hold 958,720 floats, 106,496 backward FLOPs per lookup, pivot core 1, NB fits
+    TTBwdShape d = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    int64_t elems = 0;
+    for (int t = 0; t < d.T; t++) elems += tt_embedding_backward_core_elems(d, t);
+    const double flops = tt_embedding_backward_flops_per_lookup(d);
+    const int pivot = tt_embedding_backward_pick_pivot(d), nb = tt_embedding_backward_pick_nb(d, pivot);
+    const TTBwdLayout L = tt_embedding_backward_make_layout(d, pivot, nb, 1);
+    bool aligned = L.shared_floats % 4 == 0 && L.lookup_floats % 4 == 0 && L.int_off % 4 == 0 && L.g_off % 4 == 0;
+    for (int t = 0; t < d.T; t++) aligned = aligned && L.sl_off[t] % 4 == 0 && L.P_off[t] % 4 == 0 && L.dM_off[t] % 4 == 0;
+    char why[256];
+    snprintf(why, sizeof why, "elements %lld (want 958720), E %lld, flops %.0f (want 106496), pivot %d (want 1), NB %d, smem %zu, aligned %d",
+             (long long)elems, (long long)d.E, flops, pivot, nb, tt_embedding_backward_smem_bytes(L), (int)aligned);
+    result(elems == 958720 && d.E == 11000000 && flops == 106496.0 && pivot == 1 && nb == TT_BWD_MAX_NB &&
+               tt_embedding_backward_smem_bytes(L) <= (size_t)TT_BWD_SMEM_TARGET && aligned && L.PS[1] == 129,
+           "default_shape_counts", why);
+}
+
+// <Y(G), dY> is linear in every core element (each lookup uses one slice of each core), so the
+// central difference with h = 1 is exact up to rounding in double.
+static void test_finite_differences(const Case& c) {
+    Problem pr = make_problem(c);
+    const TTBwdShape& s = pr.s;
+    TTBwdReference ref = tt_embedding_backward_reference(s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    std::vector<double> G(pr.cores.begin(), pr.cores.end()), Y((size_t)s.num_bags * s.D);
+    auto f = [&]() {
+        tt_embedding_backward_forward_cpu(s, G.data(), pr.offsets.data(), pr.indices.data(), Y.data());
+        double v = 0.0;
+        for (size_t i = 0; i < Y.size(); i++) v += Y[i] * pr.dY[i];
+        return v;
+    };
+    // the scale of f's terms, for the rounding tolerance
+    for (auto& x : G) x = fabs(x);
+    tt_embedding_backward_forward_cpu(s, G.data(), pr.offsets.data(), pr.indices.data(), Y.data());
+    double fscale = 0.0;
+    for (size_t i = 0; i < Y.size(); i++) fscale += Y[i] * fabs(pr.dY[i]);
+    G.assign(pr.cores.begin(), pr.cores.end());
+    double worst = 0.0;
+    int64_t bad = 0, checked = 0, mag_bad = 0;
+    for (int t = 0; t < s.T; t++)
+        for (int64_t e = 0; e < tt_embedding_backward_core_elems(s, t); e++) {
+            const int64_t i = s.core_off[t] + e;
+            const double x = G[i];
+            G[i] = x + 1.0;
+            const double fp = f();
+            G[i] = x - 1.0;
+            const double fm = f();
+            G[i] = x;
+            const double fd = (fp - fm) / 2.0, err = fabs(fd - ref.dG[i]);
+            worst = std::max(worst, err);
+            if (err > 1e-12 * (1.0 + fscale)) bad++;
+            if (fabs(ref.dG[i]) > ref.mag[i] * (1 + 1e-12) + 1e-300) mag_bad++;
+            checked++;
+        }
+    char why[256];
+    snprintf(why, sizeof why, "%lld of %lld elements differ from the central difference (worst %.3g, scale %.3g); %lld with |dG| > mag",
+             (long long)bad, (long long)checked, worst, fscale, (long long)mag_bad);
+    result(bad == 0 && mag_bad == 0 && checked > 0, "finite_differences_" + c.name, why);
+}
+
+static const char* opt_name(int opt) { return TT_BWD_OPT_NAMES[opt]; }
+
+static void test_versions(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts) {
+    Problem pr = make_problem(c);
+    TTBwdReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const float lr = 0.05f, eps = 1e-8f;
+    for (int opt : opts) {
+        for (int k = 1; k <= 5; k++) {
+            const std::vector<int> blocks = k >= 3 ? nts : std::vector<int>{0};
+            for (int nt : blocks) {
+                StepOut o = emulate(k, pr, opt, lr, eps, nt);
+                bool ok = check_step(pr, ref, opt, lr, eps, o);
+                char name[160];
+                snprintf(name, sizeof name, "emulate_v%d_%s_%s%s", k, c.name.c_str(), opt_name(opt),
+                         k >= 3 ? ("_nt" + std::to_string(nt)).c_str() : "");
+                result(ok, name, "the emulated step disagrees with the reference (details above)");
+            }
+        }
+    }
+}
+
+// The checker must catch a changed untouched slice and an error in one gradient element.
+static void test_checker_catches() {
+    Case c{"sparse", {50, 60, 70}, {2, 2, 2}, {4, 4}, 1, 3, 2, 0.0, false, 11};
+    Problem pr = make_problem(c);
+    TTBwdReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const float lr = 0.05f, eps = 1e-8f;
+    StepOut o = emulate(4, pr, TT_BWD_ADAGRAD, lr, eps, 128);
+    const bool base_ok = check_step(pr, ref, TT_BWD_ADAGRAD, lr, eps, o);
+    int untouched_key = -1, touched_key = -1;
+    for (int k = 0; k < pr.s.key_base[1]; k++) {
+        if (!ref.touched[k] && untouched_key < 0) untouched_key = k;
+        if (ref.touched[k] && touched_key < 0) touched_key = k;
+    }
+    // one ulp in an untouched slice of core 0's state
+    StepOut o1 = o;
+    uint32_t bits;
+    memcpy(&bits, &o1.state[(size_t)untouched_key * pr.s.S[0]], 4);
+    bits ^= 1;
+    memcpy(&o1.state[(size_t)untouched_key * pr.s.S[0]], &bits, 4);
+    const bool caught_untouched = !check_step(pr, ref, TT_BWD_ADAGRAD, lr, eps, o1, false);
+    // a gradient 0.1% off in one touched element, as a dropped term would make it
+    StepOut o2 = emulate(4, pr, TT_BWD_DENSE, lr, eps, 128);
+    const bool dense_ok = check_step(pr, ref, TT_BWD_DENSE, lr, eps, o2);
+    o2.dG[(size_t)touched_key * pr.s.S[0]] *= 1.001f;
+    const bool caught_error = !check_step(pr, ref, TT_BWD_DENSE, lr, eps, o2, false);
+    result(base_ok && dense_ok && untouched_key >= 0 && caught_untouched && caught_error, "check_catches_changes",
+           "the check must pass the emulated step and fail a flipped bit in an untouched slice and a 0.1% gradient error");
+}
+
+// FBTT's update_tt_cores_{sgd,adagrad}_kernel: launched with tx = min(1024, p_t), ty = 1024 / tx,
+// ceil(S_t / ty) blocks of (tx, ty); thread (bx, x, y) updates row bx*ty + y (if < p_t), elements
+// x, x + tx, ... of it. The grid counts slice elements where it should count rows.
+static std::vector<char> fbtt_rows_updated(int p_t, int S_t) {
+    const int tx = std::min(1024, p_t), ty = 1024 / tx, blocks = (S_t + ty - 1) / ty;
+    std::vector<char> row_done(p_t, 0);
+    for (int bx = 0; bx < blocks; bx++)
+        for (int y = 0; y < ty; y++) {
+            const int b = bx * ty + y;
+            if (b >= p_t) continue;
+            std::vector<char> col(S_t, 0);
+            for (int x = 0; x < tx; x++)
+                for (int d = x; d < S_t; d += tx) col[d] = 1;
+            row_done[b] = std::all_of(col.begin(), col.end(), [](char v) { return v != 0; });
+        }
+    return row_done;
+}
+
+static void test_fbtt_update_grid_defect() {
+    TTBwdShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    // FBTT: which rows of each core its optimizer updates
+    std::string missed;
+    int first_missed[3] = {-1, -1, -1}, n_missed[3] = {0, 0, 0};
+    for (int t = 0; t < 3; t++) {
+        std::vector<char> done = fbtt_rows_updated(s.p[t], s.S[t]);
+        for (int b = 0; b < s.p[t]; b++)
+            if (!done[b]) {
+                if (first_missed[t] < 0) first_missed[t] = b;
+                n_missed[t]++;
+            }
+    }
+    // the spec's anchor: core 0 rows 130-199 and core 2 rows 128-249 never updated, core 1 complete
+    const bool fbtt_as_spec = first_missed[0] == 130 && n_missed[0] == 70 && n_missed[1] == 0 && first_missed[2] == 128 &&
+                              n_missed[2] == 122;
+    // ours (versions 1-3): the optimizer pass's grid-stride loop over the whole buffer, emulated
+    const int64_t total = s.core_off[s.T];
+    std::vector<int> hits((size_t)total, 0);
+    const int block = 256;
+    const unsigned grid = tt_embedding_backward_optimizer_grid(total, block);
+    for (unsigned b = 0; b < grid; b++)
+        for (int th = 0; th < block; th++)
+            for (int64_t i = (int64_t)b * block + th; i < total; i += (int64_t)grid * block) hits[i]++;
+    bool ours_all_once = std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; });
+    // ours (versions 4-5): one block per slice key of every core; the key -> (core, table, row) map is onto
+    std::vector<int> slice_hits((size_t)s.key_base[s.T], 0);
+    for (int key = 0; key < s.key_base[s.T]; key++) {
+        int t = 0;
+        while (key >= s.key_base[t + 1]) t++;
+        const int local = key - s.key_base[t];
+        if (local / s.p[t] < s.tables) slice_hits[s.key_base[t] + local]++;
+    }
+    ours_all_once = ours_all_once && std::all_of(slice_hits.begin(), slice_hits.end(), [](int h) { return h == 1; });
+    // consequence: an SGD step on a gradient that is nonzero everywhere leaves FBTT's missed rows stale
+    int64_t stale = 0;
+    for (int t = 0; t < 3; t++) {
+        std::vector<char> done = fbtt_rows_updated(s.p[t], s.S[t]);
+        for (int b = 0; b < s.p[t]; b++) stale += done[b] ? 0 : s.S[t];
+    }
+    char why[256];
+    snprintf(why, sizeof why,
+             "FBTT misses core 0 rows from %d (%d rows), core 1 %d rows, core 2 rows from %d (%d rows); ours covers every element once: %d",
+             first_missed[0], n_missed[0], n_missed[1], first_missed[2], n_missed[2], (int)ours_all_once);
+    result(fbtt_as_spec && ours_all_once && stale == 70 * 128 + 122 * 128, "fbtt_update_grid_defect", why);
+    printf("     (FBTT's optimizer grid at p=200,220,250: core 0 rows %d-%d and core 2 rows %d-%d never updated, "
+           "%lld core elements stale after a step; ours updates all)\n",
+           first_missed[0], s.p[0] - 1, first_missed[2], s.p[2] - 1, (long long)stale);
+}
+
+static void test_validators() {
+    struct V { std::vector<int> p, q, r; int64_t E; int tables, B, L; double alpha, eps; const char* want; };
+    const V cases[] = {
+        {{200}, {4}, {}, 0, 1, 512, 20, 0.0, 1e-8, "must be 2..6"},
+        {{2, 2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}, 0, 1, 4, 2, 0.0, 1e-8, "is 7; it must be 2..6"},
+        {{200, 220, 250}, {4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 1e-8, "--q has 2 entries but --p has 3"},
+        {{200, 220, 250}, {4, 4, 4}, {32}, 0, 1, 512, 20, 0.0, 1e-8, "need T-1 = 2 inner ranks"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 0}, 0, 1, 512, 20, 0.0, 1e-8, "must be >= 1"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 11000001, 1, 512, 20, 0.0, 1e-8, "prod p (11000000) must be >= E (11000001)"},
+        {{3, 4}, {2, 2}, {2}, 0, 1, 4, 20, 1.2, 1e-8, "need E (12) >= L (20)"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.0, "--eps (0) must be > 0"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 512, 20, 0.0, 1e-8, "--tables (0) and --B (512) must be >= 1"},
+    };
+    for (const V& v : cases) {
+        std::string err = tt_embedding_backward_check_shape(v.p, v.q, v.r, v.E, v.tables, v.B, v.L, v.alpha, 0.05, v.eps);
+        result(err.find(v.want) != std::string::npos, std::string("validator_shape: ") + v.want, "got '" + err + "'");
+    }
+    result(tt_embedding_backward_check_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.05, 1e-8).empty(),
+           "validator_shape_default_ok", "the default shape must validate");
+    // bags: an index >= E, a negative one, offsets out of order, a wrong count
+    const std::vector<int64_t> off = {0, 2, 3}, idx = {0, 5, 9};
+    struct BV { std::vector<int64_t> off, idx; int64_t E; const char* want; };
+    const BV bcases[] = {
+        {off, {0, 5, 12}, 12, "index 12 at position 2 is >= E (12)"},
+        {off, {0, -1, 3}, 12, "index -1 at position 1 is negative"},
+        {{0, 3, 2}, idx, 12, "offsets must be nondecreasing"},
+        {{0, 2, 4}, idx, 12, "must equal the number of indices"},
+        {{0, 2}, idx, 12, "offsets has 2 entries"},
+    };
+    for (const BV& b : bcases) {
+        std::string err = tt_embedding_backward_check_bags(b.off, b.idx, 2, b.E);
+        result(err.find(b.want) != std::string::npos, std::string("validator_bags: ") + b.want, "got '" + err + "'");
+    }
+    result(tt_embedding_backward_check_bags(off, idx, 2, 12).empty(), "validator_bags_ok", "well-formed bags must validate");
+}
+
+int main() {
+    test_decode_and_counts();
+    test_validators();
+    test_fbtt_update_grid_defect();
+
+    // finite differences, T = 2..6 (tables > 1 and repeated rows included)
+    const Case fd[] = {
+        {"T2", {3, 4}, {2, 3}, {3}, 2, 3, 4, 0.0, false, 1},
+        {"T3", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 4, 3, 0.0, true, 2},
+        {"T4", {2, 3, 2, 3}, {2, 1, 3, 2}, {2, 3, 2}, 2, 2, 3, 0.0, false, 3},
+        {"T5", {2, 2, 3, 2, 2}, {2, 2, 1, 2, 3}, {2, 3, 2, 2}, 1, 3, 4, 0.0, false, 4},
+        {"T6", {2, 2, 2, 2, 2, 2}, {2, 1, 2, 1, 2, 2}, {2, 2, 3, 2, 2}, 2, 3, 4, 0.0, false, 5},
+    };
+    for (const Case& c : fd) test_finite_differences(c);
+
+    // every version, emulated
+    const int D = TT_BWD_DENSE, S = TT_BWD_SGD, A = TT_BWD_ADAGRAD;
+    test_versions({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D}, {128, 100});
+    test_versions({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, {128, 37});
+    test_versions({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A}, {256});
+    test_versions({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {S, D}, {128});
+    test_versions({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 5}, {A, S}, {96});
+    test_versions({"zipf_hot_slices", {2, 30, 3}, {4, 4, 4}, {8, 8}, 1, 33, 17, 1.3, false, 6}, {S, A}, {256, 100});
+    test_versions({"rank32_q4", {3, 4, 5}, {4, 4, 4}, {32, 32}, 1, 10, 7, 0.0, false, 7}, {S}, {256, 512});
+    test_versions({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A}, {128});
+    test_versions({"rank_ones", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S}, {128});
+    test_checker_catches();
+
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
