@@ -447,6 +447,208 @@ static void test_digits() {
     report(why.empty(), "core-index digits (32- and 64-bit paths) = (idx / stride) % p", why);
 }
 
+// ---- version 5 (TF32 tensor cores) on the CPU
+
+// one m16n8k8 mma.sync from the 32 lanes' registers, by the PTX ISA's layout (independent of the kernel's
+// helpers): A (16x8) element (row, col) is in lane 4 * (row % 8) + col % 4, register (row >= 8) + 2 (col >= 4);
+// B (8x8) element (k, n) in lane 4 n + k % 4, register k >= 4; D (16x8) element (row, col) in lane
+// 4 (row % 8) + col / 2, register col % 2 + 2 (row >= 8)
+static void emulate_mma(float (&d)[32][4], const float (&a)[32][4], const float (&b)[32][2]) {
+    double A[16][8], B[8][8];
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 8; col++) A[row][col] = a[4 * (row % 8) + col % 4][(row >= 8) + 2 * (col >= 4)];
+    for (int k = 0; k < 8; k++)
+        for (int n = 0; n < 8; n++) B[k][n] = b[4 * n + k % 4][k >= 4];
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 8; col++) {
+            double sum = 0.0;
+            for (int k = 0; k < 8; k++) sum += A[row][k] * B[k][col];
+            d[4 * (row % 8) + col / 2][col % 2 + 2 * (row >= 8)] += (float)sum;
+        }
+}
+
+static void test_tc_plan() {
+    TtEmbeddingForwardShape s;
+    TtEmbeddingForwardTc tc;
+    tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    std::string why = tt_embedding_forward_make_tc(s, tc);
+    report(why.empty() && tc.h == 1 && tc.ldg == 136 && tc.in_sz == 0 && tc.out_sz == 528 && tc.mid == 0,
+           "version 5 at the default: core 1 on tensor cores (4x32 . 32x128 per lookup), slice stride 136, M_1 in 16x33", why);
+    tt_embedding_forward_make_shape(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_tc(s, tc);
+    report(why.empty() && tc.h == 1 && tc.ldg == 72 && tc.in_sz == 0 && tc.out_sz == 264 && tc.mid == 528,
+           "version 5 on the 4-core shape: core 1, stride 72, M_1 8x33, step 2 intermediate 16x33", why);
+    tt_embedding_forward_make_shape(s, {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_tc(s, tc);
+    report(why.empty() && tc.h == 3 && tc.ldg == 136 && tc.in_sz == 264 && tc.out_sz == 1040 && tc.mid == 68,
+           "version 5 on the 5-core shape: core 3, M_2 8x33 in, M_3 16x65 out, prefix intermediate 4x17", why);
+    tt_embedding_forward_make_shape(s, {7, 9, 5}, {2, 3, 2}, {4, 6}, 0, 0, 1, 8, 4, 0.0);
+    why = tt_embedding_forward_make_tc(s, tc);
+    report(why.find("multiples of 8") != std::string::npos, "version 5 skips ranks that are not multiples of 8", why);
+    bool ok = true;
+    for (int n = 8; n <= 1024; n += 8) {
+        const int ldg = n + ((8 - n % 32) + 32) % 32;
+        ok = ok && ldg >= n && ldg % 32 == 8 && ldg - n < 32;
+    }
+    report(ok, "version 5's slice stride: >= n, = 8 (mod 32) (B fragments conflict-free), < n + 32");
+}
+
+// Version 5's phases on the CPU for one run of `np` lookups: A (FP32 engine), B (the stacked GEMM through the
+// kernel's fragment helpers and an mma emulated from the PTX layout), C (FP32 engine); each phase-B output
+// against the product of the same TF32-rounded operands, and each row against the reference (TF32 tolerance)
+static void test_tc_run(const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int np, Rng& rng) {
+    Problem P;
+    if (!make_problem(P, p, q, r, 2, 1, 1, rng)) return;
+    const TtEmbeddingForwardShape& s = P.s;
+    TtEmbeddingForwardTc tc;
+    TtEmbeddingForwardGroup g;
+    std::string why = tt_embedding_forward_make_tc(s, tc);
+    if (why.empty()) why = tt_embedding_forward_make_group(s, g, tc.h);
+    if (!why.empty()) { report(false, P.name + ": version 5 plan", why); return; }
+    const int h = tc.h, m = s.step_m[h], k = s.step_k[h], n = s.step_n[h];
+    // a run: lookups of one table sharing i_h (same key); their other digits random
+    const int tbl = 1;
+    const int64_t base_idx = rng.randint(0, s.E);
+    const int ih = tt_embedding_forward_digit(base_idx, s.stride[h], s.p[h]);
+    std::vector<int64_t> idx(np);
+    for (int pi = 0; pi < np; pi++) {
+        int64_t x = rng.randint(0, s.E);
+        const int cur = tt_embedding_forward_digit(x, s.stride[h], s.p[h]);
+        x += (int64_t)(ih - cur) * s.stride[h];                 // force digit h to ih
+        if (x >= s.E || x < 0) x = base_idx;
+        idx[pi] = x;
+    }
+    // the slice of core h, TF32-rounded, rows padded to ldg (as the kernel stores it)
+    const float* src = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[0], h);
+    std::vector<float> gh((size_t)k * tc.ldg, NAN);
+    for (int i = 0; i < k * n; i++) gh[(size_t)(i / n) * tc.ldg + i % n] = tt_embedding_forward_tf32(src[i]);
+    // phase A
+    std::vector<float> inbuf((size_t)np * std::max(tc.in_sz, 4), NAN), outbuf((size_t)np * tc.out_sz, NAN);
+    std::vector<const float*> a_base(np);
+    for (int pi = 0; pi < np; pi++) {
+        const float* gp[6];
+        for (int t = 0; t < s.T; t++) gp[t] = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[pi], t);
+        if (h == 1) { a_base[pi] = gp[0]; continue; }
+        std::vector<float> b0((size_t)std::max(tc.mid, 4), NAN), b1((size_t)std::max(tc.mid, 4), NAN);
+        const float* in = gp[0];
+        for (int t = 1; t < h; t++) {
+            float* out = t == h - 1 ? inbuf.data() + (size_t)pi * tc.in_sz : ((t & 1) ? b0.data() : b1.data());
+            for (int lane = 0; lane < 32; lane++) tt_embedding_forward_chain_step(s, t, out, in, gp[t], false, lane);
+            in = out;
+        }
+        a_base[pi] = inbuf.data() + (size_t)pi * tc.in_sz;
+    }
+    // phase B, item by item as the warps do it
+    const int rows = np * m, row_tiles = (rows + 15) / 16, ntiles = n / 8, ngroups = (ntiles + 3) / 4;
+    for (int item = 0; item < row_tiles * ngroups; item++) {
+        const int rt = item / ngroups, ng = item - rt * ngroups, nt_count = std::min(4, ntiles - ng * 4);
+        float acc[4][32][4] = {};
+        for (int ks = 0; ks < k; ks += 8) {
+            float a[32][4];
+            for (int lane = 0; lane < 32; lane++) {
+                const int group = lane >> 2, tig = lane & 3;
+                const float* arow[2];
+                for (int hf = 0; hf < 2; hf++) {
+                    const int rr = tt_embedding_forward_tc_a_rowidx(rt, hf, group);
+                    arow[hf] = rr < rows ? tt_embedding_forward_tc_a_row(s, tc, a_base.data(), np, rr) : nullptr;
+                }
+                tt_embedding_forward_tc_a_frag(a[lane], arow[0], arow[1], ks, tig);
+            }
+            for (int nt = 0; nt < nt_count; nt++) {
+                float b[32][2];
+                for (int lane = 0; lane < 32; lane++)
+                    tt_embedding_forward_tc_b_frag(b[lane], gh.data(), tc.ldg, ks, ng * 32 + nt * 8, lane >> 2, lane & 3);
+                emulate_mma(acc[nt], a, b);
+            }
+        }
+        for (int nt = 0; nt < nt_count; nt++)
+            for (int lane = 0; lane < 32; lane++)
+                for (int qq = 0; qq < 4; qq++) {
+                    int rr, cc;
+                    tt_embedding_forward_tc_c_rc(rt, ng * 32 + nt * 8, qq, lane >> 2, lane & 3, rr, cc);
+                    if (rr < rows) *tt_embedding_forward_tc_c_addr(s, tc, outbuf.data(), rr, cc) = acc[nt][lane][qq];
+                }
+    }
+    // phase B against the direct product of the same rounded operands; address written out independently
+    std::string why_b;
+    const int Rn = s.R[h + 1], ldh = s.ld[h];
+    for (int pi = 0; pi < np; pi++)
+        for (int i = 0; i < m; i++)
+            for (int c = 0; c < n; c++) {
+                double want = 0.0;
+                for (int kk = 0; kk < k; kk++)
+                    want += (double)tt_embedding_forward_tf32(a_base[pi][i * s.ld[h - 1] + kk]) * tt_embedding_forward_tf32(src[kk * n + c]);
+                const float got = outbuf[(size_t)pi * tc.out_sz + (size_t)(i * s.q[h] + c / Rn) * ldh + c % Rn];
+                if (!close(got, want, 1e-5, 1e-5)) why_b += " lookup " + std::to_string(pi) + " (" + std::to_string(i) + "," + std::to_string(c) + ")";
+            }
+    // phase C and the rows
+    std::string why_c;
+    double max_err = 0.0;
+    std::vector<double> ref(s.D);
+    for (int pi = 0; pi < np; pi++) {
+        const float* gp[6];
+        for (int t = 0; t < s.T; t++) gp[t] = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[pi], t);
+        std::vector<float> row(s.D_pad, NAN), b0((size_t)std::max(tc.mid, 4), NAN), b1((size_t)std::max(tc.mid, 4), NAN);
+        const float* in = outbuf.data() + (size_t)pi * tc.out_sz;
+        const float* got = in;
+        for (int t = h + 1; t < s.T; t++) {
+            float* out = t == s.T - 1 ? row.data() : ((t & 1) ? b0.data() : b1.data());
+            for (int lane = 0; lane < 32; lane++) tt_embedding_forward_chain_step(s, t, out, in, gp[t], false, lane);
+            in = out;
+            got = out;
+        }
+        tt_embedding_forward_row_cpu(ref.data(), P.ptrs.data(), s, tbl, idx[pi]);
+        for (int d = 0; d < s.D; d++) {
+            max_err = std::max(max_err, fabs(got[d] - ref[d]));
+            if (!close(got[d], ref[d], 1e-2, 1e-2)) why_c += " lookup " + std::to_string(pi) + " d" + std::to_string(d);
+        }
+    }
+    char buf[96];
+    snprintf(buf, sizeof buf, " (%d lookups, %d rows, max row error %.1e)", np, rows, max_err);
+    report(why_b.empty(), P.name + ": version 5's stacked TF32 GEMM (fragments + PTX-layout mma) = product of the rounded operands" + buf,
+           why_b.substr(0, 200));
+    report(why_c.empty(), P.name + ": version 5's rows (phases A, B, C) = reference within TF32 error" + buf, why_c.substr(0, 200));
+}
+
+// The TF32 error budget at FBTT's default: version 5's arithmetic (step 1 on TF32-rounded operands with fp32
+// sums, step 2 in fp32) over 10,240 lookups in 512 bags, pooled, against the double reference: every value
+// must pass the stated TF32 tolerance with a margin (the largest error under half of atol).
+static void test_tf32_budget() {
+    Problem P;
+    Rng rng(42);
+    const int B = 512, L = 20;
+    if (!make_problem(P, {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, B, L, rng)) return;
+    const TtEmbeddingForwardShape& s = P.s;
+    std::vector<int64_t> indices = make_bag_indices(B, L, s.E, 0.0, rng);
+    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, false, rng);
+    std::vector<float> ref((size_t)B * s.D);
+    tt_embedding_forward_cpu(ref.data(), P.ptrs.data(), indices.data(), offsets.data(), s);
+    std::vector<float> out((size_t)B * s.D, 0.0f), m1(16 * 33), row(64);
+    for (int bag = 0; bag < B; bag++) {
+        for (int64_t nn = offsets[bag]; nn < offsets[bag + 1]; nn++) {
+            const float* g0 = tt_embedding_forward_slice_ptr(P.c, s, 0, indices[nn], 0);
+            const float* g1 = tt_embedding_forward_slice_ptr(P.c, s, 0, indices[nn], 1);
+            const float* g2 = tt_embedding_forward_slice_ptr(P.c, s, 0, indices[nn], 2);
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 128; c++) {
+                    float sum = 0.0f;
+                    for (int kk = 0; kk < 32; kk++) sum += tt_embedding_forward_tf32(g0[i * 32 + kk]) * tt_embedding_forward_tf32(g1[kk * 128 + c]);
+                    m1[(i * 4 + c / 32) * 33 + c % 32] = sum;
+                }
+            for (int lane = 0; lane < 32; lane++) tt_embedding_forward_chain_step(s, 2, row.data(), m1.data(), g2, false, lane);
+            for (int d = 0; d < 64; d++) out[(size_t)bag * 64 + d] += row[d];
+        }
+    }
+    ValidateStats st = compare_arrays(out.data(), ref.data(), out.size(), TT_EMBEDDING_FORWARD_TF32_ATOL, TT_EMBEDDING_FORWARD_TF32_RTOL);
+    char buf[160];
+    snprintf(buf, sizeof buf, "TF32 error budget at FBTT's default: max abs error %.2e over %zu pooled values (atol %.0e, rtol %.0e)",
+             st.max_abs, out.size(), (double)TT_EMBEDDING_FORWARD_TF32_ATOL, (double)TT_EMBEDDING_FORWARD_TF32_RTOL);
+    report(st.failures == 0 && st.max_abs < 0.5 * TT_EMBEDDING_FORWARD_TF32_ATOL, buf, std::to_string(st.failures) + " failures");
+    // and the fp32 tolerance would reject it (the looser one is needed)
+    ValidateStats st32 = compare_arrays(out.data(), ref.data(), out.size(), 1e-4f, 1e-4f);
+    report(st32.failures > 0, "TF32 results fail the fp32 tolerance (so version 5 needs its own)");
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -456,6 +658,18 @@ int main() {
     test_default_counts();
     test_group_keys();
     test_digits();
+    test_tc_plan();
+    {
+        Rng rng(21);
+        test_tc_run({200, 220, 250}, {4, 4, 4}, {32, 32}, 5, rng);         // 20 rows: a full and a partial tile
+        test_tc_run({200, 220, 250}, {4, 4, 4}, {32, 32}, 1, rng);
+        test_tc_run({20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 7, rng);  // n = 64: two column groups
+        test_tc_run({5, 4, 5, 5, 4}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 3, rng);   // h = 3: phase A runs
+        test_tc_run({6, 5, 7}, {3, 8, 2}, {8, 8}, 4, rng);                  // m = 3 rows per lookup, n = 16 + 48
+        test_tc_run({3, 7, 5, 4}, {2, 2, 3, 2}, {8, 24, 8}, 6, rng);        // h = 2, n = 24: a partial column group
+        test_tc_run({9, 7}, {2, 16}, {16}, 5, rng);                         // h = T-1: the GEMM writes the rows
+    }
+    test_tf32_budget();
     printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
     return failures ? 1 : 0;
 }

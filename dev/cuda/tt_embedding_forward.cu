@@ -70,14 +70,21 @@ Compile and run:
 // unit variance); fp32 chains of dot products of length R differ from the double chain by a few 1e-7 per
 // step, so 1e-4 absolute and relative leaves a wide margin while any indexing bug gives O(1) errors. bf16
 // adds one rounding of the output (2^-9 relative).
+// Version 5 rounds both operands of its heavy step to TF32 (10 mantissa bits, 2^-11 relative): each element
+// of M_h is then off by about 4e-4 of its size (errors of 2 x 32 roundings in a 32-term dot product add up
+// like a random walk, as the terms do), a row element by as much, a pooled sum of L = 20 rows by about
+// 2e-3, and the largest of 32,768 pooled values by about 1e-2: its check uses 2e-2 absolute + 1e-2
+// relative (stated here; the FP32 versions keep 1e-4). The CPU test runs version 5's arithmetic (TF32
+// rounding included) on FBTT's default and checks that its error stays well inside this.
 #ifdef ENABLE_BF16
 static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 5e-3f;
 #else
 static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 1e-4f;
 #endif
+static const float TT_EMBEDDING_FORWARD_TF32_ATOL = 2e-2f, TT_EMBEDDING_FORWARD_TF32_RTOL = 1e-2f;
 
 #define TT_EMBEDDING_FORWARD_MAX_CORES 6
-#define TT_EMBEDDING_FORWARD_NUM_KERNELS 4
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 5
 // version 4: lookups per warp in a block's window of the sorted order
 #define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
@@ -579,23 +586,34 @@ __host__ __device__ __forceinline__ void tt_embedding_forward_chain_step(const T
                                    s.step_rt[t], s.step_cw[t], accumulate, lane);
 }
 
-// The whole chain of one lookup by one warp. Lane t (< T) holds the slice pointer of core t (global, or
-// shared for a grouped core); every lane must call this (full-mask shuffles). Intermediates ping-pong
-// between buf0 and buf1 (warp-private, max_mid floats each, padded rows); the last step writes (or adds to) `last`
-// (D floats). Ends with a __syncwarp, so `last` is visible to the whole warp.
-__device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddingForwardShape& s, const float* g_lane,
-                                                                float* buf0, float* buf1, float* last,
-                                                                bool accumulate_last, int lane) {
+// Chain steps t0..t1-1 (1 <= t0 < t1 <= T) of one lookup by one warp. Lane t (< T) holds the slice pointer of
+// core t (global, or shared for a grouped core); every lane must call this (full-mask shuffles). The first
+// step reads `in0` (M_{t0-1} with row stride ld[t0-1]), or core 0's slice when in0 is null (t0 = 1); the last
+// step writes (or adds to) `last` (M_{t1-1}, row stride ld[t1-1]: the D-value row when t1 = T); the steps
+// between ping-pong through buf0 and buf1 (warp-private, padded rows). Ends with a __syncwarp, so `last` is
+// visible to the whole warp.
+__device__ __forceinline__ void tt_embedding_forward_warp_chain_range(const TtEmbeddingForwardShape& s, const float* g_lane,
+                                                                      int t0, int t1, const float* in0, float* last,
+                                                                      float* buf0, float* buf1, bool accumulate_last,
+                                                                      int lane) {
     const unsigned full = 0xffffffffu;
-    const float* in = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), 0));
-    for (int t = 1; t < s.T; t++) {
+    const float* core0 = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), 0));
+    const float* in = in0 ? in0 : core0;
+    for (int t = t0; t < t1; t++) {
         const float* G = reinterpret_cast<const float*>(__shfl_sync(full, reinterpret_cast<unsigned long long>(g_lane), t));
-        const bool is_last = (t == s.T - 1);
+        const bool is_last = (t == t1 - 1);
         float* out = is_last ? last : ((t & 1) ? buf0 : buf1);
         tt_embedding_forward_chain_step(s, t, out, in, G, is_last && accumulate_last, lane);
         __syncwarp();
         in = out;
     }
+}
+
+// the whole chain (steps 1..T-1) into the D-value row `last`
+__device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddingForwardShape& s, const float* g_lane,
+                                                                float* buf0, float* buf1, float* last,
+                                                                bool accumulate_last, int lane) {
+    tt_embedding_forward_warp_chain_range(s, g_lane, 1, s.T, nullptr, last, buf0, buf1, accumulate_last, lane);
 }
 
 // Version 3: fused, a bag per block. Warp w runs the chains of lookups w, w+W, ... of the bag and adds each
@@ -648,12 +666,15 @@ struct TtEmbeddingForwardGroup {
     int slice_pad[2] = {0, 0};
 };
 
-// The biggest core slice always; the second biggest too when it is >= 1024 floats (worth sharing) and the
-// groups of both stay >= 8 lookups on uniform indices. Returns "" or why version 4 cannot run.
-inline std::string tt_embedding_forward_make_group(const TtEmbeddingForwardShape& s, TtEmbeddingForwardGroup& g) {
+// The biggest core slice always (or `first`, when given); the second biggest too when it is >= 1024 floats
+// (worth sharing) and the groups of both stay >= 8 lookups on uniform indices. Returns "" or why the version
+// cannot run.
+inline std::string tt_embedding_forward_make_group(const TtEmbeddingForwardShape& s, TtEmbeddingForwardGroup& g,
+                                                   int first = -1) {
     g = TtEmbeddingForwardGroup();
     int h1 = 0;
     for (int t = 1; t < s.T; t++) if (s.slice[t] > s.slice[h1]) h1 = t;
+    if (first >= 0) h1 = first;
     int h2 = -1;
     for (int t = 0; t < s.T; t++) if (t != h1 && (h2 < 0 || s.slice[t] > s.slice[h2])) h2 = t;
     g.ncores = 1;
@@ -822,6 +843,276 @@ __global__ void tt_embedding_forward_kernel4_pool(floatX* __restrict__ out, cons
     out[i] = from_float<floatX>(sum);
 }
 
+// ---- version 5: version 4 with the heavy step on tensor cores (TF32 mma.sync)
+
+// Version 5's plan: the core h (>= 1) with the biggest slice runs its chain step as one GEMM over all the
+// lookups of a run (their M_{h-1} stacked as rows: Q_{h-1} rows each, R_h columns) times the shared slice
+// (R_h x q_h R_{h+1}), in 16 x 8 x 8 TF32 mma tiles; the steps before and after it run per lookup on the FP32
+// warp engine. Needs R_h and q_h R_{h+1} multiples of 8.
+struct TtEmbeddingForwardTc {
+    int h = -1;
+    int ldg = 0;      // row stride of core h's slice in shared memory: >= n, = 8 (mod 32), so the 32 lanes'
+                      // B-fragment loads (rows k..k+3, 8 columns) fall in 32 different banks
+    int in_sz = 0;    // floats per lookup for M_{h-1} (0 when h = 1: M_0 is core 0's slice, read from L2)
+    int out_sz = 0;   // floats per lookup for M_h
+    int mid = 0;      // warp-private intermediates of the steps before and after h (0 if none)
+};
+
+inline std::string tt_embedding_forward_make_tc(const TtEmbeddingForwardShape& s, TtEmbeddingForwardTc& tc) {
+    tc = TtEmbeddingForwardTc();
+    int h = 1;
+    for (int t = 2; t < s.T; t++) if (s.slice[t] > s.slice[h]) h = t;
+    const int k = s.step_k[h], n = s.step_n[h];
+    if (k % 8 != 0 || n % 8 != 0)
+        return "its tensor-core step (core " + std::to_string(h) + ", R_" + std::to_string(h) + " = " + std::to_string(k) +
+               ", q_" + std::to_string(h) + "*R_" + std::to_string(h + 1) + " = " + std::to_string(n) + ") needs both multiples of 8";
+    tc.h = h;
+    tc.ldg = n + ((8 - n % 32) + 32) % 32;
+    tc.in_sz = h >= 2 ? (int)tt_embedding_forward_round4((int64_t)s.Q[h - 1] * s.ld[h - 1]) : 0;
+    tc.out_sz = (int)tt_embedding_forward_round4((int64_t)s.Q[h] * s.ld[h]);
+    int mid = 0;
+    for (int t = 1; t <= h - 2; t++) mid = std::max(mid, s.Q[t] * s.ld[t]);
+    for (int t = h + 1; t <= s.T - 2; t++) mid = std::max(mid, s.Q[t] * s.ld[t]);
+    tc.mid = (int)tt_embedding_forward_round4(mid);
+    return "";
+}
+
+inline size_t tt_embedding_forward_smem5_bytes(const TtEmbeddingForwardShape& s, const TtEmbeddingForwardGroup& g,
+                                               const TtEmbeddingForwardTc& tc, int warps) {
+    const size_t C = (size_t)warps * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+    const size_t meta = (C * 24 + 4 + 15) / 16 * 16;
+    const size_t floats = (size_t)s.step_k[tc.h] * tc.ldg + g.slice_pad[1] + C * (tc.in_sz + tc.out_sz) +
+                          (size_t)warps * (2 * tc.mid + s.D_pad);
+    return meta + floats * 4;
+}
+
+// round to TF32 (10 explicit mantissa bits, to nearest, ties away from zero), as cvt.rna.tf32.f32 does;
+// host-callable so the CPU tests can run version 5's arithmetic
+__host__ __device__ inline float tt_embedding_forward_tf32(float x) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;   // finite: round the 13 low bits away
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+#endif
+}
+
+// The 16 x 8 x 8 TF32 MMA tile (PTX mma.m16n8k8, A row-major, B column-major), lane = 4 * group + tig:
+//   A (16x8): a0 (group, tig), a1 (group + 8, tig), a2 (group, tig + 4), a3 (group + 8, tig + 4)
+//   B (8x8):  b0 (k = tig, n = group), b1 (k = tig + 4, n = group)
+//   C (16x8): c0 (group, 2 tig), c1 (group, 2 tig + 1), c2 (group + 8, 2 tig), c3 (group + 8, 2 tig + 1)
+__device__ __forceinline__ void tt_embedding_forward_mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Row r of the stacked A matrix of a run: lookup number r / m of the run's primaries, row r % m of its
+// M_{h-1} (row stride ld[h-1]); null past the last lookup (those rows are zeros). `a_base[pi]` is the
+// lookup's M_{h-1}. Host-callable (the CPU test runs the stacked GEMM through these helpers).
+__host__ __device__ inline const float* tt_embedding_forward_tc_a_row(const TtEmbeddingForwardShape& s,
+                                                                     const TtEmbeddingForwardTc& tc,
+                                                                     const float* const* a_base, int np, int r) {
+    const int m = s.step_m[tc.h];
+    const int pi = r / m;
+    if (pi >= np) return nullptr;
+    return a_base[pi] + (r - pi * m) * s.ld[tc.h - 1];
+}
+
+// Where element (r, c) of the stacked product goes: lookup r / m's M_h buffer, row r % m, column c, stored
+// reshaped (row i * q_h + c / R_{h+1}, column c % R_{h+1}, row stride ld[h]) for the next step
+__host__ __device__ inline float* tt_embedding_forward_tc_c_addr(const TtEmbeddingForwardShape& s,
+                                                                const TtEmbeddingForwardTc& tc, float* outbuf, int r, int c) {
+    const int m = s.step_m[tc.h], rr = s.R[tc.h + 1], ld = s.ld[tc.h];
+    const int pi = r / m, i = r - pi * m, a = c / rr;
+    return outbuf + (size_t)pi * tc.out_sz + (size_t)i * s.q[tc.h] * ld + a * ld + (c - a * rr);
+}
+
+// What lane (group = lane / 4, tig = lane % 4) puts in its registers for the tile at row tile rt, k step ks and
+// n-tile columns col0..col0+7 (the layout above); host-callable: the CPU test assembles these per-lane
+// registers into the tiles by the PTX layout and checks the product.
+__host__ __device__ inline int tt_embedding_forward_tc_a_rowidx(int rt, int hf, int group) { return rt * 16 + group + 8 * hf; }
+__host__ __device__ inline void tt_embedding_forward_tc_a_frag(float (&a)[4], const float* arow0, const float* arow1, int ks, int tig) {
+    a[0] = arow0 ? tt_embedding_forward_tf32(arow0[ks + tig]) : 0.0f;
+    a[1] = arow1 ? tt_embedding_forward_tf32(arow1[ks + tig]) : 0.0f;
+    a[2] = arow0 ? tt_embedding_forward_tf32(arow0[ks + tig + 4]) : 0.0f;
+    a[3] = arow1 ? tt_embedding_forward_tf32(arow1[ks + tig + 4]) : 0.0f;
+}
+__host__ __device__ inline void tt_embedding_forward_tc_b_frag(float (&b)[2], const float* gh, int ldg, int ks, int col0,
+                                                               int group, int tig) {
+    b[0] = gh[(ks + tig) * ldg + col0 + group];
+    b[1] = gh[(ks + tig + 4) * ldg + col0 + group];
+}
+__host__ __device__ inline void tt_embedding_forward_tc_c_rc(int rt, int col0, int q, int group, int tig, int& r, int& c) {
+    r = rt * 16 + group + 8 * (q >> 1);
+    c = col0 + 2 * tig + (q & 1);
+}
+
+// Version 5: version 4's windows of the sorted order and shared slices, with each run in three phases:
+//   A  per primary lookup, a warp runs steps 1..h-1 (FP32) into the lookup's M_{h-1} buffer (skipped for
+//      h = 1: M_0 is core 0's slice, read straight from L2);
+//   B  the warps split the stacked GEMM [np * Q_{h-1} x R_h] . [R_h x q_h R_{h+1}] into (16-row tile, 32-column
+//      group) items: per 8-deep k step, one A fragment (4 loads, rounded to TF32) and four B fragments from the
+//      shared slice (stored TF32-rounded, conflict-free stride), four mma; results into each lookup's M_h buffer;
+//   C  per primary lookup, a warp runs steps h+1..T-1 (FP32) into its row and writes it for the lookup and
+//      its duplicates in the window.
+// At FBTT's default the heavy step is 89% of the FLOPs: 16 mma per lookup instead of 512 FMAs per lane.
+__global__ void tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const uint32_t* __restrict__ keys,
+                                             const int* __restrict__ perm, const int64_t* __restrict__ indices,
+                                             const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s,
+                                             const __grid_constant__ TtEmbeddingForwardGroup g,
+                                             const __grid_constant__ TtEmbeddingForwardTc tc) {
+    extern __shared__ float4 tt_embedding_forward_smem5[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int C = W * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+    // layout: idx[C] int64 | key[C] u32 | lid[C] | alias[C] | prim[C] | np | pad to 16 | core h's slice
+    // (k x ldg) | second grouped slice | M_{h-1} buffers [C] | M_h buffers [C] | per-warp buffers
+    int64_t* idx_s = reinterpret_cast<int64_t*>(tt_embedding_forward_smem5);
+    uint32_t* key_s = reinterpret_cast<uint32_t*>(idx_s + C);
+    int* lid_s = reinterpret_cast<int*>(key_s + C);
+    int* alias_s = lid_s + C;
+    int* prim_s = alias_s + C;
+    int* np_s = prim_s + C;
+    const size_t meta = ((size_t)C * 24 + 4 + 15) / 16 * 16;
+    const int h = tc.h, k = s.step_k[h], n = s.step_n[h], ldg = tc.ldg;
+    float* gh = reinterpret_cast<float*>(reinterpret_cast<char*>(tt_embedding_forward_smem5) + meta);
+    float* g2 = gh + k * ldg;
+    float* inbuf = g2 + g.slice_pad[1];
+    float* outbuf = inbuf + (size_t)C * tc.in_sz;
+    float* wbuf0 = outbuf + (size_t)C * tc.out_sz + warp * (2 * tc.mid + s.D_pad);
+    float* wbuf1 = wbuf0 + tc.mid;
+    float* wrow = wbuf1 + tc.mid;
+
+    const int64_t w0 = (int64_t)blockIdx.x * C;
+    const int cnt = (int)min((int64_t)C, s.nnz - w0);
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+        key_s[j] = keys[w0 + j];
+        const int l = perm[w0 + j];
+        lid_s[j] = l;
+        idx_s[j] = indices[l];
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+        int a = j;
+        for (int jj = 0; jj < j; jj++)
+            if (key_s[jj] == key_s[j] && idx_s[jj] == idx_s[j]) { a = jj; break; }
+        alias_s[j] = a;
+    }
+    __syncthreads();
+
+    const int group = lane >> 2, tig = lane & 3;
+    for (int r0 = 0; r0 < cnt;) {                                  // runs of equal keys, block-uniform
+        const uint32_t key = key_s[r0];
+        int r1 = r0 + 1;
+        while (r1 < cnt && key_s[r1] == key) r1++;
+        const int tbl = tt_embedding_forward_group_table(s, g, key);
+        {   // core h's slice, TF32-rounded, rows padded to ldg; the second grouped core's as it is
+            const float* src = tt_embedding_forward_group_slice(cores, s, g, key, 0);
+            for (int i = threadIdx.x; i < k * n; i += blockDim.x) {
+                const int row = i / n;
+                gh[row * ldg + (i - row * n)] = tt_embedding_forward_tf32(__ldg(src + i));
+            }
+            if (g.ncores == 2) {
+                const float* src2 = tt_embedding_forward_group_slice(cores, s, g, key, 1);
+                const int len = (int)s.slice[g.core[1]];
+                for (int i = threadIdx.x; i < len; i += blockDim.x) g2[i] = __ldg(src2 + i);
+            }
+        }
+        if (threadIdx.x == 0) {                                    // the run's primaries, in order
+            int np = 0;
+            for (int j = r0; j < r1; j++) if (alias_s[j] == j) prim_s[np++] = j;
+            *np_s = np;
+        }
+        __syncthreads();
+        const int np = *np_s;
+        auto lane_slice = [&](int j) -> const float* {            // lane t's core-t slice for window lookup j
+            if (lane >= s.T) return nullptr;
+            if (lane == g.core[1]) return g2;
+            if (lane == h) return nullptr;                         // core h is never read by the warp engine
+            return tt_embedding_forward_slice_ptr(cores, s, tbl, idx_s[j], lane);
+        };
+        // phase A: M_{h-1} of every primary (h >= 2)
+        if (h >= 2) {
+            for (int pi = warp; pi < np; pi += W)
+                tt_embedding_forward_warp_chain_range(s, lane_slice(prim_s[pi]), 1, h, nullptr, inbuf + (size_t)pi * tc.in_sz,
+                                                      wbuf0, wbuf1, false, lane);
+            __syncthreads();
+        }
+        // phase B: the stacked GEMM on tensor cores
+        const int m = s.step_m[h], rows = np * m;
+        const int row_tiles = (rows + 15) / 16, ntiles = n / 8, ngroups = (ntiles + 3) / 4;
+        for (int item = warp; item < row_tiles * ngroups; item += W) {      // warp-uniform
+            const int rt = item / ngroups, ng = item - rt * ngroups;
+            const int nt_count = min(4, ntiles - ng * 4);
+            const float* arow[2];
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = tt_embedding_forward_tc_a_rowidx(rt, hf, group);
+                arow[hf] = nullptr;
+                if (r < rows) {
+                    const int pi = r / m;
+                    const float* base = h >= 2 ? inbuf + (size_t)pi * tc.in_sz
+                                               : tt_embedding_forward_slice_ptr(cores, s, tbl, idx_s[prim_s[pi]], 0);
+                    arow[hf] = tt_embedding_forward_tc_a_row(s, tc, &base, 1, r - pi * m);
+                }
+            }
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[nt][q] = 0.0f;
+            for (int ks = 0; ks < k; ks += 8) {
+                float af[4];
+                tt_embedding_forward_tc_a_frag(af, arow[0], arow[1], ks, tig);
+                const uint32_t a[4] = {__float_as_uint(af[0]), __float_as_uint(af[1]), __float_as_uint(af[2]), __float_as_uint(af[3])};
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    if (nt < nt_count) {                           // warp-uniform
+                        float bf[2];
+                        tt_embedding_forward_tc_b_frag(bf, gh, ldg, ks, ng * 32 + nt * 8, group, tig);
+                        const uint32_t b[2] = {__float_as_uint(bf[0]), __float_as_uint(bf[1])};
+                        tt_embedding_forward_mma_tf32(acc[nt], a, b);
+                    }
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                if (nt >= nt_count) continue;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int r, c;
+                    tt_embedding_forward_tc_c_rc(rt, ng * 32 + nt * 8, q, group, tig, r, c);
+                    if (r < rows) *tt_embedding_forward_tc_c_addr(s, tc, outbuf, r, c) = acc[nt][q];
+                }
+            }
+        }
+        __syncthreads();
+        // phase C: steps h+1..T-1 per primary, rows out for the lookup and its duplicates
+        for (int pi = warp; pi < np; pi += W) {
+            const int j = prim_s[pi];
+            const float* row = outbuf + (size_t)pi * tc.out_sz;    // M_{T-1} = the row when h = T-1
+            if (h < s.T - 1) {
+                tt_embedding_forward_warp_chain_range(s, lane_slice(j), h + 1, s.T, row, wrow, wbuf0, wbuf1, false, lane);
+                row = wrow;
+            }
+            for (int jj = j; jj < r1; jj++) {
+                if (alias_s[jj] != j) continue;
+                float* dst = rowbuf + (int64_t)lid_s[jj] * s.D;
+                for (int e = lane; e < s.D; e += 32) dst[e] = row[e];
+            }
+            __syncwarp();
+        }
+        __syncthreads();                                           // slices, prim and buffers are rewritten next
+        r0 = r1;
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // workspace (allocated once, outside timing) and launchers
 
@@ -843,6 +1134,10 @@ struct TtEmbeddingForwardWorkspace {
     void* cub_temp = nullptr;
     size_t cub_temp_bytes = 0;
     float* rowbuf = nullptr;               // [nnz][D]
+    // version 5 (shares the key/sort buffers and rowbuf with version 4)
+    TtEmbeddingForwardGroup group5;
+    TtEmbeddingForwardTc tc;
+    bool tc_ok = false;
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};   // per version, from cudaFuncGetAttributes
 };
@@ -859,6 +1154,9 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.max_threads[3] = attr.maxThreadsPerBlock;
     cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel4));
     ws.max_threads[4] = attr.maxThreadsPerBlock;
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel5, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel5));
+    ws.max_threads[5] = attr.maxThreadsPerBlock;
     const int64_t nnz = s.nnz, nbags = (int64_t)s.tables * s.B;
     // version 2
     ws.chunk = chunk;
@@ -877,9 +1175,15 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.vals_in = device_alloc<int>(nnz);
     ws.vals_out = device_alloc<int>(nnz);
     ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
-    if (ws.group_ok && nnz > 0) {
-        cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, ws.cub_temp_bytes, ws.keys_in, ws.keys_out, ws.vals_in,
-                                                  ws.vals_out, (int)nnz, 0, ws.group.end_bit));
+    ws.tc_ok = tt_embedding_forward_make_tc(s, ws.tc).empty() && tt_embedding_forward_make_group(s, ws.group5, ws.tc.h).empty();
+    if ((ws.group_ok || ws.tc_ok) && nnz > 0) {             // one temp buffer for both versions' sorts
+        for (int v = 4; v <= 5; v++) {
+            if (!(v == 4 ? ws.group_ok : ws.tc_ok)) continue;
+            size_t bytes = 0;
+            cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, ws.keys_in, ws.keys_out, ws.vals_in, ws.vals_out,
+                                                      (int)nnz, 0, (v == 4 ? ws.group : ws.group5).end_bit));
+            ws.cub_temp_bytes = std::max(ws.cub_temp_bytes, bytes);
+        }
         ws.cub_temp = device_alloc<char>(ws.cub_temp_bytes);
     }
 }
@@ -977,6 +1281,23 @@ void tt_embedding_forward4(floatX* out, const int64_t* indices, const int64_t* o
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
+void tt_embedding_forward5(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B, nnz = s.nnz;
+    if (nnz > 0) {
+        tt_embedding_forward_kernel4_keys<<<(unsigned)ceil_div<int64_t>(nnz, 256), 256>>>(ws.keys_in, ws.vals_in, indices, offsets, s, ws.group5);
+        size_t temp = ws.cub_temp_bytes;
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws.cub_temp, temp, ws.keys_in, ws.keys_out, ws.vals_in, ws.vals_out,
+                                                  (int)nnz, 0, ws.group5.end_bit));
+        const int warps = block_size / 32, C = warps * TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP;
+        const size_t smem = tt_embedding_forward_smem5_bytes(s, ws.group5, ws.tc, warps);
+        tt_embedding_forward_kernel5<<<(unsigned)ceil_div<int64_t>(nnz, C), block_size, smem>>>(
+            ws.rowbuf, ws.keys_out, ws.vals_out, indices, cores, s, ws.group5, ws.tc);
+    }
+    const int64_t n = nbags * s.D;
+    tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+}
+
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                           TtEmbeddingForwardWorkspace& ws, int block_size) {
@@ -985,6 +1306,7 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 2: tt_embedding_forward2(out, indices, offsets, cores, s, ws, block_size); break;
         case 3: tt_embedding_forward3(out, indices, offsets, cores, s, block_size); break;
         case 4: tt_embedding_forward4(out, indices, offsets, cores, s, ws, block_size); break;
+        case 5: tt_embedding_forward5(out, indices, offsets, cores, s, ws, block_size); break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -1020,11 +1342,24 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
             return buf;
         }
     }
+    if (kernel_num == 5) {
+        TtEmbeddingForwardTc tc;
+        std::string why = tt_embedding_forward_make_tc(s, tc);
+        if (!why.empty()) return why;
+        TtEmbeddingForwardGroup g;
+        why = tt_embedding_forward_make_group(s, g, tc.h);
+        if (!why.empty()) return why;
+        if (tt_embedding_forward_smem5_bytes(s, g, tc, 1) > ws.max_smem) {
+            snprintf(buf, sizeof buf, "its slices and one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                     tt_embedding_forward_smem5_bytes(s, g, tc, 1), ws.max_smem);
+            return buf;
+        }
+    }
     return "";
 }
 
 // each version's block sizes: version 1 two (it is slow), version 2 one (its kernels are small helpers
-// around cuBLAS), versions 3 and 4 those whose shared memory fits
+// around cuBLAS), versions 3-5 those whose shared memory and registers fit
 std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s,
                                              const TtEmbeddingForwardWorkspace& ws) {
     if (kernel_num == 1) return {64, 256};
@@ -1032,8 +1367,9 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
-        const size_t bytes = kernel_num == 3 ? tt_embedding_forward_smem3_bytes(s, b / 32)
-                                             : tt_embedding_forward_smem4_bytes(s, ws.group, b / 32);
+        const size_t bytes = kernel_num == 3   ? tt_embedding_forward_smem3_bytes(s, b / 32)
+                             : kernel_num == 4 ? tt_embedding_forward_smem4_bytes(s, ws.group, b / 32)
+                                               : tt_embedding_forward_smem5_bytes(s, ws.group5, ws.tc, b / 32);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
     return out;
@@ -1050,7 +1386,7 @@ int main(int argc, char** argv) {
     bool ragged = false;
     Cli cli("tt_embedding_forward",
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
-            TT_EMBEDDING_FORWARD_NUM_KERNELS, 4);
+            TT_EMBEDDING_FORWARD_NUM_KERNELS, 5);
     cli.add_int_list("p", &p, "row factors p_0..p_{T-1} (T = len(p) cores)");
     cli.add_int_list("q", &q, "column factors q_0..q_{T-1}");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
@@ -1124,6 +1460,10 @@ int main(int argc, char** argv) {
         printf("version 4 groups by core%s %d%s%s (%lld keys)\n", ws.group.ncores > 1 ? "s" : "", ws.group.core[0],
                ws.group.ncores > 1 ? " and " : "", ws.group.ncores > 1 ? std::to_string(ws.group.core[1]).c_str() : "",
                (long long)ws.group.nkeys);
+    if (ws.tc_ok)
+        printf("version 5 runs core %d's step on tensor cores (TF32), groups by core%s %d%s%s (%lld keys)\n", ws.tc.h,
+               ws.group5.ncores > 1 ? "s" : "", ws.group5.core[0], ws.group5.ncores > 1 ? " and " : "",
+               ws.group5.ncores > 1 ? std::to_string(ws.group5.core[1]).c_str() : "", (long long)ws.group5.nkeys);
 
     OpRunner r;
     r.op = "tt_embedding_forward";
@@ -1137,8 +1477,11 @@ int main(int argc, char** argv) {
         tt_embedding_forward_poison_workspace(ws, s);
     };
     r.launch = [&](int k, int block) { tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, block); };
-    r.check = [&](int, int) {
-        return validate_device("out", d_out, ref.data(), (size_t)nbags * s.D, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+    r.check = [&](int k, int) {
+        const bool tf32 = k == 5;
+        return validate_device(tf32 ? "out (TF32)" : "out", d_out, ref.data(), (size_t)nbags * s.D,
+                               tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_ATOL, TT_EMBEDDING_FORWARD_ATOL) : TT_EMBEDDING_FORWARD_ATOL,
+                               tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_RTOL, TT_EMBEDDING_FORWARD_RTOL) : TT_EMBEDDING_FORWARD_RTOL);
     };
     r.extra = [&](int, int, double ms) {
         char buf[64];
