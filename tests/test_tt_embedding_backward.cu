@@ -69,11 +69,11 @@ static Problem make_problem(const Case& c) {
     pr.s = tt_embedding_backward_make_shape(c.p, c.q, c.ranks, 0, c.tables, c.B);
     pr.L = c.L;
     Rng rng(c.seed);
+    pr.cores = tt_embedding_backward_make_cores(pr.s, rng);
     tt_embedding_backward_make_bags(pr.s, c.L, c.alpha, c.ragged, rng, pr.offsets, pr.indices);
     err = tt_embedding_backward_check_bags(pr.offsets, pr.indices, pr.s.num_bags, pr.s.E);
     if (!err.empty()) { printf("bad test bags %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
     pr.s.nnz = (int)pr.indices.size();
-    pr.cores = tt_embedding_backward_make_cores(pr.s, rng);
     pr.dY = make_random_floats((size_t)pr.s.num_bags * pr.s.D, rng);
     pr.state.assign((size_t)pr.s.core_off[pr.s.T], 0.0f);
     for (int t = 0; t < pr.s.T; t++)

@@ -243,29 +243,37 @@ TTBwdShape tt_embedding_backward_make_shape(const std::vector<int>& p, const std
     return s;
 }
 
-// bags: offsets (exactly L per bag, or with `ragged` a length uniform in 0..L so some bags are empty)
-// and indices from make_bag_indices (FBGEMM's recipe: uniform for alpha <= 1, Zipf otherwise)
-void tt_embedding_backward_make_bags(const TTBwdShape& s, int L, double alpha, bool ragged, Rng& rng,
-                                     std::vector<int64_t>& offsets, std::vector<int64_t>& indices) {
-    std::vector<int64_t> full = make_bag_indices(s.num_bags, L, s.E, alpha, rng);
-    offsets.assign((size_t)s.num_bags + 1, 0);
-    indices.clear();
-    for (int b = 0; b < s.num_bags; b++) {
-        int len = ragged ? (int)rng.randint(0, L + 1) : L;
-        for (int j = 0; j < len; j++) indices.push_back(full[(size_t)b * L + j]);
-        offsets[b + 1] = (int64_t)indices.size();
-    }
-}
-
-// cores (core t uniform in +-sqrt(3 / sqrt(R_t R_{t+1})), so that a row has about unit variance),
-// padding between cores zero
+// The inputs are tt_embedding_forward's for the same seed and flags (same draws in the same order):
+// cores first, core t uniform in +-sqrt(3 / R_{t+1}) (a row element then has unit variance), padding
+// between cores zero; then the indices, make_bag_indices(tables*B, L, E, alpha) (FBGEMM's recipe:
+// uniform for alpha <= 1, Zipf otherwise); then the offsets: L per bag, or with `ragged` the same
+// tables*B*L lookups split at random points with bag 0 of every table empty. Then (ours only) dY and
+// the Adagrad state.
 std::vector<float> tt_embedding_backward_make_cores(const TTBwdShape& s, Rng& rng) {
     std::vector<float> cores((size_t)s.core_off[s.T], 0.0f);
     for (int t = 0; t < s.T; t++) {
-        const float c = (float)sqrt(3.0 / sqrt((double)s.R[t] * s.R[t + 1]));
+        const float c = sqrtf(3.0f / (float)s.R[t + 1]);
         for (int64_t e = 0; e < tt_embedding_backward_core_elems(s, t); e++) cores[s.core_off[t] + e] = rng.uniform(-c, c);
     }
     return cores;
+}
+
+void tt_embedding_backward_make_bags(const TTBwdShape& s, int L, double alpha, bool ragged, Rng& rng,
+                                     std::vector<int64_t>& offsets, std::vector<int64_t>& indices) {
+    indices = make_bag_indices(s.num_bags, L, s.E, alpha, rng);
+    const int64_t nb = s.num_bags, nnz = (int64_t)indices.size();
+    offsets.assign((size_t)nb + 1, 0);
+    if (!ragged) {
+        for (int64_t b = 0; b <= nb; b++) offsets[b] = b * L;
+        return;
+    }
+    for (int64_t b = 1; b < nb; b++) offsets[b] = rng.randint(0, nnz + 1);
+    std::sort(offsets.begin() + 1, offsets.end() - 1);
+    offsets[nb] = nnz;
+    for (int tbl = 0; tbl < s.tables; tbl++) {       // bag 0 of every table empty
+        const int64_t b = (int64_t)tbl * s.B;
+        if (b + 1 < nb) offsets[b + 1] = offsets[b];
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -952,7 +960,7 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdSha
             g.mode = dst.atomic ? TT_BWD_ATOMIC : TT_BWD_STORE; g.sum_batches = 0;
         }
     };
-    TTBwdGemm g0, g1;
+    TTBwdGemm g0 = {}, g1 = {};
     int ng;
     if (ph < T - 2) {
         const int t = ph;
@@ -1456,7 +1464,7 @@ int main(int argc, char** argv) {
     cli.add_int("L", &L, "lookups per bag");
     cli.add_int64("E", &E, "logical rows per table (0: prod p)");
     cli.add_double("alpha", &alpha, "Zipf exponent of the indices (<= 1: uniform)");
-    cli.add_flag("ragged", &ragged, "bag lengths uniform in 0..L (some bags empty) instead of exactly L");
+    cli.add_flag("ragged", &ragged, "bags of random sizes (bag 0 of every table empty), same total lookups");
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
     cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &eps, "Adagrad epsilon");
@@ -1476,8 +1484,9 @@ int main(int argc, char** argv) {
     const int opt = optimizer == "dense" ? TT_BWD_DENSE : optimizer == "sgd" ? TT_BWD_SGD : TT_BWD_ADAGRAD;
     TTBwdShape s = tt_embedding_backward_make_shape(p, q, ranks, E, tables, B);
 
-    // inputs (host, before any CUDA call): bags, cores, dY, Adagrad state
+    // inputs (host, before any CUDA call): cores, bags (both as tt_embedding_forward makes them), dY, state
     Rng rng(cli.seed);
+    std::vector<float> cores = tt_embedding_backward_make_cores(s, rng);
     std::vector<int64_t> offsets, indices;
     tt_embedding_backward_make_bags(s, L, alpha, ragged, rng, offsets, indices);
     {
@@ -1485,7 +1494,6 @@ int main(int argc, char** argv) {
         if (!err.empty()) fail_args("%s", err.c_str());
     }
     s.nnz = (int)indices.size();
-    std::vector<float> cores = tt_embedding_backward_make_cores(s, rng);
     std::vector<float> dY = make_random_floats((size_t)s.num_bags * s.D, rng);
     std::vector<float> state((size_t)s.core_off[s.T], 0.0f);
     for (int t = 0; t < s.T; t++)
@@ -1602,6 +1610,8 @@ int main(int argc, char** argv) {
         g = device_download(a.dG, C);
     };
 
+    // tt_embedding_forward's shape string (the PyTorch peer files its fwd+bwd+SGD lines under it), with the
+    // optimizer appended when it is not SGD
     std::string shape;
     {
         auto join = [](const std::vector<int>& v) {
@@ -1609,10 +1619,15 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]);
             return r;
         };
-        char buf[256];
-        snprintf(buf, sizeof buf, "p%s,q%s,r%s,tables%d,B%d,L%d%s,alpha%g,%s", join(p).c_str(), join(q).c_str(),
-                 join(ranks).c_str(), tables, B, L, ragged ? "r" : "", alpha, TT_BWD_OPT_NAMES[opt]);
+        char buf[320];
+        snprintf(buf, sizeof buf, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d", s.T, join(p).c_str(), join(q).c_str(),
+                 join(ranks).c_str(), tables, B, L);
         shape = buf;
+        if (s.E != s.Lrad[0] * s.p[0]) shape += ",E" + std::to_string(s.E);
+        snprintf(buf, sizeof buf, ",alpha%g", alpha);
+        shape += buf;
+        if (ragged) shape += ",ragged";
+        if (opt != TT_BWD_SGD) shape += std::string(",") + TT_BWD_OPT_NAMES[opt];
     }
     OpRunner r;
     r.op = "tt_embedding_backward";
