@@ -30,7 +30,8 @@ us_per_lookup= (time / nnz).
 Element type: the cores and every chain product stay fp32 in both builds; the bf16 build (-DENABLE_BF16)
 writes the pooled output as bf16 (rounded once, at the end). Checks are against a double-precision chain.
 
-Versions (H200 times: to be measured by scripts/gpu_check.sh; none is written here yet):
+Versions (H200 times: to be measured by scripts/gpu_check.sh; none is written here yet, nothing below is a
+measurement):
   1  naive: one thread per (bag, output element); for each lookup of its bag, the explicit sum over every
      rank tuple (k_1..k_{T-1}) of the product of T core elements (an odometer over the tuples that keeps
      the prefix products): prod(R_1..R_{T-1}) terms per element. No atomics: deterministic.
@@ -49,7 +50,23 @@ Versions (H200 times: to be measured by scripts/gpu_check.sh; none is written he
      of 4 lookups per warp of the sorted order, loads each group's heavy slice(s) into shared memory once,
      and its warps run the chains against shared memory; exact duplicates within a window (Zipf's hot rows)
      are computed once. Rows go to a per-lookup buffer (each lookup written by exactly one warp) and a
-     second kernel sums each bag in lookup order: no float atomics, deterministic.
+     second kernel sums each bag in lookup order: no float atomics, deterministic. L2 traffic drops from
+     17 KB to about 2 KB per lookup at the default (cores 0 and 2, plus a 16 KB core-1 slice per run of ~15
+     lookups); the price is ~6 launches (keys, CUB's 3-4, chains, pool).
+  5  version 4 on tensor cores: the heavy core's step, 89% of the FLOPs at the default, becomes one GEMM per
+     run of equal keys, [lookups x Q_{h-1} rows] x [R_h x q_h R_{h+1}] from the shared slice, in TF32
+     mma.sync.m16n8k8 tiles (16 mma per lookup at the default instead of 512 FMAs per lane); the steps before
+     and after it stay on the FP32 warp engine. Needs R_h and q_h R_{h+1} multiples of 8 (skipped otherwise).
+     TF32 (10-bit mantissa) is checked against a looser, stated tolerance: 2e-2 absolute + 1e-2 relative
+     (see TT_EMBEDDING_FORWARD_TF32_ATOL); the CPU test runs its arithmetic at the default and finds a largest
+     pooled error of 5.7e-3 (an emulation, not a GPU measurement).
+Block sizes: versions 3-5 run 32..1024 threads (filtered by their shared memory and the compiled kernel's
+register budget, read with cudaFuncGetAttributes); version 1 runs 64 and 256; version 2's block is that of
+its small helper kernels (256). Versions 3-5 are deterministic for a given block size.
+Expected (to be confirmed by measurement): version 2 pays ~46 launches (11 chunks x (pointers + 2 GEMMs +
+reduce)); version 3 is one kernel bound by L2 gathers; versions 4 and 5 trade launches for on-chip reuse, so
+the larger the batch (bench line --B 4096) the more they should win. The default KERNEL (5) is a prediction;
+set it to the measured fastest.
 
 Why the 4-core bench shape --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32 is sensible: same D = 64 and rank
 32 as FBTT's default, so per-step costs compare; T = 4 is FBTT's longest supported chain; E = 220,000 rows
@@ -57,6 +74,10 @@ is a mid-size table with near-balanced factors; its two middle cores are equally
 so grouping by one core is not enough (version 4 groups by both); 53,248 FLOPs per lookup.
 The 5-core shape --p 20,20,25,25,40 --q 2,2,2,2,4 --ranks 8,16,32,64 is TT-Rec's rank schedule that FBTT's
 users could not run (FBTT issue #10): growing ranks put the weight on the fourth core; 82,944 FLOPs/lookup.
+
+Peers: scripts/peers/tt_embedding.py (the PyTorch gather + torch.bmm chain + index_add_ forward, its
+autograd forward+backward and +SGD step, and dense nn.EmbeddingBag 11M x 64 with sparse gradients, on this
+op's own inputs).
 
 Compile and run:
   make tt_embedding_forward        && ./tt_embedding_forward all
