@@ -56,7 +56,7 @@ struct Case {
 };
 
 struct Problem {
-    TTBwdShape s;
+    TtEmbeddingBackwardShape s;
     int L;
     std::vector<int64_t> offsets, indices;
     std::vector<float> cores, dY, state;
@@ -107,7 +107,7 @@ struct StepOut {
 };
 
 // the optimizer pass of versions 1-3, its grid-stride loop emulated block by block
-static void emulate_optimizer_pass(const TTBwdShape& s, int opt, float lr, float eps, StepOut& o) {
+static void emulate_optimizer_pass(const TtEmbeddingBackwardShape& s, int opt, float lr, float eps, StepOut& o) {
     if (opt == TT_BWD_DENSE) return;
     const int64_t total = s.core_off[s.T];
     const int block = 256;
@@ -119,7 +119,7 @@ static void emulate_optimizer_pass(const TTBwdShape& s, int opt, float lr, float
 }
 
 // cublasGemmBatchedEx's semantics (column-major, C = op(A) op(B)) with the launcher's arguments
-static void emulate_gemm_batched(const TTBwdBlasCall& c, float** ptrs, int chunk, int N) {
+static void emulate_gemm_batched(const TtEmbeddingBackwardBlasCall& c, float** ptrs, int chunk, int N) {
     for (int b = 0; b < N; b++) {
         const float* A = ptrs[(int64_t)c.slot_a * chunk + b];
         const float* B = ptrs[(int64_t)c.slot_b * chunk + b];
@@ -139,7 +139,7 @@ static void emulate_gemm_batched(const TTBwdBlasCall& c, float** ptrs, int chunk
 
 // One step of version k (1..5) from the problem's inputs; nt = threads per block for versions 3-5.
 static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, int nt) {
-    const TTBwdShape& s = pr.s;
+    const TtEmbeddingBackwardShape& s = pr.s;
     const int64_t C = s.core_off[s.T];
     StepOut o;
     o.cores = pr.cores;
@@ -161,7 +161,7 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
         Poisoned rows((size_t)s.T * chunk);
         std::vector<float*> ptrs((size_t)slots * chunk, nullptr);
         std::vector<Poisoned> P, trG;
-        TTBwdFbttBufs bufs;
+        TtEmbeddingBackwardFbttBufs bufs;
         memset(&bufs, 0, sizeof bufs);
         P.reserve(s.T);
         trG.reserve(s.T);
@@ -190,7 +190,7 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
         }
         emulate_optimizer_pass(s, opt, lr, eps, o);
     } else if (k == 3) {
-        const TTBwdLayout L = tt_embedding_backward_make_layout(s, -1, 1, 0);
+        const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(s, -1, 1, 0);
         Poisoned bag_of(s.nnz);
         for (int bag = 0; bag < s.num_bags; bag++)
             for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++)
@@ -209,7 +209,7 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
             if (opt == TT_BWD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);
             return o;
         }
-        TTBwdPivot pv;
+        TtEmbeddingBackwardPivot pv;
         memset(&pv, 0, sizeof pv);
         pv.pivot = tt_embedding_backward_pick_pivot(s);
         pv.chunk = TT_BWD_CHUNK;
@@ -219,7 +219,7 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
             if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
         }
         const int nb = tt_embedding_backward_pick_nb(s, pv.pivot);
-        const TTBwdLayout L = tt_embedding_backward_make_layout(s, pv.pivot, nb, k == 5);
+        const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(s, pv.pivot, nb, k == 5);
         const int K_total = s.key_base[s.T], Kc = s.tables * s.p[pv.pivot], N = s.T * s.nnz;
         Poisoned bag_of(s.nnz), keys(N), vals(N), keys_sorted(N), vals_sorted(N), seg_lo(K_total), seg_hi(K_total),
             chunk_count(Kc + 1), chunk_off(Kc + 1), W(W_total);
@@ -258,7 +258,7 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
     return o;
 }
 
-static bool check_step(const Problem& pr, const TTBwdReference& ref, int opt, float lr, float eps, const StepOut& o,
+static bool check_step(const Problem& pr, const TtEmbeddingBackwardReference& ref, int opt, float lr, float eps, const StepOut& o,
                        bool show_on_fail = true) {
     auto run = [&] {
         return tt_embedding_backward_check(pr.s, opt, lr, eps, ref, pr.cores.data(), pr.state.data(), o.cores.data(),
@@ -273,19 +273,19 @@ static bool check_step(const Problem& pr, const TTBwdReference& ref, int opt, fl
 
 static void test_decode_and_counts() {
     // the spec's worked example: p = [3,4,5], L = [20,5,1], row 37 -> (1,3,2)
-    TTBwdShape s = tt_embedding_backward_make_shape({3, 4, 5}, {2, 2, 2}, {2, 3}, 0, 1, 1);
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({3, 4, 5}, {2, 2, 2}, {2, 3}, 0, 1, 1);
     int idx[TT_BWD_MAX_T];
     tt_embedding_backward_decode_row(s, 37, idx);
     result(s.Lrad[0] == 20 && s.Lrad[1] == 5 && s.Lrad[2] == 1 && idx[0] == 1 && idx[1] == 3 && idx[2] == 2 && s.E == 60 &&
                s.S[0] == 4 && s.S[1] == 12 && s.S[2] == 6,
            "decode_worked_example", "row 37 of p=[3,4,5] must decode to (1,3,2) with L = [20,5,1] and slices 4, 12, 6");
     // FBTT's default: cores hold 958,720 floats, 106,496 backward FLOPs per lookup, pivot core 1, NB fits
-    TTBwdShape d = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    TtEmbeddingBackwardShape d = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     int64_t elems = 0;
     for (int t = 0; t < d.T; t++) elems += tt_embedding_backward_core_elems(d, t);
     const double flops = tt_embedding_backward_flops_per_lookup(d);
     const int pivot = tt_embedding_backward_pick_pivot(d), nb = tt_embedding_backward_pick_nb(d, pivot);
-    const TTBwdLayout L = tt_embedding_backward_make_layout(d, pivot, nb, 1);
+    const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(d, pivot, nb, 1);
     bool aligned = L.shared_floats % 4 == 0 && L.lookup_floats % 4 == 0 && L.int_off % 4 == 0 && L.g_off % 4 == 0;
     for (int t = 0; t < d.T; t++) aligned = aligned && L.sl_off[t] % 4 == 0 && L.P_off[t] % 4 == 0 && L.dM_off[t] % 4 == 0;
     char why[256];
@@ -300,8 +300,8 @@ static void test_decode_and_counts() {
 // central difference with h = 1 is exact up to rounding in double.
 static void test_finite_differences(const Case& c) {
     Problem pr = make_problem(c);
-    const TTBwdShape& s = pr.s;
-    TTBwdReference ref = tt_embedding_backward_reference(s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const TtEmbeddingBackwardShape& s = pr.s;
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, pr.cores, pr.offsets, pr.indices, pr.dY);
     std::vector<double> G(pr.cores.begin(), pr.cores.end()), Y((size_t)s.num_bags * s.D);
     auto f = [&]() {
         tt_embedding_backward_forward_cpu(s, G.data(), pr.offsets.data(), pr.indices.data(), Y.data());
@@ -342,7 +342,7 @@ static const char* opt_name(int opt) { return TT_BWD_OPT_NAMES[opt]; }
 
 static void test_versions(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts) {
     Problem pr = make_problem(c);
-    TTBwdReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     for (int opt : opts) {
         for (int k = 1; k <= 5; k++) {
@@ -363,7 +363,7 @@ static void test_versions(const Case& c, const std::vector<int>& opts, const std
 static void test_checker_catches() {
     Case c{"sparse", {50, 60, 70}, {2, 2, 2}, {4, 4}, 1, 3, 2, 0.0, false, 11};
     Problem pr = make_problem(c);
-    TTBwdReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     StepOut o = emulate(4, pr, TT_BWD_ADAGRAD, lr, eps, 128);
     const bool base_ok = check_step(pr, ref, TT_BWD_ADAGRAD, lr, eps, o);
@@ -407,7 +407,7 @@ static std::vector<char> fbtt_rows_updated(int p_t, int S_t) {
 }
 
 static void test_fbtt_update_grid_defect() {
-    TTBwdShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     // FBTT: which rows of each core its optimizer updates
     std::string missed;
     int first_missed[3] = {-1, -1, -1}, n_missed[3] = {0, 0, 0};

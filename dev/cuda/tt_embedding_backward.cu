@@ -58,9 +58,28 @@ Versions (one idea each; times are measured on the H200 by the lead and go to re
   5  version 4 with register tiles: every thread computes a 4x4 (or 2x2) tile of each small GEMM, 8
      shared-memory loads per 16 FMAs instead of 2 per FMA (versions 3 and 4 are bound by shared-memory
      bandwidth: one 32-lane load wavefront per 16 FMAs).
+Checks: every version at every block size against the double reference, outputs poisoned first (NaN
+in dG and every workspace; cores and state restored). Per element |got - ref| <= atol + ROUND |ref| +
+RTOL_MAG * (the element's sum of |terms|, propagated through the optimizer): see the tolerances below.
+Versions 1-3 add with float atomics in a run-dependent order, so only the tolerance applies to them;
+versions 4-5 are also run twice and must agree bit for bit. Slices no lookup touched must come back
+bit-identical. The CPU test (tests/test_tt_embedding_backward.cu) runs every version's device code on
+the CPU, thread by thread (cuBLAS and CUB replaced by loops with the same arguments), on T = 2..6.
+Inputs: those of tt_embedding_forward for the same --seed and flags (cores, indices, offsets), then
+dY uniform in [-1, 1) and the Adagrad state.
 Timing: every sample restores the cores and the Adagrad state (untimed, prepare_timing), so each
 sample runs the same step from the same weights. Workspace (chunk buffers, pointer arrays, CUB temp
 storage, sort and segment arrays) is allocated once, before timing.
+
+Predictions from the counts (not measurements): at the default, 1.09 GFLOP per step is ~18 us at a
+60 TFLOP/s FP32 peak. Version 3 fetches 17 KB of slices per lookup (174 MB per step from L2) and
+issues 4352 float atomics per lookup (45 M per step): L2-bound, tens of us at best. Versions 4-5 fetch
+the 16 KB pivot slice once per chunk of up to 32 lookups (~440 blocks) and write 1 KB per lookup of
+non-pivot gradients (10 MB): bound by shared-memory bandwidth in version 4 (2 loads per FMA, ~4x the
+FLOP floor), closer to the FLOP floor in version 5; the sort, segment search, scan and reduction add
+~6 launches. At the 4-core shape both middle cores hold 2048-float slices: only the pivot is grouped,
+the other's per-lookup gradients (8 KB per lookup, 84 MB per step) go through the workspace, the next
+thing to fix there (group by both heavy cores, as tt_embedding_forward's version 4 does).
 
 Compile and run (fp32 only: FBTT's cores and optimizer state are fp32; the _bf16 build exits 2):
   make tt_embedding_backward && ./tt_embedding_backward all
@@ -99,7 +118,7 @@ static const double TT_BWD_ATOL = 1e-7, TT_BWD_RTOL_MAG = 2e-5, TT_BWD_ROUND = 4
 // ----------------------------------------------------------------------------------------------
 // shape, validation, inputs (host)
 
-struct TTBwdShape {
+struct TtEmbeddingBackwardShape {
     int T, tables, B, D, num_bags, nnz;
     int p[7], q[7], R[7];   // R[0] = R[T] = 1
     int S[7], n[7], m[7];   // slice size R_t q_t R_{t+1}, slice row length q_t R_{t+1}, m_t = q_0 .. q_t
@@ -109,7 +128,7 @@ struct TTBwdShape {
     int64_t E;
 };
 
-inline int64_t tt_embedding_backward_core_elems(const TTBwdShape& s, int t) { return (int64_t)s.tables * s.p[t] * s.S[t]; }
+inline int64_t tt_embedding_backward_core_elems(const TtEmbeddingBackwardShape& s, int t) { return (int64_t)s.tables * s.p[t] * s.S[t]; }
 
 // "" when the shape is fine, else the broken constraint
 std::string tt_embedding_backward_check_shape(const std::vector<int>& p, const std::vector<int>& q,
@@ -209,9 +228,9 @@ std::string tt_embedding_backward_check_bags(const std::vector<int64_t>& offsets
 }
 
 // the shape of a validated command line; nnz is set once the bags exist
-TTBwdShape tt_embedding_backward_make_shape(const std::vector<int>& p, const std::vector<int>& q,
+TtEmbeddingBackwardShape tt_embedding_backward_make_shape(const std::vector<int>& p, const std::vector<int>& q,
                                             const std::vector<int>& ranks, int64_t E, int tables, int B) {
-    TTBwdShape s;
+    TtEmbeddingBackwardShape s;
     memset(&s, 0, sizeof s);
     s.T = (int)p.size();
     s.tables = tables;
@@ -249,7 +268,7 @@ TTBwdShape tt_embedding_backward_make_shape(const std::vector<int>& p, const std
 // uniform for alpha <= 1, Zipf otherwise); then the offsets: L per bag, or with `ragged` the same
 // tables*B*L lookups split at random points with bag 0 of every table empty. Then (ours only) dY and
 // the Adagrad state.
-std::vector<float> tt_embedding_backward_make_cores(const TTBwdShape& s, Rng& rng) {
+std::vector<float> tt_embedding_backward_make_cores(const TtEmbeddingBackwardShape& s, Rng& rng) {
     std::vector<float> cores((size_t)s.core_off[s.T], 0.0f);
     for (int t = 0; t < s.T; t++) {
         const float c = sqrtf(3.0f / (float)s.R[t + 1]);
@@ -258,7 +277,7 @@ std::vector<float> tt_embedding_backward_make_cores(const TTBwdShape& s, Rng& rn
     return cores;
 }
 
-void tt_embedding_backward_make_bags(const TTBwdShape& s, int L, double alpha, bool ragged, Rng& rng,
+void tt_embedding_backward_make_bags(const TtEmbeddingBackwardShape& s, int L, double alpha, bool ragged, Rng& rng,
                                      std::vector<int64_t>& offsets, std::vector<int64_t>& indices) {
     indices = make_bag_indices(s.num_bags, L, s.E, alpha, rng);
     const int64_t nb = s.num_bags, nnz = (int64_t)indices.size();
@@ -280,7 +299,7 @@ void tt_embedding_backward_make_bags(const TTBwdShape& s, int L, double alpha, b
 // CPU reference, in double
 
 // row -> core indices (mixed radix, i_0 most significant)
-__host__ __device__ inline void tt_embedding_backward_decode_row(const TTBwdShape& s, int64_t row, int* idx) {
+__host__ __device__ inline void tt_embedding_backward_decode_row(const TtEmbeddingBackwardShape& s, int64_t row, int* idx) {
 TT_BWD_UNROLL
     for (int t = 0; t < TT_BWD_MAX_T; t++) {
         if (t >= s.T) break;
@@ -295,7 +314,7 @@ TT_BWD_UNROLL
 // q_{t+1}..q_{T-1}), alpha the digits before a, beta those after. (The GPU versions use FBTT's
 // recursion dM_{t-1} = dM_t G_t^T instead; tests check this one against finite differences.)
 // `absolute` sums |factors| instead: the magnitude that scales the fp32 error of each element.
-void tt_embedding_backward_cpu(const TTBwdShape& s, const float* cores_f, const int64_t* offsets, const int64_t* indices,
+void tt_embedding_backward_cpu(const TtEmbeddingBackwardShape& s, const float* cores_f, const int64_t* offsets, const int64_t* indices,
                                const float* dY_f, double* dG, bool absolute = false) {
     const int T = s.T;
     std::fill(dG, dG + s.core_off[T], 0.0);
@@ -371,7 +390,7 @@ void tt_embedding_backward_cpu(const TTBwdShape& s, const float* cores_f, const 
 
 // The pooled forward Y [num_bags, D] by the explicit sum over rank indices (the spec's formula),
 // in double from double cores: the tests differentiate <Y(G), dY> with it.
-void tt_embedding_backward_forward_cpu(const TTBwdShape& s, const double* cores, const int64_t* offsets,
+void tt_embedding_backward_forward_cpu(const TtEmbeddingBackwardShape& s, const double* cores, const int64_t* offsets,
                                        const int64_t* indices, double* Y) {
     const int T = s.T;
     std::fill(Y, Y + (int64_t)s.num_bags * s.D, 0.0);
@@ -403,15 +422,15 @@ void tt_embedding_backward_forward_cpu(const TTBwdShape& s, const double* cores,
 }
 
 // what a check needs from the reference
-struct TTBwdReference {
+struct TtEmbeddingBackwardReference {
     std::vector<double> dG, mag;   // summed gradients and their magnitudes (sum of |terms|), cores' layout
     std::vector<char> touched;     // per slice key: used by at least one lookup
 };
 
-TTBwdReference tt_embedding_backward_reference(const TTBwdShape& s, const std::vector<float>& cores,
+TtEmbeddingBackwardReference tt_embedding_backward_reference(const TtEmbeddingBackwardShape& s, const std::vector<float>& cores,
                                                const std::vector<int64_t>& offsets, const std::vector<int64_t>& indices,
                                                const std::vector<float>& dY) {
-    TTBwdReference ref;
+    TtEmbeddingBackwardReference ref;
     ref.dG.resize((size_t)s.core_off[s.T]);
     ref.mag.resize((size_t)s.core_off[s.T]);
     tt_embedding_backward_cpu(s, cores.data(), offsets.data(), indices.data(), dY.data(), ref.dG.data(), false);
@@ -427,7 +446,7 @@ TTBwdReference tt_embedding_backward_reference(const TTBwdShape& s, const std::v
 }
 
 // elements of the slices some lookup touched (for the bytes formula)
-int64_t tt_embedding_backward_touched_elems(const TTBwdShape& s, const TTBwdReference& ref) {
+int64_t tt_embedding_backward_touched_elems(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardReference& ref) {
     int64_t u = 0;
     for (int t = 0; t < s.T; t++)
         for (int k = s.key_base[t]; k < s.key_base[t + 1]; k++) u += ref.touched[k] ? s.S[t] : 0;
@@ -462,7 +481,7 @@ ValidateStats tt_embedding_backward_compare(const float* got, const double* ref,
 // (sgd, adagrad) and state (adagrad), per element with the propagated tolerance; cores unchanged in
 // dense mode; and every slice no lookup touched bit-identical (cores, state), or exactly 0 in dG.
 // Prints a line per array; returns pass.
-bool tt_embedding_backward_check(const TTBwdShape& s, int opt, float lr, float eps, const TTBwdReference& ref,
+bool tt_embedding_backward_check(const TtEmbeddingBackwardShape& s, int opt, float lr, float eps, const TtEmbeddingBackwardReference& ref,
                                  const float* cores0, const float* state0, const float* cores, const float* state,
                                  const float* dG) {
     bool pass = true;
@@ -609,7 +628,7 @@ inline unsigned tt_embedding_backward_optimizer_grid(int64_t total, int block) {
 
 // One (lookup, core t, slice element (k, a, k')) of thread `gid`: the explicit sum, over every digit
 // a_j (j != t) and every rank index k_j (j != t, t+1), of dY[bag][d(a)] * prod_{j != t} G_j[i_j][k_j, a_j, k_{j+1}].
-__host__ __device__ inline void tt_embedding_backward_naive_element(const TTBwdShape& s, int64_t gid, int Ssum,
+__host__ __device__ inline void tt_embedding_backward_naive_element(const TtEmbeddingBackwardShape& s, int64_t gid, int Ssum,
                                                                     const int64_t* offsets, const int64_t* indices,
                                                                     const float* cores, const float* dY, float* dG) {
     const int T = s.T;
@@ -652,7 +671,7 @@ __host__ __device__ inline void tt_embedding_backward_naive_element(const TTBwdS
     tt_embedding_backward_atomic_add(dG + off[t] + r, sum);
 }
 
-__global__ void tt_embedding_backward_kernel1(const __grid_constant__ TTBwdShape s, int Ssum, const int64_t* offsets,
+__global__ void tt_embedding_backward_kernel1(const __grid_constant__ TtEmbeddingBackwardShape s, int Ssum, const int64_t* offsets,
                                               const int64_t* indices, const float* cores, const float* dY, float* dG) {
     const int64_t total = (int64_t)s.nnz * Ssum;
     for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < total; gid += (int64_t)gridDim.x * blockDim.x)
@@ -660,7 +679,7 @@ __global__ void tt_embedding_backward_kernel1(const __grid_constant__ TTBwdShape
 }
 
 // explicit-sum terms of version 1 per lookup (its skip rule and a measure of its waste)
-inline double tt_embedding_backward_naive_terms(const TTBwdShape& s) {
+inline double tt_embedding_backward_naive_terms(const TtEmbeddingBackwardShape& s) {
     double total = 0.0;
     for (int t = 0; t < s.T; t++) {
         double free = 1.0;
@@ -679,14 +698,14 @@ inline double tt_embedding_backward_naive_terms(const TTBwdShape& s) {
 //   dm t = T-1..1:       dM_{t-1} = dM_t . G_t^T             slots 3(T-2) + 6(t-1) + {3, 4, 5}
 // P_0 is core 0's slice itself, dM_{T-1} the dY row; dM_t (1 <= t <= T-2) overwrites P_t in place
 // (P_t is read by grad t+1, which runs before dm t+1 writes dM_t), and dM_0 is core 0's gradient.
-struct TTBwdFbttBufs {
+struct TtEmbeddingBackwardFbttBufs {
     float* P[TT_BWD_MAX_T];     // t = 1..T-2: [chunk, m_t R_{t+1}]
     float* trG[TT_BWD_MAX_T];   // t = 0..T-1: [chunk, S_t] per-lookup slice gradients
 };
 
 inline int tt_embedding_backward_fbtt_slots(int T) { return 3 * (T - 2) + 6 * (T - 1); }
 
-struct TTBwdBlasCall {
+struct TtEmbeddingBackwardBlasCall {
     cublasOperation_t ta, tb;
     int m, n, k, lda, ldb, ldc, slot_a, slot_b, slot_c;
 };
@@ -696,8 +715,8 @@ struct TTBwdBlasCall {
 //   kind 0 (forward t): P_{t+1}^T (n_{t+1} x m_t) = G^T (n_{t+1} x R_{t+1}) . P_t^T        N, N
 //   kind 1 (grad t):    dG_t^T (n_t x R_t)        = dM_t^T (n_t x m_{t-1}) . P_{t-1}        N, T
 //   kind 2 (dm t):      dM_{t-1}^T (R_t x m_{t-1}) = G_t (R_t x n_t) . dM_t^T               T, N
-inline TTBwdBlasCall tt_embedding_backward_fbtt_call(const TTBwdShape& s, int kind, int t) {
-    TTBwdBlasCall c;
+inline TtEmbeddingBackwardBlasCall tt_embedding_backward_fbtt_call(const TtEmbeddingBackwardShape& s, int kind, int t) {
+    TtEmbeddingBackwardBlasCall c;
     if (kind == 0) {
         c.ta = CUBLAS_OP_N; c.tb = CUBLAS_OP_N;
         c.m = s.n[t + 1]; c.n = s.m[t]; c.k = s.R[t + 1];
@@ -721,10 +740,10 @@ inline TTBwdBlasCall tt_embedding_backward_fbtt_call(const TTBwdShape& s, int ki
 }
 
 // the pointer-array entries of lookup `start + nl` (nl-th of its chunk); rows[t*chunk + nl] = tbl*p_t + i_t
-__host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const TTBwdShape& s, int64_t start, int nl,
+__host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const TtEmbeddingBackwardShape& s, int64_t start, int nl,
                                                                         int chunk, const int64_t* offsets,
                                                                         const int64_t* indices, const float* cores,
-                                                                        const float* dY, const TTBwdFbttBufs& bufs,
+                                                                        const float* dY, const TtEmbeddingBackwardFbttBufs& bufs,
                                                                         float** ptrs, int* rows) {
     const int T = s.T;
     const int64_t j = start + nl;
@@ -761,23 +780,23 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const TT
     }
 }
 
-__global__ void tt_embedding_backward_kernel2_setup(const __grid_constant__ TTBwdShape s, int64_t start, int N, int chunk,
+__global__ void tt_embedding_backward_kernel2_setup(const __grid_constant__ TtEmbeddingBackwardShape s, int64_t start, int N, int chunk,
                                                     const int64_t* offsets, const int64_t* indices, const float* cores,
-                                                    const float* dY, const __grid_constant__ TTBwdFbttBufs bufs,
+                                                    const float* dY, const __grid_constant__ TtEmbeddingBackwardFbttBufs bufs,
                                                     float** ptrs, int* rows) {
     const int nl = blockIdx.x * blockDim.x + threadIdx.x;
     if (nl < N) tt_embedding_backward_fbtt_setup_lookup(s, start, nl, chunk, offsets, indices, cores, dY, bufs, ptrs, rows);
 }
 
 // the scatter: dG_t[row of lookup nl] += trG_t[nl], one atomicAdd per element (as FBTT)
-__host__ __device__ inline void tt_embedding_backward_fbtt_scatter_element(const TTBwdShape& s, int t, int64_t i,
+__host__ __device__ inline void tt_embedding_backward_fbtt_scatter_element(const TtEmbeddingBackwardShape& s, int t, int64_t i,
                                                                            const int* rows_t, const float* trG_t,
                                                                            float* dG) {
     const int64_t nl = i / s.S[t], e = i - nl * s.S[t];
     tt_embedding_backward_atomic_add(dG + s.core_off[t] + (int64_t)rows_t[nl] * s.S[t] + e, trG_t[i]);
 }
 
-__global__ void tt_embedding_backward_kernel2_scatter(const __grid_constant__ TTBwdShape s, int t, int N, const int* rows_t,
+__global__ void tt_embedding_backward_kernel2_scatter(const __grid_constant__ TtEmbeddingBackwardShape s, int t, int N, const int* rows_t,
                                                       const float* trG_t, float* dG) {
     const int64_t total = (int64_t)N * s.S[t];
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
@@ -792,7 +811,7 @@ __global__ void tt_embedding_backward_kernel2_scatter(const __grid_constant__ TT
 //   nb x 8 ints: lookup id, bag, slice row tbl*p_t + i_t of each core
 // A slice row's pitch PS_t is n_t rounded up to odd: dM_{t-1} = dM_t . G_t^T reads G_t down its
 // columns, and an odd pitch puts 32 consecutive rows in 32 different banks.
-struct TTBwdLayout {
+struct TtEmbeddingBackwardLayout {
     int nb, pivot, tiled;                  // lookups per batch; pivot core or -1; register tiles (version 5)
     int PS[TT_BWD_MAX_T];                  // slice row pitch in shared memory
     int sl_off[TT_BWD_MAX_T];              // slice offset: in the shared region (pivot) or in a lookup's region
@@ -803,8 +822,8 @@ struct TTBwdLayout {
 
 inline int tt_embedding_backward_round4(int64_t x) { return (int)((x + 3) / 4 * 4); }
 
-inline TTBwdLayout tt_embedding_backward_make_layout(const TTBwdShape& s, int pivot, int nb, int tiled) {
-    TTBwdLayout L;
+inline TtEmbeddingBackwardLayout tt_embedding_backward_make_layout(const TtEmbeddingBackwardShape& s, int pivot, int nb, int tiled) {
+    TtEmbeddingBackwardLayout L;
     memset(&L, 0, sizeof L);
     L.nb = nb; L.pivot = pivot; L.tiled = tiled;
     for (int t = 0; t < s.T; t++) L.PS[t] = s.R[t] == 1 ? s.n[t] : (s.n[t] | 1);
@@ -835,7 +854,7 @@ inline TTBwdLayout tt_embedding_backward_make_layout(const TTBwdShape& s, int pi
     L.total_floats = L.int_off + tt_embedding_backward_round4(nb * TT_BWD_INTS);
     return L;
 }
-inline size_t tt_embedding_backward_smem_bytes(const TTBwdLayout& L) { return (size_t)L.total_floats * sizeof(float); }
+inline size_t tt_embedding_backward_smem_bytes(const TtEmbeddingBackwardLayout& L) { return (size_t)L.total_floats * sizeof(float); }
 
 // One small GEMM of a batch of lookups, all operands in shared memory except a global destination:
 //   C(b, i, j) (mode)= sum_k A(b, i, k) B(b, k, j),  i < M, j < N, k < K, b < nb
@@ -843,7 +862,7 @@ inline size_t tt_embedding_backward_smem_bytes(const TTBwdLayout& L) { return (s
 //   C(b, i, j) = C[cb*c_bs + i*c_rs + j*c_cs], cb = c_bidx ? c_bidx[b*TT_BWD_INTS] : b
 // sum_batches: one C for the whole batch, C(i, j) (mode)= sum_b sum_k A(b,i,k) B(b,k,j).
 enum { TT_BWD_STORE = 0, TT_BWD_ACCUM = 1, TT_BWD_ATOMIC = 2 };
-struct TTBwdGemm {
+struct TtEmbeddingBackwardGemm {
     int M, N, K;
     const float* A; int a_bs, a_rs, a_cs;
     const float* B; int b_bs, b_rs, b_cs;
@@ -860,7 +879,7 @@ __host__ __device__ inline int tt_embedding_backward_pick_tile(int M, int N, int
     return 1;
 }
 
-__host__ __device__ inline int tt_embedding_backward_units(const TTBwdGemm& g, int nb) {
+__host__ __device__ inline int tt_embedding_backward_units(const TtEmbeddingBackwardGemm& g, int nb) {
     return (g.sum_batches ? 1 : nb) * ((g.M + g.tile - 1) / g.tile) * ((g.N + g.tile - 1) / g.tile);
 }
 
@@ -869,7 +888,7 @@ __host__ __device__ inline int tt_embedding_backward_units(const TTBwdGemm& g, i
 // of B (bank-conflict free) and share their A rows (broadcast). Out-of-range rows and columns are
 // clamped for the loads and skipped for the stores.
 template <int TM, int TN>
-__host__ __device__ __forceinline__ void tt_embedding_backward_tile(const TTBwdGemm& g, int nb, int unit) {
+__host__ __device__ __forceinline__ void tt_embedding_backward_tile(const TtEmbeddingBackwardGemm& g, int nb, int unit) {
     const int tiles_n = (g.N + TN - 1) / TN, tiles_m = (g.M + TM - 1) / TM, per = tiles_m * tiles_n;
     const int b = g.sum_batches ? 0 : unit / per;
     const int tl = unit - b * per, rt = tl / tiles_n, ct = tl - rt * tiles_n;
@@ -919,7 +938,7 @@ TT_BWD_UNROLL
 
 // TILED = 0 compiles only the one-output unit (versions 3-4: fewer registers), 1 all three tiles
 template <int TILED>
-__host__ __device__ __forceinline__ void tt_embedding_backward_run_unit(const TTBwdGemm& g, int nb, int unit) {
+__host__ __device__ __forceinline__ void tt_embedding_backward_run_unit(const TtEmbeddingBackwardGemm& g, int nb, int unit) {
     if (TILED && g.tile == 4) tt_embedding_backward_tile<4, 4>(g, nb, unit);
     else if (TILED && g.tile == 2) tt_embedding_backward_tile<2, 2>(g, nb, unit);
     else tt_embedding_backward_tile<1, 1>(g, nb, unit);
@@ -928,7 +947,7 @@ __host__ __device__ __forceinline__ void tt_embedding_backward_run_unit(const TT
 // Where the slice gradients of the non-pivot cores go: version 3 atomically adds them into the dense
 // dG (base = dG, off = core_off, per lookup its slice row); versions 4-5 store them into the workspace
 // W (base = W, off = W_off, per lookup its id).
-struct TTBwdDest {
+struct TtEmbeddingBackwardDest {
     float* base;
     const int64_t* off;      // [T]: points at the block's shared copy of core_off or W_off
     int use_rows, atomic;
@@ -941,8 +960,8 @@ struct TTBwdDest {
 // The pivot core's gradient is summed over the batch into the shared accumulator (sum_batches: the
 // thread that owns an element adds every lookup's term in order).
 template <int TILED>
-__host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdShape& s, const TTBwdLayout& L, float* sm,
-                                                                  int ph, int nb, int tid, int nt, const TTBwdDest& dst) {
+__host__ __device__ inline void tt_embedding_backward_chain_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L, float* sm,
+                                                                  int ph, int nb, int tid, int nt, const TtEmbeddingBackwardDest& dst) {
     const int T = s.T, LB = L.lookup_floats;
     float* lk = sm + L.shared_floats;                      // lookup 0's region; lookup b at + b*LB
     const int* ints = (const int*)(sm + L.int_off);
@@ -951,7 +970,7 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdSha
         else { p = lk + L.sl_off[t]; bs = LB; }
     };
     // the destination of core u's slice gradient, a dense R_u x n_u (for u = 0: q_0 x R_1) block
-    auto grad_dest = [&](TTBwdGemm& g, int u, int row_len) {
+    auto grad_dest = [&](TtEmbeddingBackwardGemm& g, int u, int row_len) {
         g.c_rs = row_len; g.c_cs = 1;
         if (u == L.pivot) {
             g.C = sm + L.acc_off; g.c_bs = 0; g.c_bidx = nullptr; g.mode = TT_BWD_ACCUM; g.sum_batches = 1;
@@ -960,11 +979,11 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdSha
             g.mode = dst.atomic ? TT_BWD_ATOMIC : TT_BWD_STORE; g.sum_batches = 0;
         }
     };
-    TTBwdGemm g0 = {}, g1 = {};
+    TtEmbeddingBackwardGemm g0 = {}, g1 = {};
     int ng;
     if (ph < T - 2) {
         const int t = ph;
-        TTBwdGemm& f = g0;
+        TtEmbeddingBackwardGemm& f = g0;
         f.M = s.m[t]; f.N = s.n[t + 1]; f.K = s.R[t + 1];
         if (t == 0) slice(0, f.A, f.a_bs);
         else { f.A = lk + L.P_off[t]; f.a_bs = LB; }
@@ -977,14 +996,14 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdSha
     } else {
         const int t = T - 1 - (ph - (T - 2));
         const float* dMt = lk + (t == T - 1 ? L.g_off : L.dM_off[t]);   // m_{t-1} x n_t, dense
-        TTBwdGemm& a = g0;                                               // dG_t = P_{t-1}^T . dM_t
+        TtEmbeddingBackwardGemm& a = g0;                                               // dG_t = P_{t-1}^T . dM_t
         a.M = s.R[t]; a.N = s.n[t]; a.K = s.m[t - 1];
         if (t - 1 == 0) slice(0, a.A, a.a_bs);
         else { a.A = lk + L.P_off[t - 1]; a.a_bs = LB; }
         a.a_rs = 1; a.a_cs = s.R[t];
         a.B = dMt; a.b_bs = LB; a.b_rs = s.n[t]; a.b_cs = 1;
         grad_dest(a, t, s.n[t]);
-        TTBwdGemm& d = g1;                                               // dM_{t-1} = dM_t . G_t^T
+        TtEmbeddingBackwardGemm& d = g1;                                               // dM_{t-1} = dM_t . G_t^T
         d.M = s.m[t - 1]; d.N = s.R[t]; d.K = s.n[t];
         d.A = dMt; d.a_bs = LB; d.a_rs = s.n[t]; d.a_cs = 1;
         slice(t, d.B, d.b_bs);
@@ -1011,7 +1030,7 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TTBwdSha
 }
 
 // The batch's ints: thread b < nbb decodes lookup ids[b] (or first + b when ids is null)
-__host__ __device__ inline void tt_embedding_backward_decode_batch(const TTBwdShape& s, const TTBwdLayout& L, float* sm,
+__host__ __device__ inline void tt_embedding_backward_decode_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L, float* sm,
                                                                    int nbb, int tid, const int* ids, int first,
                                                                    const int64_t* indices, const int* bag_of) {
     if (tid >= nbb) return;
@@ -1030,7 +1049,7 @@ TT_BWD_UNROLL
 }
 
 // The batch's slices (all but the pivot's) and dY rows into shared memory
-__host__ __device__ inline void tt_embedding_backward_load_batch(const TTBwdShape& s, const TTBwdLayout& L, float* sm,
+__host__ __device__ inline void tt_embedding_backward_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L, float* sm,
                                                                  int nbb, int tid, int nt, const float* cores,
                                                                  const float* dY) {
     const int* ints = (const int*)(sm + L.int_off);
@@ -1055,7 +1074,7 @@ __host__ __device__ inline void tt_embedding_backward_load_batch(const TTBwdShap
 // thread runs f(threadIdx.x) and meets the others at __syncthreads(); the CPU test's executor runs f
 // for every thread id in turn, which is the same computation when no phase reads what another thread
 // writes in that phase (the rule the programs below keep).
-struct TTBwdDeviceExec {
+struct TtEmbeddingBackwardDeviceExec {
     int tid, nt;
     template <class F>
     __host__ __device__ void phase(F&& f) {
@@ -1069,11 +1088,11 @@ struct TTBwdDeviceExec {
 // Version 3's block program: lookups first, first + nb*nblocks, ...; each phase's GEMMs atomically add
 // the slice gradients into the dense dG.
 template <class Exec>
-__host__ __device__ void tt_embedding_backward_fused_block(Exec& ex, const TTBwdShape& s, const TTBwdLayout& L,
+__host__ __device__ void tt_embedding_backward_fused_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L,
                                                            float* sm, int block, int nblocks, const int64_t* indices,
                                                            const int* bag_of, const float* cores, const float* dY,
                                                            float* dG) {
-    TTBwdDest dst;
+    TtEmbeddingBackwardDest dst;
     dst.base = dG;
     dst.off = s.core_off;
     dst.use_rows = 1;
@@ -1090,13 +1109,13 @@ __host__ __device__ void tt_embedding_backward_fused_block(Exec& ex, const TTBwd
 extern __shared__ float4 tt_embedding_backward_smem[];
 
 __global__ void __launch_bounds__(TT_BWD_MAX_FUSED_BLOCK)
-tt_embedding_backward_kernel3(const TTBwdShape shape, const TTBwdLayout lay, const int64_t* indices, const int* bag_of,
+tt_embedding_backward_kernel3(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardLayout lay, const int64_t* indices, const int* bag_of,
                               const float* cores, const float* dY, float* dG) {
-    __shared__ TTBwdShape s;
-    __shared__ TTBwdLayout L;
+    __shared__ TtEmbeddingBackwardShape s;
+    __shared__ TtEmbeddingBackwardLayout L;
     if (threadIdx.x == 0) { s = shape; L = lay; }
     __syncthreads();
-    TTBwdDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     tt_embedding_backward_fused_block(ex, s, L, (float*)tt_embedding_backward_smem, blockIdx.x, gridDim.x, indices,
                                       bag_of, cores, dY, dG);
 }
@@ -1104,7 +1123,7 @@ tt_embedding_backward_kernel3(const TTBwdShape shape, const TTBwdLayout lay, con
 // ---- versions 4-5: sorted segments, pivot chunks, fused optimizer -------------------------------
 
 // Lookup j of bag `bag`: its bag id and, for the sort, one (key, j) pair per core (core t's pairs at t*nnz + j)
-__host__ __device__ inline void tt_embedding_backward_decode_lookup(const TTBwdShape& s, int bag, int j,
+__host__ __device__ inline void tt_embedding_backward_decode_lookup(const TtEmbeddingBackwardShape& s, int bag, int j,
                                                                     const int64_t* indices, int* bag_of, int* keys,
                                                                     int* vals) {
     bag_of[j] = bag;
@@ -1121,7 +1140,7 @@ TT_BWD_UNROLL
 }
 
 // one warp per bag, its lanes over the bag's lookups (versions 3-5; keys only for 4-5)
-__global__ void tt_embedding_backward_bags_kernel(const __grid_constant__ TTBwdShape s, const int64_t* offsets,
+__global__ void tt_embedding_backward_bags_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const int64_t* offsets,
                                                   const int64_t* indices, int* bag_of, int* keys, int* vals) {
     const int lane = threadIdx.x & 31;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -1131,14 +1150,14 @@ __global__ void tt_embedding_backward_bags_kernel(const __grid_constant__ TTBwdS
 }
 
 // what the pivot scheme needs besides the shape
-struct TTBwdPivot {
+struct TtEmbeddingBackwardPivot {
     int pivot, chunk;                 // pivot core, lookups per pivot block
     int64_t W_off[TT_BWD_MAX_T];      // core t's [nnz, S_t] block in the workspace W (t != pivot)
 };
 
 // Slice key `key` (0..K_total; K_total writes the scan's sentinel): its run [lo, hi) in the sorted
 // keys, and for a pivot slice its number of chunks of `chunk` lookups.
-__host__ __device__ inline void tt_embedding_backward_segment_key(const TTBwdShape& s, const TTBwdPivot& pv, int key,
+__host__ __device__ inline void tt_embedding_backward_segment_key(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv, int key,
                                                                   const int* sorted_keys, int* seg_lo, int* seg_hi,
                                                                   int* chunk_count) {
     const int Kc = s.tables * s.p[pv.pivot];
@@ -1152,8 +1171,8 @@ __host__ __device__ inline void tt_embedding_backward_segment_key(const TTBwdSha
     if (local >= 0 && local < Kc) chunk_count[local] = (hi - lo + pv.chunk - 1) / pv.chunk;
 }
 
-__global__ void tt_embedding_backward_segments_kernel(const __grid_constant__ TTBwdShape s,
-                                                      const __grid_constant__ TTBwdPivot pv, const int* sorted_keys,
+__global__ void tt_embedding_backward_segments_kernel(const __grid_constant__ TtEmbeddingBackwardShape s,
+                                                      const __grid_constant__ TtEmbeddingBackwardPivot pv, const int* sorted_keys,
                                                       int* seg_lo, int* seg_hi, int* chunk_count) {
     const int key = blockIdx.x * blockDim.x + threadIdx.x;
     if (key <= s.key_base[s.T]) tt_embedding_backward_segment_key(s, pv, key, sorted_keys, seg_lo, seg_hi, chunk_count);
@@ -1164,8 +1183,8 @@ __global__ void tt_embedding_backward_segments_kernel(const __grid_constant__ TT
 // its lookups nb at a time in sorted order, and writes its partial sum of the pivot gradient to
 // partial[block]. The other cores' per-lookup gradients go to W. Blocks past the last chunk return.
 template <int TILED, class Exec>
-__host__ __device__ void tt_embedding_backward_pivot_block(Exec& ex, const TTBwdShape& s, const TTBwdLayout& L,
-                                                           const TTBwdPivot& pv, float* sm, int block,
+__host__ __device__ void tt_embedding_backward_pivot_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L,
+                                                           const TtEmbeddingBackwardPivot& pv, float* sm, int block,
                                                            const int* chunk_off, const int* seg_lo, const int* seg_hi,
                                                            const int* sorted_vals, const int64_t* indices,
                                                            const int* bag_of, const float* cores, const float* dY,
@@ -1176,7 +1195,7 @@ __host__ __device__ void tt_embedding_backward_pivot_block(Exec& ex, const TTBwd
     const int gkey = s.key_base[c] + key;
     const int lo = seg_lo[gkey] + (block - chunk_off[key]) * pv.chunk;
     const int hi = min(lo + pv.chunk, seg_hi[gkey]);
-    TTBwdDest dst;
+    TtEmbeddingBackwardDest dst;
     dst.base = W;
     dst.off = pv.W_off;
     dst.use_rows = 0;
@@ -1204,16 +1223,16 @@ __host__ __device__ void tt_embedding_backward_pivot_block(Exec& ex, const TTBwd
 
 template <int TILED>
 __global__ void __launch_bounds__(TT_BWD_MAX_FUSED_BLOCK)
-tt_embedding_backward_kernel4_pivot(const TTBwdShape shape, const TTBwdLayout lay, const TTBwdPivot piv,
+tt_embedding_backward_kernel4_pivot(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardLayout lay, const TtEmbeddingBackwardPivot piv,
                                     const int* chunk_off, const int* seg_lo, const int* seg_hi, const int* sorted_vals,
                                     const int64_t* indices, const int* bag_of, const float* cores, const float* dY,
                                     float* W, float* partial) {
-    __shared__ TTBwdShape s;
-    __shared__ TTBwdLayout L;
-    __shared__ TTBwdPivot pv;
+    __shared__ TtEmbeddingBackwardShape s;
+    __shared__ TtEmbeddingBackwardLayout L;
+    __shared__ TtEmbeddingBackwardPivot pv;
     if (threadIdx.x == 0) { s = shape; L = lay; pv = piv; }
     __syncthreads();
-    TTBwdDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     tt_embedding_backward_pivot_block<TILED>(ex, s, L, pv, (float*)tt_embedding_backward_smem, blockIdx.x, chunk_off, seg_lo,
                                       seg_hi, sorted_vals, indices, bag_of, cores, dY, W, partial);
 }
@@ -1222,7 +1241,7 @@ tt_embedding_backward_kernel4_pivot(const TTBwdShape shape, const TTBwdLayout la
 // slice's gradients in a fixed order (pivot: its chunks' partial sums in chunk order; other cores:
 // its lookups' W rows in sorted order, that is by lookup id) and apply the optimizer. A slice with no
 // lookup is left alone (dense: its dG is written zero).
-__host__ __device__ inline void tt_embedding_backward_final_slice(const TTBwdShape& s, const TTBwdPivot& pv, int key,
+__host__ __device__ inline void tt_embedding_backward_final_slice(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv, int key,
                                                                   int tid, int nt, int opt, float lr, float eps,
                                                                   float* cores, float* state, float* dG, const float* W,
                                                                   const float* partial, const int* chunk_off,
@@ -1251,8 +1270,8 @@ __host__ __device__ inline void tt_embedding_backward_final_slice(const TTBwdSha
     }
 }
 
-__global__ void tt_embedding_backward_kernel4_final(const __grid_constant__ TTBwdShape s,
-                                                    const __grid_constant__ TTBwdPivot pv, int opt, float lr, float eps,
+__global__ void tt_embedding_backward_kernel4_final(const __grid_constant__ TtEmbeddingBackwardShape s,
+                                                    const __grid_constant__ TtEmbeddingBackwardPivot pv, int opt, float lr, float eps,
                                                     float* cores, float* state, float* dG, const float* W,
                                                     const float* partial, const int* chunk_off, const int* seg_lo,
                                                     const int* seg_hi, const int* sorted_vals) {
@@ -1261,14 +1280,14 @@ __global__ void tt_embedding_backward_kernel4_final(const __grid_constant__ TTBw
 }
 
 // the pivot core: the largest slice (the first of equals)
-inline int tt_embedding_backward_pick_pivot(const TTBwdShape& s) {
+inline int tt_embedding_backward_pick_pivot(const TtEmbeddingBackwardShape& s) {
     int c = 0;
     for (int t = 1; t < s.T; t++) if (s.S[t] > s.S[c]) c = t;
     return c;
 }
 
 // largest NB (8, 4, 2, 1) whose shared memory stays under the target (1 if none does)
-inline int tt_embedding_backward_pick_nb(const TTBwdShape& s, int pivot) {
+inline int tt_embedding_backward_pick_nb(const TtEmbeddingBackwardShape& s, int pivot) {
     for (int nb = TT_BWD_MAX_NB; nb > 1; nb /= 2)
         if (nb <= TT_BWD_CHUNK &&
             tt_embedding_backward_smem_bytes(tt_embedding_backward_make_layout(s, pivot, nb, 0)) <= (size_t)TT_BWD_SMEM_TARGET)
@@ -1276,15 +1295,15 @@ inline int tt_embedding_backward_pick_nb(const TTBwdShape& s, int pivot) {
     return 1;
 }
 
-inline int64_t tt_embedding_backward_max_chunks(const TTBwdShape& s, const TTBwdPivot& pv) {
+inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv) {
     return ceil_div<int64_t>(s.nnz, pv.chunk) + (int64_t)s.tables * s.p[pv.pivot];
 }
 
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
-struct TTBwdArgs {
-    TTBwdShape s;
+struct TtEmbeddingBackwardArgs {
+    TtEmbeddingBackwardShape s;
     int opt;
     float lr, eps;
     const int64_t *offsets, *indices;
@@ -1294,27 +1313,27 @@ struct TTBwdArgs {
     cublasHandle_t blas;
     int* fb_rows;
     float** fb_ptrs;
-    TTBwdFbttBufs fb;
+    TtEmbeddingBackwardFbttBufs fb;
     // versions 3-5
     int *bag_of, *keys, *vals, *keys_sorted, *vals_sorted, *seg_lo, *seg_hi, *chunk_count, *chunk_off;
     float *W, *partial;
     void* cub_temp;
     size_t cub_temp_bytes;
     int sort_bits;
-    TTBwdPivot pv;
-    TTBwdLayout lay3, lay4, lay5;
+    TtEmbeddingBackwardPivot pv;
+    TtEmbeddingBackwardLayout lay3, lay4, lay5;
 };
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
-void tt_embedding_backward_optimizer_pass(const TTBwdArgs& a) {
+void tt_embedding_backward_optimizer_pass(const TtEmbeddingBackwardArgs& a) {
     if (a.opt == TT_BWD_DENSE) return;
     const int64_t total = a.s.core_off[a.s.T];
     tt_embedding_backward_optimizer_kernel<<<tt_embedding_backward_optimizer_grid(total, 256), 256>>>(
         total, a.opt, a.lr, a.eps, a.cores, a.state, a.dG);
 }
 
-void tt_embedding_backward1(const TTBwdArgs& a, int block_size) {
-    const TTBwdShape& s = a.s;
+void tt_embedding_backward1(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     int Ssum = 0;
     for (int t = 0; t < s.T; t++) Ssum += s.S[t];
@@ -1326,13 +1345,13 @@ void tt_embedding_backward1(const TTBwdArgs& a, int block_size) {
     tt_embedding_backward_optimizer_pass(a);
 }
 
-void tt_embedding_backward2(const TTBwdArgs& a, int block_size) {
-    const TTBwdShape& s = a.s;
+void tt_embedding_backward2(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
     const int T = s.T, chunk = TT_BWD_FBTT_CHUNK;
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[T] * sizeof(float)));
     const float one = 1.0f, zero = 0.0f;
     auto gemm = [&](int kind, int t, int N) {
-        const TTBwdBlasCall c = tt_embedding_backward_fbtt_call(s, kind, t);
+        const TtEmbeddingBackwardBlasCall c = tt_embedding_backward_fbtt_call(s, kind, t);
         cublasCheck(cublasGemmBatchedEx(a.blas, c.ta, c.tb, c.m, c.n, c.k, &one,
                                         (const void* const*)(a.fb_ptrs + (int64_t)c.slot_a * chunk), CUDA_R_32F, c.lda,
                                         (const void* const*)(a.fb_ptrs + (int64_t)c.slot_b * chunk), CUDA_R_32F, c.ldb,
@@ -1359,8 +1378,8 @@ void tt_embedding_backward2(const TTBwdArgs& a, int block_size) {
     tt_embedding_backward_optimizer_pass(a);
 }
 
-void tt_embedding_backward3(const TTBwdArgs& a, int block_size) {
-    const TTBwdShape& s = a.s;
+void tt_embedding_backward3(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz > 0) {
         tt_embedding_backward_bags_kernel<<<ceil_div(s.num_bags, 8), 256>>>(s, a.offsets, a.indices, a.bag_of, nullptr, nullptr);
@@ -1372,8 +1391,8 @@ void tt_embedding_backward3(const TTBwdArgs& a, int block_size) {
 }
 
 // versions 4 (one output per thread) and 5 (register tiles): same pipeline, different layout.tiled
-void tt_embedding_backward45(const TTBwdArgs& a, const TTBwdLayout& lay, int block_size) {
-    const TTBwdShape& s = a.s;
+void tt_embedding_backward45(const TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardLayout& lay, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
     if (s.nnz == 0) {
         if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
         return;
@@ -1393,10 +1412,10 @@ void tt_embedding_backward45(const TTBwdArgs& a, const TTBwdLayout& lay, int blo
                                                           a.partial, a.chunk_off, a.seg_lo, a.seg_hi, a.vals_sorted);
 }
 
-void tt_embedding_backward4(const TTBwdArgs& a, int block_size) { tt_embedding_backward45(a, a.lay4, block_size); }
-void tt_embedding_backward5(const TTBwdArgs& a, int block_size) { tt_embedding_backward45(a, a.lay5, block_size); }
+void tt_embedding_backward4(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay4, block_size); }
+void tt_embedding_backward5(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay5, block_size); }
 
-void tt_embedding_backward(int kernel_num, const TTBwdArgs& a, int block_size) {
+void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
         case 2: tt_embedding_backward2(a, block_size); break;
@@ -1409,7 +1428,7 @@ void tt_embedding_backward(int kernel_num, const TTBwdArgs& a, int block_size) {
 
 // the precondition of each version on a shape, "" when it can run (smem_limit: the device's opt-in
 // shared memory per block, less the kernels' static shared memory)
-std::string tt_embedding_backward_skip_reason(int k, const TTBwdShape& s, const TTBwdArgs& a, size_t smem_limit, int block) {
+std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardArgs& a, size_t smem_limit, int block) {
     char buf[256];
     if (k == 1) {
         const double terms = tt_embedding_backward_naive_terms(s) * s.nnz;
@@ -1424,7 +1443,7 @@ std::string tt_embedding_backward_skip_reason(int k, const TTBwdShape& s, const 
         return buf;
     }
     if (k >= 3) {
-        const TTBwdLayout& L = k == 3 ? a.lay3 : k == 4 ? a.lay4 : a.lay5;
+        const TtEmbeddingBackwardLayout& L = k == 3 ? a.lay3 : k == 4 ? a.lay4 : a.lay5;
         if (tt_embedding_backward_smem_bytes(L) > smem_limit) {
             snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
                      tt_embedding_backward_smem_bytes(L), L.nb, smem_limit);
@@ -1435,7 +1454,7 @@ std::string tt_embedding_backward_skip_reason(int k, const TTBwdShape& s, const 
 }
 
 // FLOPs per lookup, FBTT's count (header)
-inline double tt_embedding_backward_flops_per_lookup(const TTBwdShape& s) {
+inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardShape& s) {
     double f = 0.0;
     for (int t = 0; t <= s.T - 3; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
     for (int t = 1; t <= s.T - 1; t++) f += 4.0 * s.m[t - 1] * s.R[t] * s.n[t];
@@ -1482,7 +1501,7 @@ int main(int argc, char** argv) {
         if (!err.empty()) fail_args("%s", err.c_str());
     }
     const int opt = optimizer == "dense" ? TT_BWD_DENSE : optimizer == "sgd" ? TT_BWD_SGD : TT_BWD_ADAGRAD;
-    TTBwdShape s = tt_embedding_backward_make_shape(p, q, ranks, E, tables, B);
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(p, q, ranks, E, tables, B);
 
     // inputs (host, before any CUDA call): cores, bags (both as tt_embedding_forward makes them), dY, state
     Rng rng(cli.seed);
@@ -1505,12 +1524,12 @@ int main(int argc, char** argv) {
            s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
            (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_BWD_OPT_NAMES[opt], lr, eps);
     printf("computing the CPU reference (double)...\n");
-    TTBwdReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY);
     const int64_t U = tt_embedding_backward_touched_elems(s, ref);
 
     // device buffers
     const int64_t C = s.core_off[s.T];
-    TTBwdArgs a;
+    TtEmbeddingBackwardArgs a;
     memset(&a, 0, sizeof a);
     a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
     int64_t* d_offsets = device_upload(offsets);
@@ -1567,7 +1586,7 @@ int main(int argc, char** argv) {
     const int nb = tt_embedding_backward_pick_nb(s, a.pv.pivot);
     a.lay4 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 0);
     a.lay5 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 1);
-    const size_t smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static TTBwdShape/Layout copies
+    const size_t smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static TtEmbeddingBackwardShape/Layout copies
     for (auto [kern, L] : {std::make_pair((const void*)tt_embedding_backward_kernel3, a.lay3),
                            std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<0>, a.lay4),
                            std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<1>, a.lay5)}) {
