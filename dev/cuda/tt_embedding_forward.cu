@@ -1497,7 +1497,21 @@ int main(int argc, char** argv) {
         poison(d_out, (size_t)nbags * s.D * sizeof(floatX));
         tt_embedding_forward_poison_workspace(ws, s);
     };
-    r.launch = [&](int k, int block) { tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, block); };
+    // --block N bypasses the block lists: versions 3-5 need whole warps and shared memory that fits, so a
+    // given block is fitted once here (the largest allowed size <= N), not inside the timed launch
+    int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
+    if (cli.block) {
+        for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS; k++) {
+            if (!tt_embedding_forward_skip_reason(k, s, ws).empty()) continue;
+            std::vector<int> ok = tt_embedding_forward_blocks(k, s, ws);
+            fitted[k] = ok.empty() ? 32 : ok[0];
+            for (int b : ok) if (b <= cli.block) fitted[k] = b;
+            if (fitted[k] != cli.block) printf("version %d runs --block %d as %d (whole warps, shared memory that fits)\n", k, cli.block, fitted[k]);
+        }
+    }
+    r.launch = [&](int k, int block) {
+        tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, fitted[k] ? fitted[k] : block);
+    };
     r.check = [&](int k, int) {
         const bool tf32 = k == 5;
         return validate_device(tf32 ? "out (TF32)" : "out", d_out, ref.data(), (size_t)nbags * s.D,
