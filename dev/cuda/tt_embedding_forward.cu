@@ -35,7 +35,8 @@ measurement):
   1  naive: one thread per (bag, output element); for each lookup of its bag, the explicit sum over every
      rank tuple (k_1..k_{T-1}) of the product of T core elements (an odometer over the tuples that keeps
      the prefix products): prod(R_1..R_{T-1}) terms per element. No atomics: deterministic.
-  2  FBTT's pipeline (the library baseline, in our own code): bag ids from the offsets, then per chunk of
+  2  FBTT's pipeline (the library baseline, in our own code): FBTT's forward takes a bag id per lookup; one
+     kernel derives them from the offsets inside the timed call; then per chunk of
      1000 lookups (--chunk) a kernel that fills the A/B/C pointer arrays of every chain step, one
      cublasGemmBatchedEx per step (fp32 compute), and a warp-per-segment reduce of the last buffer into the
      pooled output. Workspace (pointer arrays, step buffers, cuBLAS handle) allocated once, outside timing.
