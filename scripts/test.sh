@@ -27,11 +27,17 @@ done
 
 # ---- 2. CPU tests
 echo "== CPU tests (tests/test_*.cu)"
+for src in tests/test_*.cu; do            # build them in parallel, then run them one by one
+    name=$(basename "$src" .cu)
+    ( "$NVCC" -O2 -std=c++17 -arch=sm_90 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function \
+          -I dev/cuda "$src" -o "build/tests/$name" -lcublas > "build/tests/$name.build.log" 2>&1
+      echo $? > "build/tests/$name.build.rc" ) &
+done
+wait
 for src in tests/test_*.cu; do
     name=$(basename "$src" .cu)
-    if ! "$NVCC" -O2 -std=c++17 -arch=sm_90 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function \
-            -I dev/cuda "$src" -o "build/tests/$name" -lcublas > "build/tests/$name.build.log" 2>&1; then
-        bad "$name: does not build"; cat "build/tests/$name.build.log" | head -20; continue
+    if [ "$(cat "build/tests/$name.build.rc")" != 0 ]; then
+        bad "$name: does not build"; head -20 "build/tests/$name.build.log"; continue
     fi
     out=$("build/tests/$name" 2>&1); rc=$?
     echo "$out" | grep -E "^(PASS|FAIL)" | sed "s/^/  [$name] /"
