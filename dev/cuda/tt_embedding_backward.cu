@@ -751,9 +751,9 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const Tt
     const int tbl = bag / s.B;
     int idx[TT_BWD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[j], idx);
-    float* sl[TT_BWD_MAX_T];
-    float* P[TT_BWD_MAX_T];
-    float* dM[TT_BWD_MAX_T];
+    float* sl[TT_BWD_MAX_T] = {};
+    float* P[TT_BWD_MAX_T] = {};
+    float* dM[TT_BWD_MAX_T] = {};
     for (int t = 0; t < T; t++) {
         const int row = tbl * s.p[t] + idx[t];
         rows[t * chunk + nl] = row;
