@@ -445,10 +445,15 @@ static std::vector<float> emulate_grads(const EmbeddingBagBackwardInputs& in, co
                     const int64_t pos = pos0 + j;
                     if (j == n - 1 || (pos + 1) % o.C == 0) { partials.push_back(acc); acc = 0.0f; }
                 }
-                if (partials.size() == 1) total = partials[0];
-                else {
+                const int64_t S = (int64_t)partials.size();
+                if (S == 1) total = partials[0];
+                else if (S <= EMBEDDING_BAG_BACKWARD_WARP_SPAN) {     // one warp, in order
+                    for (float p : partials) total += p;
+                } else {                                              // 8 slices, then the slice sums in order
                     float red[8] = {};
-                    for (size_t k = 0; k < partials.size(); k++) red[k % 8] += partials[k];
+                    const int64_t per = (S + 7) / 8;
+                    for (int w = 0; w < 8; w++)
+                        for (int64_t k = std::min(S, w * per); k < std::min(S, w * per + per); k++) red[w] += partials[k];
                     total = red[0];
                     for (int w = 1; w < 8; w++) total += red[w];
                 }

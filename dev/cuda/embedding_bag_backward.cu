@@ -48,13 +48,14 @@ Versions (one idea each; times are left for the lead's GPU run, see results/h200
   3  FBGEMM's hybrid: runs of 32 or more go to a block per row (the warps split the run, a shared-memory
      tree combines them, warp 0 updates the row); shorter runs stay one warp per row. Like FBGEMM it sorts
      the per-sample weights in a second radix sort and scales grad_output for MEAN in an extra pass.
-  4  beyond FBGEMM: the sorted occurrences are cut into fixed chunks of 32, one warp per chunk, so every
-     warp reads the same number of gradient rows whatever the distribution (one giant run is spread over
-     the whole GPU). A run inside a chunk is finished there; a run crossing chunks leaves one partial sum
-     per chunk, and a second kernel adds them in chunk order (fixed order, no float atomics) and updates
-     the row. No run-length encoding, scan or long-run list; 32-bit keys; the bag, per-sample weight and
-     MEAN scale travel in the sort's value, so one sort and no extra passes. Never synchronizes the host:
-     the check captures the whole step in a CUDA graph and replays it.
+  4  beyond FBGEMM: the sorted lookups are cut into fixed chunks of 32, one warp per chunk, so every warp
+     reads the same number of gradient rows whatever the distribution (one giant run is spread over the
+     whole GPU instead of one block). A run inside a chunk is finished there; a run crossing chunks leaves
+     one partial sum per chunk, and a combine kernel (one warp per chunk that owns such a run; a block per
+     run for runs over more than 64 chunks) adds them in a fixed order (no float atomics) and updates the
+     row. No run-length encode, scan or find-long pass; 32-bit keys; the bag and the per-sample weight
+     travel in the sort's value and MEAN's 1/L is applied per lookup, so one sort and no extra passes.
+     Never synchronizes the host: the check captures the whole step in a CUDA graph and replays it.
   5  version 4 with two rows in flight per warp: the next piece's weight and state rows are loaded while
      this piece's gradient rows are summed (uniform input: nearly every piece is one row, so one DRAM
      latency per row was exposed). For D <= 256 (register budget); wider rows run as version 4.
@@ -1042,68 +1043,107 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
     }
 }
 
-// Versions 4-6, second kernel: the runs that cross chunks. Each block takes 256 chunks, one thread per
-// chunk finds the owners (chunks where such a run begins; embedding_bag_backward_is_owner), and the
-// block handles its owners in order. For each: warp 0 finds the run's last chunk (32 probes per round),
-// the 8 warps add the S partials (warp w: partials w, w+8, w+16, ... in that order; partial 0 is the
-// owner's TAIL, partial k >= 1 the HEAD of chunk owner+k), warp 0 adds the 8 warp sums in warp order and
-// updates the row. Fixed order throughout: the same bits on every run.
+// Versions 4-6, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
+// a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
+// chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
+// HEAD of chunk owner+k. Up to EMBEDDING_BAG_BACKWARD_WARP_SPAN partials the warp adds them itself, in
+// order k = 0, 1, ..., S-1 (UNR rows in flight per lane) and updates the row; a longer run goes to a list
+// for the block-per-run kernel below (the list's order varies, the arithmetic does not).
+static const int EMBEDDING_BAG_BACKWARD_WARP_SPAN = 64;
+
 template <int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                      const VAL* __restrict__ vals, const float* __restrict__ partials,
-                                                                     int C, int64_t num_chunks) {
-    constexpr int W = 8;
-    __shared__ int64_t owners[W * 32];
-    __shared__ int counts[W];
-    __shared__ int64_t last_chunk;
-    __shared__ float4 red[W][VPL * 32];
+                                                                     int C, int64_t num_chunks, int64_t* long_owners, int64_t* long_spans,
+                                                                     unsigned* num_long) {
+    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
     const unsigned full = 0xFFFFFFFFu;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int lane = threadIdx.x & 31;
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t N = a.N;
-    const int64_t c = (int64_t)blockIdx.x * (W * 32) + tid;
-    const bool own = c < num_chunks && embedding_bag_backward_is_owner(keys, N, (int64_t)C, c);
-    const unsigned m = __ballot_sync(full, own);
-    if (lane == 0) counts[w] = __popc(m);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int i = 0; i < W; i++) {
-        before += i < w ? counts[i] : 0;
-        total += counts[i];
-    }
-    if (own) owners[before + __popc(m & ((1u << lane) - 1u))] = c;
-    __syncthreads();
-    for (int i = 0; i < total; i++) {
-        const int64_t oc = owners[i];
-        const int64_t last = embedding_bag_backward_min64(oc * C + C, N) - 1;   // the owner's last lookup
-        const uint32_t K = keys[last];
-        if (w == 0) {
-            auto continues = [&](int64_t x) { return embedding_bag_backward_continues(keys, N, (int64_t)C, x, K); };
-            const int64_t cl = embedding_bag_backward_last_chunk(oc, num_chunks, continues,
-                                                                 [&](const auto& probes) { return __ballot_sync(full, probes(lane)); });
-            if (lane == 0) last_chunk = cl;
+    if (c >= num_chunks || !embedding_bag_backward_is_owner(keys, N, (int64_t)C, c)) return;   // the whole warp
+    const int64_t last = embedding_bag_backward_min64(c * C + C, N) - 1;                          // the owner's last lookup
+    const uint32_t K = keys[last];
+    auto continues = [&](int64_t x) { return embedding_bag_backward_continues(keys, N, (int64_t)C, x, K); };
+    const int64_t S = embedding_bag_backward_last_chunk(c, num_chunks, continues,
+                                                        [&](const auto& probes) { return __ballot_sync(full, probes(lane)); }) - c + 1;
+    if (S > EMBEDDING_BAG_BACKWARD_WARP_SPAN) {
+        if (lane == 0) {
+            const unsigned slot = atomicAdd(num_long, 1u);
+            long_owners[slot] = c;
+            long_spans[slot] = S;
         }
-        __syncthreads();
-        const int64_t S = last_chunk - oc + 1;
+        return;
+    }
+    const int t = (int)((uint32_t)vals[last] / (uint32_t)a.B);
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+    float4 acc[VPL];
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+    for (int64_t k0 = 0; k0 < S; k0 += UNR) {
+        float4 x[UNR][VPL];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const int64_t k = k0 + u;
+            const float* p = partials + ((c + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = lane + 32 * v;
+                x[u][v] = (k < S && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+            if (k0 + u < S)
+#pragma unroll
+                for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
+    }
+    const int64_t lin = (int64_t)K;
+    const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+    EmbeddingBagBackwardRow<VPL> row;
+    embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
+    embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+}
+
+// Versions 4-6, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
+// run in the one-row input). One block of 8 warps per run (blocks stride over the list): warp w adds the
+// w-th of 8 equal slices of the partials in order, then warp 0 adds the 8 slice sums in warp order and
+// updates the row. Fixed order: the same bits on every run.
+template <int VPL, class VAL>
+__global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
+                                                                          const VAL* __restrict__ vals, const float* __restrict__ partials,
+                                                                          int C, const int64_t* long_owners, const int64_t* long_spans,
+                                                                          const unsigned* num_long) {
+    constexpr int W = 8, UNR = VPL >= 8 ? 1 : 8 / VPL;
+    __shared__ float4 red[W][VPL * 32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned n = *num_long;
+    for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
+        const int64_t oc = long_owners[i], S = long_spans[i];
+        const int64_t last = embedding_bag_backward_min64(oc * C + C, a.N) - 1;
+        const int64_t lin = (int64_t)keys[last];
         const int t = (int)((uint32_t)vals[last] / (uint32_t)a.B);
         const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+        const int64_t per = (S + W - 1) / W;
+        const int64_t k_begin = embedding_bag_backward_min64(S, w * per), k_end = embedding_bag_backward_min64(S, k_begin + per);
         float4 acc[VPL];
 #pragma unroll
         for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-        for (int64_t k0 = w; k0 < S; k0 += 4 * W) {
-            float4 x[4][VPL];
+        for (int64_t k0 = k_begin; k0 < k_end; k0 += UNR) {
+            float4 x[UNR][VPL];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int64_t k = k0 + u * W;
+            for (int u = 0; u < UNR; u++) {
+                const int64_t k = k0 + u;
                 const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
 #pragma unroll
                 for (int v = 0; v < VPL; v++) {
                     const int c4 = lane + 32 * v;
-                    x[u][v] = (k < S && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
+                    x[u][v] = (k < k_end && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (k0 + u * W < S)
+            for (int u = 0; u < UNR; u++)
+                if (k0 + u < k_end)
 #pragma unroll
                     for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
         }
@@ -1116,13 +1156,12 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
                 acc[v] = red[0][v * 32 + lane];
                 for (int ww = 1; ww < W; ww++) embedding_bag_backward_add4(acc[v], red[ww][v * 32 + lane]);
             }
-            const int64_t lin = (int64_t)K;
             const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
             EmbeddingBagBackwardRow<VPL> row;
             embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
             embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
         }
-        __syncthreads();                                     // red and last_chunk are reused
+        __syncthreads();                                     // red is reused by the next run
     }
 }
 
@@ -1147,6 +1186,8 @@ struct EmbeddingBagBackwardWorkspace {
     uint32_t *keys32 = nullptr, *keys32_sorted = nullptr;
     void *vals = nullptr, *vals_sorted = nullptr;
     float* partials = nullptr;
+    int64_t *long_owners = nullptr, *long_spans = nullptr;
+    unsigned* num_long_owners = nullptr;
     // the buffers a version must write before it reads them: the check poisons them before every run
     std::vector<std::pair<void*, size_t>> scratch;
     std::vector<void*> owned;
@@ -1235,7 +1276,14 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         temp = std::max(temp, bytes);
         // two partial rows per chunk; the smallest chunk is version 6's group
         const int C = uses(6, 6) ? std::min(32, embedding_bag_backward_group(a.max_D)) : 32;
-        ws.partials = embedding_bag_backward_ws_alloc<float>(ws, (size_t)ceil_div<int64_t>(N, C) * 2 * a.max_D);
+        const int64_t chunks = ceil_div<int64_t>(N, C);
+        ws.partials = embedding_bag_backward_ws_alloc<float>(ws, (size_t)chunks * 2 * a.max_D);
+        // a run over more than WARP_SPAN chunks owns all but its first and last exclusively: fewer than
+        // chunks / (WARP_SPAN - 1) + 1 of them
+        const size_t n_long = (size_t)(chunks / (EMBEDDING_BAG_BACKWARD_WARP_SPAN - 1) + 2);
+        ws.long_owners = embedding_bag_backward_ws_alloc<int64_t>(ws, n_long);
+        ws.long_spans = embedding_bag_backward_ws_alloc<int64_t>(ws, n_long);
+        ws.num_long_owners = embedding_bag_backward_ws_alloc<unsigned>(ws, 1);
     }
     ws.temp_bytes = temp;
     ws.temp = embedding_bag_backward_ws_alloc<char>(ws, temp, false);
@@ -1320,10 +1368,16 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
     cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
                                               std::min(a.key_bits, 32), stream));
     const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, G);
+    constexpr int VPLB = G == 32 ? VPL : 1;     // the combine kernels hold a row in a full warp
     embedding_bag_backward_chunks<G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
         a, ws.keys32_sorted, vals_sorted, ws.partials);
-    embedding_bag_backward_combine<(G == 32 ? VPL : 1), VAL><<<embedding_bag_backward_grid(chunks, 256), 256, 0, stream>>>(
-        a, ws.keys32_sorted, vals_sorted, ws.partials, G, chunks);
+    cudaCheck(cudaMemsetAsync(ws.num_long_owners, 0, sizeof(unsigned), stream));
+    embedding_bag_backward_combine<VPLB, VAL><<<embedding_bag_backward_grid(chunks * 32, 256), 256, 0, stream>>>(
+        a, ws.keys32_sorted, vals_sorted, ws.partials, G, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners);
+    // enough blocks for every long run there can be (one per WARP_SPAN chunks), at most 2 per SM's worth
+    const unsigned long_grid = (unsigned)std::min<int64_t>(264, chunks / EMBEDDING_BAG_BACKWARD_WARP_SPAN + 1);
+    embedding_bag_backward_combine_long<VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, G,
+                                                                                  ws.long_owners, ws.long_spans, ws.num_long_owners);
 }
 
 template <int G, int VPL, bool PREFETCH>
