@@ -15,16 +15,31 @@ Fewest bytes: read dout once, write dinp once:
   bytes = B*T*HD*(3*NH + NH + 2*NKV) * sizeof(floatX)  = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
 No arithmetic to speak of, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
 
-Versions (H200, fp32, bench size, best block; filled in from results/h200.md):
-  1  the seed's approach (llm.c dev/cuda/repkv_backward.cu): one thread per dout element; the K/V
-     threads of every head but the first of its group return at once, and the first sums rep values
-  2  one thread per dinp element: no idle threads, each dout element is read once
-  3  16-byte vectors: one thread per 16 bytes of dinp (4 fp32 or 8 bf16), 128-bit loads and stores
-  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit division, 32-bit index math
-  5  version 4 with streaming (evict-first) loads and stores
+Versions, measured on the lent H200 on 2026-11-29 (scripts/gpu_check.sh; bench size; best block; median
+of 100 samples, L2 flushed before each; % of the device-to-device copy bandwidth measured in the same
+process, 4230 GB/s; fp32 | bf16):
+  1  the seed's approach (llm.c dev/cuda/repkv_backward.cu): one   0.715 ms  19.8%  | 0.710 ms  10.0%
+     thread per dout element; the K/V threads of every head but
+     the first of its group return at once
+  2  one thread per dinp element: no idle threads, each dout        0.260 ms  54.5%  | 0.254 ms  28.0%
+     element read once
+  3  16-byte vectors: one thread per 16 bytes of dinp (4 fp32 or    0.143 ms  99.2%  | 0.076 ms  93.5%
+     8 bf16), 128-bit loads and stores (the default)
+  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit        0.145 ms  97.9%  | 0.075 ms  94.5%
+     division, 32-bit index math
+  5  version 4 with streaming (evict-first) loads and stores        0.152 ms  93.6%  | 0.079 ms  89.4%
+What the numbers say. Version 1 pays twice: half its threads idle, and the rest issue 4-byte accesses.
+Version 2 fixes the first, version 3 the second and reaches the copy roof (99% of cudaMemcpy moving the
+same bytes): nothing is left to win in fp32. In bf16 the same bytes are half the elements, so each thread
+does twice the arithmetic per byte and the 2-D grid's cheaper index math (version 4) edges ahead, within
+run-to-run noise of version 3. Evict-first hints cost 2-5% when nothing else competes for L2. Also tried
+and dropped, measured the same day: four vectors per thread with every load issued first (72% at its
+register-limited block sizes; 90% when it could use 1024 threads), one block per row with a loop (90%).
+PyTorch's composite (reshape / sum / cat) takes 0.296 ms in the same session (scripts/peers/repkv.py):
+version 3 is 2.1x faster.
 
 Compile and run:
-  make repkv_backward          && ./repkv_backward 4
+  make repkv_backward          && ./repkv_backward 3
   make repkv_backward_bf16     && ./repkv_backward_bf16 all
 */
 #include "common.h"
@@ -257,7 +272,7 @@ std::string repkv_backward_skip_reason(int kernel_num, int NH, int NKV, int HD) 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
     int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
-    Cli cli("repkv_backward", "Backward of grouped-query attention's K/V replication: sum the rep copies of each K/V head.", 5, 4);
+    Cli cli("repkv_backward", "Backward of grouped-query attention's K/V replication: sum the rep copies of each K/V head.", 5, 3);
     cli.add_int("B", &B, "batch size");
     cli.add_int("T", &T, "sequence length");
     cli.add_int("NH", &NH, "query heads");

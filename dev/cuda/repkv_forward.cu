@@ -12,21 +12,33 @@ Fewest bytes: read inp once, write out once:
   bytes = B*T*HD*(NH + 2*NKV + 3*NH) * sizeof(floatX) = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
 No arithmetic, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
 
-Versions (H200, fp32, bench size, best block; filled in from results/h200.md):
-  1  the seed's approach (llm.c dev/cuda/repkv.cu): one thread per out element, decoded with five
-     divisions; a K/V element is fetched rep times (once per copy, from L2 after the first)
-  2  one thread per inp element, writing its rep copies: each input is read once, and there are
-     (NH+2NKV)/(3NH) as many threads (half, at the bench size)
-  3  16-byte vectors: one thread per 16 bytes of inp, 128-bit loads and stores
-  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit division, 32-bit index math
-  5  version 4 with streaming (evict-first) loads and stores
-  6  Hopper's bulk-copy engine: a row into shared memory with one cp.async.bulk, out with one bulk
-     store per destination head
-Tried and dropped (measured in this session, see the closing notes in results/h200.md): four vectors per
-thread with every load issued first; one block per row with a loop; a gather form (one thread per out vector).
+Versions, measured on the lent H200 on 2026-11-29 (scripts/gpu_check.sh; bench size; best block; median
+of 100 samples, L2 flushed before each; % of the device-to-device copy bandwidth measured in the same
+process, 4230 GB/s; fp32 | bf16):
+  1  the seed's approach (llm.c dev/cuda/repkv.cu): one thread    0.610 ms  23.3%  | 0.609 ms  11.7%
+     per out element, decoded with five divisions; a K/V element
+     is fetched rep times (from L2 after the first)
+  2  one thread per inp element, writing its rep copies: each      0.238 ms  59.6%  | 0.233 ms  30.5%
+     input read once, half the threads of version 1
+  3  16-byte vectors: one thread per 16 bytes of inp, 128-bit      0.149 ms  95.0%  | 0.077 ms  92.4%
+     loads and stores (the default: the fastest in fp32)
+  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit       0.150 ms  94.8%  | 0.077 ms  92.4%
+     division, 32-bit index math
+  5  version 4 with streaming (evict-first) loads and stores       0.154 ms  92.1%  | 0.079 ms  90.2%
+  6  Hopper's bulk-copy engine: a row into shared memory with one  0.162 ms  87.8%  | 0.083 ms  85.9%
+     cp.async.bulk, out with one bulk store per destination head
+What the numbers say. The 16-byte vectors of version 3 take the op to the copy roof: the forward writes
+twice what it reads, and 95% of a 50/50 copy is about where a write-heavy stream lands. Versions 4-6 test
+the usual next ideas and none pays here: the 64-bit division of version 3 is hidden under memory latency
+(version 4 ties it), evict-first hints cost a little when nothing else competes for L2 (version 5), and
+the bulk-copy engine, with one row in flight per block and a round trip through shared memory, moves less
+than plain vector stores (version 6). Also tried and dropped, measured the same day: four vectors per
+thread with every load issued first (90.0%), one block per row with a loop (90.2%), and a gather form,
+one thread per out vector (82.6%). PyTorch's composite (split / expand / reshape / stack) takes 0.588 ms
+in the same session (scripts/peers/repkv.py): version 3 is 3.9x faster.
 
 Compile and run:
-  make repkv_forward        && ./repkv_forward 4
+  make repkv_forward        && ./repkv_forward 3
   make repkv_forward_bf16   && ./repkv_forward_bf16 all
 */
 #include "common.h"
@@ -295,7 +307,7 @@ std::string repkv_forward_skip_reason(int kernel_num, int NH, int NKV, int HD) {
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
     int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
-    Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 6, 4);
+    Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 6, 3);
     cli.add_int("B", &B, "batch size");
     cli.add_int("T", &T, "sequence length");
     cli.add_int("NH", &NH, "query heads");
