@@ -52,6 +52,17 @@ while read -r line; do
     echo "  exit $rc  $(( $(date +%s) - t0 ))s  $line"
 done < scripts/bench_cases.txt
 
+# The flush's own cost: one short and one long case again with L2_FLUSH=read (a read flush leaves L2
+# clean; the default write flush leaves dirty lines whose write-back lands in the timed kernel).
+if [ -z "$ONLY" ] || echo "flush" | grep -q -- "$ONLY"; then
+    echo "== L2 flush: write (default) against read" | tee $LOGS/flush.txt
+    for line in "embedding_bag_forward 4 --alpha 0 --block 64" "repkv_backward 3 --block 1024"; do
+        for mode in write read; do
+            (cd dev/cuda && L2_FLUSH=$mode ./$line 2>&1) | grep -E "^(RESULT|PEAK)" | sed "s/^/$mode flush: /" | tee -a $LOGS/flush.txt
+        done
+    done
+fi
+
 if [ $RUN_PEERS -eq 1 ]; then
     echo "== peers"
     PYTHONUNBUFFERED=1 python3 scripts/torch_check.py ${ONLY:+--only "$ONLY"} > $LOGS/peers.log 2>&1

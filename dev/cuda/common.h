@@ -561,19 +561,40 @@ inline Timing summarize(std::vector<float> ms) {
     return {median, ms.front(), ms.back()};
 }
 
-// A buffer of twice the L2 size, written before each sample so that no sample starts with its
-// inputs in L2.
+// Reads every 16 bytes of a buffer (plain loads, so the lines are allocated in L2); the store never
+// happens but keeps the loads alive.
+__global__ void flush_l2_read_kernel(const int4* buf, size_t n, int* sink) {
+    int acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int4 v = buf[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x7fffffff) *sink = acc;
+}
+
+// Before each timed sample: a buffer of twice the L2 size is written (DESIGN.md's flush), so that no
+// sample starts with its inputs in L2. The environment variable L2_FLUSH=read reads a buffer of that
+// size instead: a written buffer leaves up to an L2 of dirty lines whose write-back to DRAM then happens
+// during the timed kernel; a read leaves L2 clean. (scripts/gpu_check.sh measures one case both ways.)
 inline void flush_l2() {
     static void* buf = nullptr;
+    static int* sink = nullptr;
     static size_t bytes = 0;
+    static bool read_mode = false;
     if (!buf) {
         int dev = 0, l2 = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
         bytes = 2 * (size_t)std::max(l2, 1 << 20);
         cudaCheck(cudaMalloc(&buf, bytes));
+        cudaCheck(cudaMemset(buf, 0, bytes));
+        cudaCheck(cudaMalloc(&sink, sizeof(int)));
+        const char* mode = getenv("L2_FLUSH");
+        read_mode = mode && strcmp(mode, "read") == 0;
+        if (read_mode) printf("L2 flush: read %zu MB before each sample\n", bytes >> 20);
     }
-    cudaCheck(cudaMemsetAsync(buf, 0, bytes));
+    if (read_mode) flush_l2_read_kernel<<<1024, 256>>>((const int4*)buf, bytes / 16, sink);
+    else cudaCheck(cudaMemsetAsync(buf, 0, bytes));
 }
 
 // Warm up, then `repeat` samples of: [setup, untimed] flush L2, event, launch, event.
