@@ -62,6 +62,18 @@ Versions (one idea each; times are left for the lead's GPU run, see results/h200
   6  version 5 with sub-warp rows for small D (max D <= 64): a group of G = D/4 lanes (8 or 16) owns a
      chunk of G occurrences, so a warp works on 32/G rows at once instead of leaving lanes idle.
 
+Launches per step (no host synchronization in any; every one stream-ordered):
+  1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
+  the default size's 22 bits), CUB run-length encode, CUB exclusive sum, 1 kernel. 3: as 2, plus a second
+  sort (weighted), the MEAN pass (mean), a memset and 3 kernels. 4-6: linearize, CUB sort, the chunk
+  kernel, a memset and 2 combine kernels (the second has no work unless a run spans over 64 chunks).
+Timing: before each sample the looked-up rows (weights and state) are restored from a pristine copy,
+untimed, so every sample times the same step from the same tables; the dense gradient buffer is zeroed
+once and each step rewrites the same rows. The check poisons every scratch buffer and the dense
+gradient's looked-up rows before each checked run, compares every looked-up row (weights, state, or the
+gradient) with the reference, proves every other row bit-identical, and then replays the step from a
+CUDA graph (captured in global mode: a synchronizing call would break the capture) and compares bits.
+
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
   make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
