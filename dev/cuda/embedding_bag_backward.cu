@@ -796,12 +796,15 @@ __global__ void embedding_bag_backward_grad_mean(EmbeddingBagBackwardArgs a, flo
 }
 
 // The sum of one run's lookups [j_begin, j_end) (positions in the sorted order) into a lane's VPL vectors:
-// the lanes load 32 (bag, weight) pairs at once and broadcast them with shuffles; every lane of the warp
-// runs the same trip counts. psw: the sorted per-sample weights, or nullptr.
+// the lanes load 32 (bag, weight) pairs at once and broadcast them with shuffles, UNR at a time: UNR
+// gradient rows are loaded before the first is added (in lookup order). Every lane of the warp runs the
+// same trip counts. psw: the sorted per-sample weights, or nullptr.
 template <int VPL>
 __device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBagBackwardArgs& a, const uint32_t* bags, const float* psw,
                                                                const float* go, int t, int D, int j_begin, int j_end, int lane,
                                                                float4 (&acc)[VPL]) {
+    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
+    const unsigned full = 0xFFFFFFFFu;
     const float* gbase = go + a.D_offsets[t];
     const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
     for (int j0 = j_begin; j0 < j_end; j0 += 32) {
@@ -813,15 +816,27 @@ __device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBa
             if (psw != nullptr) w = psw[j];
         }
         const int n = min(32, j_end - j0);
-        for (int k = 0; k < n; k++) {
-            const uint32_t btk = __shfl_sync(0xFFFFFFFFu, bt, k);
-            const float wk = __shfl_sync(0xFFFFFFFFu, w, k);
-            const float* gr = gbase + (int64_t)(btk - bt0) * a.total_D;
+        for (int k0 = 0; k0 < n; k0 += UNR) {
+            float4 x[UNR][VPL];
+            float wk[UNR];
 #pragma unroll
-            for (int v = 0; v < VPL; v++) {
-                const int c4 = lane + 32 * v;
-                if (4 * c4 < D) embedding_bag_backward_fma4(acc[v], wk, embedding_bag_backward_ldg4(gr + 4 * c4));
+            for (int u = 0; u < UNR; u++) {
+                const bool on = k0 + u < n;
+                const int src = on ? k0 + u : 0;
+                const uint32_t btk = __shfl_sync(full, bt, src);
+                wk[u] = __shfl_sync(full, w, src);
+                const float* gr = gbase + (int64_t)(on ? btk - bt0 : 0u) * a.total_D;
+#pragma unroll
+                for (int v = 0; v < VPL; v++) {
+                    const int c4 = lane + 32 * v;
+                    x[u][v] = (on && 4 * c4 < D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
+                }
             }
+#pragma unroll
+            for (int u = 0; u < UNR; u++)
+                if (k0 + u < n)
+#pragma unroll
+                    for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], wk[u], x[u][v]);
         }
     }
 }
