@@ -59,8 +59,8 @@ Versions (one idea each; times are left for the lead's GPU run, see results/h200
   5  version 4 with two rows in flight per warp: the next piece's weight and state rows are loaded while
      this piece's gradient rows are summed (uniform input: nearly every piece is one row, so one DRAM
      latency per row was exposed). For D <= 256 (register budget); wider rows run as version 4.
-  6  version 5 with sub-warp rows for small D (max D <= 64): a group of G = D/4 lanes (8 or 16) owns a
-     chunk of G occurrences, so a warp works on 32/G rows at once instead of leaving lanes idle.
+  6  version 5 with sub-warp rows for small D (max D <= 64): a group of G lanes (G = 8 for D <= 32, 16 for
+     D <= 64) owns a chunk of G lookups, so a warp works on 32/G rows at once instead of leaving lanes idle.
 
 Launches per step (no host synchronization in any; every one stream-ordered):
   1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
