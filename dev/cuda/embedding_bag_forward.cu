@@ -58,7 +58,7 @@ method): default uniform 0.1090, Zipf 0.0814, large uniform 0.5988, large Zipf 0
 Version 5 is 1.98x / 3.6x faster at the default size, 2.3x / 6.2x at the large size, 1.9x on the small dense
 table. The large uniform case reads at the copy roof (over 100% by our count: a few rows repeat and hit L2).
 At the default size the kernel runs 55 us, and the fixed costs of a short kernel (launch, ramp-up, the
-write-back of the L2 flush's dirty lines, see results/h200.md) are a quarter of it: 76% of copy bandwidth is
+write-back of the L2 flush's dirty lines, measured in results/h200.md) weigh on it: 76% of copy bandwidth is
 where every version lands there, PyTorch included. Versions 4 and 5 keep 8 row loads in flight per lane and
 beat the plain warp per bag (2) by 2-11%; several bags per warp (3) does not pay at D=128.
 
