@@ -3,7 +3,8 @@
 // the shape and bag validators' messages, the FLOP/byte formulas at FBTT's default, and the host-callable
 // pieces of the GPU versions run on the CPU: version 1's odometer sum, the warp step engine of versions 3
 // and 4 (a warp emulated lane by lane), version 2's pointer arrays through a column-major reference GEMM
-// with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode.
+// with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode; version 6 end to end
+// (its planning kernel's and chain kernel's phases thread by thread, rows bitwise against version 3's engine).
 #define NO_MAIN
 #include "../dev/cuda/tt_embedding_forward.cu"
 
@@ -649,6 +650,284 @@ static void test_tf32_budget() {
     report(st32.failures > 0, "TF32 results fail the fp32 tolerance (so version 5 needs its own)");
 }
 
+
+// ---- version 6 on the CPU: the planning kernel's phases (1024 threads, one after the other, the scatter in a
+// shuffled thread order so that the positions inside a key's range differ from run to run), then every
+// block's phases (threads and lanes one after the other between the kernel's barriers), then version 4's
+// pooling; with the invariants of the plan, the rows bitwise against version 3's engine, and the pooled
+// output against the double reference
+
+struct V6Run {
+    std::vector<float> out, rowbuf;
+    int items = 0, max_items = 0, primaries = 0;
+    std::string why;          // first broken invariant ("" = none)
+};
+
+static V6Run emulate_v6(const Problem& P, const std::vector<int64_t>& indices, const std::vector<int64_t>& offsets, int warps,
+                        uint64_t order_seed) {
+    V6Run R;
+    const TtEmbeddingForwardShape& s = P.s;
+    TtEmbeddingForwardPlan6 pl;
+    R.why = tt_embedding_forward_make_plan6(s, pl);
+    if (!R.why.empty()) return R;
+    const int64_t nnz = s.nnz, nbags = (int64_t)s.tables * s.B;
+    const int C = warps * TT_EMBEDDING_FORWARD_V6_P, NT = TT_EMBEDDING_FORWARD_V6_PLAN_THREADS;
+    R.rowbuf.assign((size_t)std::max<int64_t>(nnz, 1) * s.D, NAN);
+    if (nnz > 0) {
+        // ---- planning kernel
+        const int nkeys = (int)pl.g.nkeys;
+        R.max_items = tt_embedding_forward_v6_max_items(s, pl, C);
+        std::vector<int> smem((size_t)nkeys + 2 * NT + 65, 0x5a5a5a5a);
+        int* cnt = smem.data();
+        int* tot = cnt + nkeys;
+        int* seg = tot + 2 * NT;
+        std::vector<uint32_t> keys((size_t)nnz, 0xdeadbeefu);
+        std::vector<int> perm((size_t)nnz, -1);
+        std::vector<int64_t> sidx((size_t)nnz, -1);
+        std::vector<int4> items((size_t)R.max_items, make_int4(-7, -7, -7, -7));
+        for (int tid = 0; tid < NT; tid++)
+            for (int i = tid; i < nkeys; i += NT) cnt[i] = 0;
+        for (int tid = 0; tid < NT; tid++)
+            tt_embedding_forward_v6_plan_count(cnt, keys.data(), indices.data(), offsets.data(), s, pl.g, tid, NT);
+        for (int tid = 0; tid < NT; tid++) tt_embedding_forward_v6_plan_sums(cnt, tot, nkeys, C, tid, NT);
+        for (int lane = 0; lane < 32; lane++) tt_embedding_forward_v6_plan_scan1(tot, seg, NT, lane);
+        for (int lane = 0; lane < 32; lane++) tt_embedding_forward_v6_plan_scan2(tot, seg, NT, lane);
+        for (int tid = 0; tid < NT; tid++)
+            tt_embedding_forward_v6_plan_items(cnt, tot, seg, items.data(), nkeys, C, R.max_items, tid, NT);
+        std::vector<int> order(NT);
+        for (int i = 0; i < NT; i++) order[i] = i;
+        Rng orng(order_seed);
+        for (int i = NT - 1; i > 0; i--) std::swap(order[i], order[orng.randint(0, i + 1)]);
+        for (int tid : order)
+            tt_embedding_forward_v6_plan_scatter(cnt, perm.data(), sidx.data(), keys.data(), indices.data(), nnz, tid, NT);
+        // ---- its invariants: keys, a permutation sorted by key, items that tile each key's range in order
+        R.items = seg[64];
+        auto fail = [&](const std::string& w) { if (R.why.empty()) R.why = w; };
+        if (R.items > R.max_items) fail("items " + std::to_string(R.items) + " > max_items " + std::to_string(R.max_items));
+        std::vector<char> seen((size_t)nnz, 0);
+        for (int64_t pos = 0; pos < nnz; pos++) {
+            const int n = perm[pos];
+            if (n < 0 || n >= nnz || seen[n]) { fail("perm is not a permutation at position " + std::to_string(pos)); break; }
+            seen[n] = 1;
+            int tbl = 0;
+            while (tbl + 1 < s.tables && offsets[(size_t)(tbl + 1) * s.B] <= n) tbl++;
+            if (keys[n] != tt_embedding_forward_group_key(s, pl.g, tbl, indices[n])) fail("key of lookup " + std::to_string(n));
+            if (sidx[pos] != indices[n]) fail("sorted index at position " + std::to_string(pos));
+            if (pos > 0 && keys[perm[pos - 1]] > keys[n]) fail("keys not sorted at position " + std::to_string(pos));
+        }
+        int64_t next = 0;
+        for (int it = 0; it < R.items && R.why.empty(); it++) {
+            const int4 im = items[it];
+            if (im.x != next || im.y < 1 || im.y > C) { fail("item " + std::to_string(it) + " start/count"); break; }
+            for (int j = 0; j < im.y; j++)
+                if (keys[perm[im.x + j]] != (uint32_t)im.z) fail("item " + std::to_string(it) + " holds another key");
+            // an item is cut short only at the end of its key
+            if (im.y < C && im.x + im.y < nnz && keys[perm[im.x + im.y]] == (uint32_t)im.z) fail("item " + std::to_string(it) + " cut early");
+            next += im.y;
+        }
+        if (R.why.empty() && next != nnz) fail("items cover " + std::to_string(next) + " of " + std::to_string(nnz) + " lookups");
+        for (int it = R.items; it < R.max_items; it++)
+            if (items[it].y != 0) { fail("unused item " + std::to_string(it) + " not empty"); break; }
+        if (!R.why.empty()) return R;
+
+        // ---- chain kernel, block by block
+        const size_t bytes = tt_embedding_forward_smem6_bytes(s, pl, warps);
+        const int NB = warps * 32;
+        std::vector<float4> sbuf((bytes + 64 + 15) / 16);
+        for (int b = 0; b < R.max_items; b++) {
+            const int4 item = items[b];
+            if (item.y == 0) continue;
+            memset(sbuf.data(), 0xff, sbuf.size() * 16);            // NaN / -1 everywhere: a read of unstaged data shows
+            unsigned char* canary = reinterpret_cast<unsigned char*>(sbuf.data()) + bytes;
+            for (int i = 0; i < 64; i++) canary[i] = (unsigned char)(0xa5 ^ i);
+            const TtEmbeddingForwardV6Smem m = tt_embedding_forward_v6_carve(sbuf.data(), pl, C);
+            const uint32_t key = (uint32_t)item.z;
+            for (int tid = 0; tid < NB; tid++) {
+                tt_embedding_forward_v6_stage_grouped(m, P.c, s, pl, key, tid, NB);
+                tt_embedding_forward_v6_load_meta(m, perm.data(), sidx.data(), item.x, item.y, tid, NB);
+            }
+            for (int warp = 0; warp < warps; warp++)
+                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_v6_stage_lookups(m, P.c, s, pl, key, item.y, warp, warps, lane);
+            for (int tid = 0; tid < NB; tid++) tt_embedding_forward_v6_alias(m, item.y, tid, NB);
+            for (int tid = 0; tid < NB; tid++) tt_embedding_forward_v6_primaries(m, item.y, tid, NB);
+            R.primaries += *m.np;
+            for (int warp = 0; warp < warps; warp++) {
+                TtEmbeddingForwardV6Warp w;
+                if (tt_embedding_forward_v6_warp_lookups(w, m, pl, warp) == 0) continue;
+                for (int t = 1; t < s.T; t++)
+                    for (int lane = 0; lane < 32; lane++) tt_embedding_forward_v6_step(s, pl, m, w, t, lane);
+                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_v6_write_rows(R.rowbuf.data(), s, pl, m, w, item.y, lane);
+            }
+            for (int i = 0; i < 64; i++)
+                if (canary[i] != (unsigned char)(0xa5 ^ i)) { fail("block " + std::to_string(b) + " wrote past its shared memory"); return R; }
+        }
+    }
+    // ---- version 4's pooling kernel (fp32 sums in lookup order)
+    R.out.assign((size_t)nbags * s.D, NAN);
+    for (int64_t bag = 0; bag < nbags; bag++)
+        for (int e = 0; e < s.D; e++) {
+            float sum = 0.0f;
+            for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) sum += R.rowbuf[(size_t)n * s.D + e];
+            R.out[(size_t)bag * s.D + e] = to_float(from_float<floatX>(sum));
+        }
+    return R;
+}
+
+// the multi-lookup step against version 3's step, bitwise, for every lane tile, with and without float4 rows
+template <int RT, int CW, bool AV>
+static std::string check_multi_step(Rng& rng) {
+    const int m = RT * 3, k = AV ? 12 : 7, n = CW * 10, r = CW == 4 ? 8 : 5;   // r | n; rows of the product reshaped
+    const int q = n / r, ld_in = AV ? k : (k | 1), ld_out = r | 1;
+    std::vector<float4> ab((size_t)2 * m * ld_in / 4 + 4), gb((size_t)k * n / 4 + 4);
+    float* a = reinterpret_cast<float*>(ab.data());
+    float* g = reinterpret_cast<float*>(gb.data());
+    for (int i = 0; i < 2 * m * ld_in; i++) a[i] = rng.uniform(-1.0f, 1.0f);
+    for (int i = 0; i < k * n; i++) g[i] = rng.uniform(-1.0f, 1.0f);
+    const size_t osz = (size_t)m * q * ld_out;
+    std::vector<float> o1(2 * osz, NAN), o2(2 * osz, NAN);
+    float* outs[2] = {o1.data(), o1.data() + osz};
+    const float* ins[2] = {a, a + (size_t)m * ld_in};
+    for (int lane = 0; lane < 32; lane++) tt_embedding_forward_warp_step_multi_tiled<2, RT, CW, AV>(outs, r, ld_out, ins, ld_in, g, m, k, n, lane);
+    for (int p = 0; p < 2; p++)
+        for (int lane = 0; lane < 32; lane++)
+            tt_embedding_forward_warp_step_tiled<RT, CW>(o2.data() + p * osz, r, ld_out, ins[p], ld_in, g, m, k, n, false, lane);
+    for (size_t i = 0; i < o1.size(); i++)
+        if (memcmp(&o1[i], &o2[i], 4) != 0) return "element " + std::to_string(i);
+    return "";
+}
+
+static void test_v6_multi_step() {
+    Rng rng(61);
+    std::string why;
+    why += check_multi_step<4, 4, true>(rng); why += check_multi_step<2, 4, true>(rng); why += check_multi_step<1, 4, true>(rng);
+    why += check_multi_step<4, 4, false>(rng); why += check_multi_step<2, 4, false>(rng); why += check_multi_step<1, 4, false>(rng);
+    why += check_multi_step<4, 1, false>(rng); why += check_multi_step<2, 1, false>(rng); why += check_multi_step<1, 1, false>(rng);
+    report(why.empty(), "version 6's two-lookup step = version 3's step on each lookup, bitwise (9 tiles, float4 rows of M too)", why);
+}
+
+// version 6's plan and shared-memory layout at the bench shapes, as the header states them
+static void test_v6_plan() {
+    TtEmbeddingForwardShape s;
+    TtEmbeddingForwardPlan6 pl;
+    tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    std::string why = tt_embedding_forward_make_plan6(s, pl);
+    report(why.empty() && pl.g.ncores == 1 && pl.g.core[0] == 1 && pl.n_ng == 2 && pl.ng_core[0] == 0 && pl.ng_core[1] == 2 &&
+               pl.stage_per_lookup == 256 && pl.stage_off[2] == 128 && pl.mid0 == 528 && pl.mid1 == 0 && pl.slot_floats == 592 &&
+               pl.avec1 == 1 && tt_embedding_forward_smem6_bytes(s, pl, 8) == 70992 && tt_embedding_forward_v6_max_items(s, pl, 16) == 860,
+           "version 6 at the default: buckets by core 1, stages cores 0 and 2 (256 floats per lookup), M_1 in 528 floats, "
+           "70,992 bytes per 256-thread block, <= 860 items", why);
+    report(tt_embedding_forward_plan6_smem_bytes(pl) == 4 * (220 + 2048 + 65), "version 6's planner at the default: 220 counters + scan space");
+    tt_embedding_forward_make_shape(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_plan6(s, pl);
+    report(why.empty() && pl.g.ncores == 2 && pl.grouped[1] && pl.grouped[2] && pl.n_ng == 2 && pl.stage_per_lookup == 256 &&
+               pl.mid0 == 264 && pl.mid1 == 528 && pl.slot_floats == 856,
+           "version 6 on the 4-core shape: cores 1 and 2 shared per item, cores 0 and 3 staged, M_1 8x33, M_2 16x33", why);
+    tt_embedding_forward_make_shape(s, {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 0, 1, 512, 20, 0.0);
+    why = tt_embedding_forward_make_plan6(s, pl);
+    report(why.empty() && pl.grouped[3] && pl.grouped[2] && pl.n_ng == 3 && pl.stage_per_lookup == 16 + 256 + 256 &&
+               pl.mid0 == 1040 && pl.mid1 == 264 && pl.avec1 == 1,
+           "version 6 on the 5-core shape: cores 3 and 2 shared, cores 0, 1, 4 staged, odd-step buffer 1040, even 264, "
+           "step 1 (per lookup) reads M_0 as float4 (R_1 = 8)", why);
+    // the carved layout ends exactly at the byte count the launcher asks for, for every block size
+    bool ok = true;
+    for (int w = 1; w <= 32; w++) {
+        std::vector<float4> buf(tt_embedding_forward_smem6_bytes(s, pl, w) / 16 + 1);
+        const TtEmbeddingForwardV6Smem m = tt_embedding_forward_v6_carve(buf.data(), pl, w * TT_EMBEDDING_FORWARD_V6_P);
+        const char* end = reinterpret_cast<const char*>(m.slots + (size_t)w * TT_EMBEDDING_FORWARD_V6_P * pl.slot_floats);
+        ok = ok && end - reinterpret_cast<const char*>(buf.data()) == (ptrdiff_t)tt_embedding_forward_smem6_bytes(s, pl, w) &&
+             reinterpret_cast<uintptr_t>(m.gs[0]) % 16 == 0 && reinterpret_cast<uintptr_t>(m.stage) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(m.slots) % 16 == 0 && reinterpret_cast<const char*>(m.np + 1) <= reinterpret_cast<const char*>(m.gs[0]);
+    }
+    report(ok, "version 6's shared-memory carve: 16-byte aligned areas, ends at smem6_bytes for 1..32 warps");
+}
+
+// version 6 end to end on the CPU over shapes like tests/gpu_cases.txt's
+static void test_v6_runs() {
+    struct Case { std::vector<int> p, q, r; int tables, B, L; double alpha; bool ragged; std::vector<int> warps; const char* what; };
+    std::vector<Case> cases = {
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, {8, 32}, "FBTT's default"},
+        {{20, 22, 25}, {4, 4, 4}, {32, 32}, 1, 37, 20, 1.15, false, {1, 8}, "Zipf 1.15 (duplicates)"},
+        {{7, 9, 5}, {2, 3, 2}, {4, 6}, 1, 13, 7, 0.0, false, {1, 2, 8}, "odd ranks"},
+        {{31, 17}, {8, 8}, {16}, 1, 33, 11, 0.0, false, {1, 4, 8}, "T=2, core 0 shared"},
+        {{5, 6, 4, 3}, {4, 2, 2, 4}, {8, 8, 8}, 3, 17, 5, 0.0, true, {2, 8}, "T=4, 3 tables, ragged"},
+        {{4, 5, 3, 6, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 7, 9, 0.0, false, {1, 4}, "T=5 ranks 8,16,32,64"},
+        {{2, 3, 2, 3, 2, 3}, {2, 2, 1, 3, 2, 2}, {2, 3, 4, 3, 2}, 2, 9, 6, 0.0, true, {1, 8}, "T=6, ragged"},
+        {{3, 2, 3, 2, 3, 2}, {2, 2, 2, 2, 2, 2}, {8, 8, 16, 8, 8}, 1, 5, 3, 0.0, false, {2}, "T=6 ranks 8,8,16,8,8"},
+        {{11, 13}, {3, 5}, {7}, 1, 9, 5, 0.0, false, {1, 8}, "T=2 rank 7"},
+        {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 3, 64, 7, 0.0, true, {4, 8}, "4-core bench factors, 3 tables, ragged"},
+        {{5, 6, 7, 3}, {4, 2, 2, 4}, {32, 32, 32}, 1, 40, 10, 0.0, false, {4, 8}, "T=4, cores 1 and 2 both shared"},
+        {{4, 5, 3, 6, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 30, 9, 0.0, true, {2, 8}, "T=5, cores 3 and 2 both shared, ragged"},
+        {{20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 1, 64, 10, 0.0, false, {8}, "5-core bench factors"},
+        {{30, 40, 50}, {4, 4, 4}, {16, 16}, 1, 1, 3000, 0.0, false, {8}, "one bag of 3000"},
+        {{3000, 3000, 1000}, {4, 4, 4}, {8, 8}, 1, 16, 4, 0.0, false, {8}, "64-bit row ids, 3000 keys"},
+        {{2, 3}, {8, 8}, {16}, 1, 50, 20, 0.0, false, {1, 8, 32}, "2 keys of ~500 lookups"},
+        {{7, 5, 3}, {2, 2, 2}, {4, 4}, 2, 5, 0, 0.0, false, {8}, "no lookups (L=0)"},
+    };
+    Rng rng(77);
+    int two_grouped = 0, avec = 0, dups = 0, T_seen[7] = {0};
+    for (const Case& c : cases) {
+        Problem P;
+        if (!make_problem(P, c.p, c.q, c.r, c.tables, c.B, c.L, rng)) continue;
+        const TtEmbeddingForwardShape& s = P.s;
+        const int64_t nbags = (int64_t)s.tables * s.B;
+        {
+            TtEmbeddingForwardPlan6 pl;
+            if (tt_embedding_forward_make_plan6(s, pl).empty()) {
+                two_grouped += pl.g.ncores == 2;
+                avec += pl.avec1;
+                T_seen[s.T]++;
+            }
+        }
+        std::vector<int64_t> indices = make_bag_indices(nbags, s.L, s.E, c.alpha, rng);
+        std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, c.ragged, rng);
+        std::vector<float> ref((size_t)nbags * s.D);
+        tt_embedding_forward_cpu(ref.data(), P.ptrs.data(), indices.data(), offsets.data(), s);
+        // version 3's engine: every lookup's row (the rows version 6 must reproduce bitwise)
+        std::vector<float> rows3((size_t)std::max<int64_t>(s.nnz, 1) * s.D);
+        {
+            int tbl = 0;
+            std::vector<float> last(s.D_pad);
+            for (int64_t n = 0; n < s.nnz; n++) {
+                while (tbl + 1 < s.tables && offsets[(size_t)(tbl + 1) * s.B] <= n) tbl++;
+                const float* g[6];
+                for (int t = 0; t < s.T; t++) g[t] = tt_embedding_forward_slice_ptr(P.c, s, tbl, indices[n], t);
+                emulate_warp_chain(s, g, last.data(), false);
+                std::copy(last.begin(), last.begin() + s.D, rows3.begin() + n * s.D);
+            }
+        }
+        const std::string name = std::string("version 6 (CPU emulation), ") + c.what + " " + P.name + ",B" + std::to_string(c.B) +
+                                 ",L" + std::to_string(c.L);
+        std::vector<float> first;
+        for (size_t wi = 0; wi < c.warps.size(); wi++) {
+            for (int order = 0; order < 2; order++) {
+                if (order == 1 && wi > 0) continue;               // a second atomic order at the first block size
+                const int warps = c.warps[wi];
+                V6Run R = emulate_v6(P, indices, offsets, warps, 1000 + order);
+                char tag[96];
+                snprintf(tag, sizeof tag, " [block %d, scatter order %d: %d items of <= %d, %d primaries for %lld lookups]",
+                         warps * 32, order, R.items, warps * TT_EMBEDDING_FORWARD_V6_P, R.primaries, (long long)s.nnz);
+                if (!R.why.empty()) { report(false, name + tag, R.why); continue; }
+                std::string why_rows;
+                for (int64_t n = 0; n < s.nnz && why_rows.empty(); n++)
+                    if (memcmp(&R.rowbuf[n * s.D], &rows3[n * s.D], sizeof(float) * s.D) != 0) why_rows = "row of lookup " + std::to_string(n);
+                ValidateStats st = compare_arrays(R.out.data(), ref.data(), R.out.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+                dups += R.primaries < s.nnz;
+                bool same = true;
+                if (first.empty()) first = R.out;
+                else same = memcmp(first.data(), R.out.data(), first.size() * sizeof(float)) == 0;
+                report(why_rows.empty() && st.failures == 0 && same, name + tag,
+                       why_rows + (st.failures ? " " + std::to_string(st.failures) + " pooled values off" : "") +
+                           (same ? "" : " output differs from the first run"));
+            }
+        }
+    }
+    bool all_T = true;
+    for (int T = 2; T <= 6; T++) all_T = all_T && T_seen[T] > 0;
+    report(all_T && two_grouped >= 2 && avec >= 2 && avec < (int)cases.size() && dups >= 2,
+           "version 6's emulated cases cover T = 2..6, two shared cores (" + std::to_string(two_grouped) + " cases), float4 M_0 rows and "
+           "scalar ones, items with duplicates (" + std::to_string(dups) + " runs)");
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -670,6 +949,9 @@ int main() {
         test_tc_run({9, 7}, {2, 16}, {16}, 5, rng);                         // h = T-1: the GEMM writes the rows
     }
     test_tf32_budget();
+    test_v6_multi_step();
+    test_v6_plan();
+    test_v6_runs();
     printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
     return failures ? 1 : 0;
 }
