@@ -340,6 +340,217 @@ static void test_finite_differences(const Case& c) {
 
 static const char* opt_name(int opt) { return TT_BWD_OPT_NAMES[opt]; }
 
+// ------------------------------------------------------------------------------------------------
+// version 6, emulated: the prep kernel block by block (whichever block counts last plans, as on the GPU),
+// kernel 2's chunks and kernel 3's items in a given order (forward, or reversed: then other blocks finish
+// a long slice's parts last), every block with fresh NaN-filled shared memory.
+
+// the register accumulators of every emulated thread
+template <int ACC>
+struct HostAcc6 {
+    float* p;
+    __host__ __device__ float (&operator()(int tid))[ACC > 0 ? ACC : 1][16] {
+        return *reinterpret_cast<float (*)[ACC > 0 ? ACC : 1][16]>(p + (size_t)tid * (ACC > 0 ? ACC : 1) * 16);
+    }
+};
+
+// runs a phase's threads in increasing or (rev) decreasing order: a phase in which one thread reads what
+// another writes would give other bits in the two orders
+struct HostExec6 {
+    int nt;
+    bool rev;
+    template <class F>
+    __host__ __device__ void phase(F&& f) {
+        for (int i = 0; i < nt; i++) f(rev ? nt - 1 - i : i);
+    }
+};
+
+struct Emu6Info {
+    TtEmbeddingBackwardPlan6 plan;
+    int nchunks = 0, nitems = 0, multi_chunk_slices = 0, multi_part_items = 0, batches = 0;
+    bool chunks_cover = false;   // the chunk list has every lookup of every pivot slice exactly once
+};
+
+// tile2/tile3 > 0: kernel 2's and kernel 3's key scans in tiles of that many keys (a multiple of 4), so that
+// small problems take the multi-tile path that only lookups beyond 4096 or 10240 take on the GPU
+static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt, bool reverse, Emu6Info* info = nullptr,
+                        int tile2 = 0, int tile3 = 0) {
+    const TtEmbeddingBackwardShape& s = pr.s;
+    const int64_t C = s.core_off[s.T];
+    StepOut o;
+    o.cores = pr.cores;
+    o.state = pr.state;
+    o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());
+    if (opt == TT_BWD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
+    if (s.nnz == 0) return o;
+    // W as main lays it out (versions 4-6 share it)
+    TtEmbeddingBackwardPivot pv;
+    memset(&pv, 0, sizeof pv);
+    pv.pivot = tt_embedding_backward_pick_pivot(s);
+    int64_t W_total = 0;
+    for (int t = 0; t < s.T; t++) {
+        pv.W_off[t] = W_total;
+        if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
+    }
+    TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, pv.W_off, nt);
+    if (tile2 > 0) P.stage_cap = std::min(tile2, P.stage_cap);
+    const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
+    Poisoned keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(Kc + 1), totals(2),
+        item_desc((size_t)P.max_items * 4), W(W_total), partial((size_t)P.max_chunks * s.S[h]),
+        partial3((size_t)P.max_items * TT_BWD6_CW);
+    std::vector<int> zeroed((size_t)K_total + 1 + P.max_items, 0);   // the launcher's memset
+    TtEmbeddingBackwardWs6 ws;
+    memset(&ws, 0, sizeof ws);
+    ws.keys = keys.i(); ws.bag_of = bag_of.i();
+    ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
+    ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
+    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
+    const TtEmbeddingBackwardIo6 io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
+    // kernel 1
+    const int nblk1 = ceil_div(s.nnz, TT_BWD6_PREP_BLOCK);
+    std::vector<int> scan1(3 * TT_BWD6_PREP_BLOCK);
+    for (int b = 0; b < nblk1; b++) {
+        for (int th = 0; th < TT_BWD6_PREP_BLOCK; th++) {
+            const int j = b * TT_BWD6_PREP_BLOCK + th;
+            tt_embedding_backward6_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts);
+        }
+        if (tt_embedding_backward6_atomic_inc(ws.done, 1) == nblk1 - 1) {
+            HostExec6 ex{TT_BWD6_PREP_BLOCK, reverse};
+            tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.totals);
+        }
+    }
+    // kernel 2
+    std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 32);
+    for (int bi = 0; bi < P.max_chunks; bi++) {
+        const int b = reverse ? P.max_chunks - 1 - bi : bi;
+        std::fill(sm.begin(), sm.end(), std::numeric_limits<float>::quiet_NaN());
+        std::fill(accbuf.begin(), accbuf.end(), std::numeric_limits<float>::quiet_NaN());
+        HostExec6 ex{nt, reverse};
+        if (P.acc == 1) {
+            HostAcc6<1> acc{accbuf.data()};
+            tt_embedding_backward6_chunk_block<1>(ex, acc, s, P, sm.data(), b, ws, io);
+        } else if (P.acc == 2) {
+            HostAcc6<2> acc{accbuf.data()};
+            tt_embedding_backward6_chunk_block<2>(ex, acc, s, P, sm.data(), b, ws, io);
+        } else {
+            HostAcc6<0> acc{accbuf.data()};
+            tt_embedding_backward6_chunk_block<0>(ex, acc, s, P, sm.data(), b, ws, io);
+        }
+    }
+    // kernel 3
+    std::vector<int> scan3(3 * TT_BWD6_FINAL_BLOCK), ids(TT_BWD6_RC), stage3(tile3 > 0 ? std::min(tile3, tt_embedding_backward6_final_stage(P))
+                                                                                      : tt_embedding_backward6_final_stage(P));
+    std::vector<float> sums(std::max(TT_BWD6_FINAL_BLOCK, TT_BWD6_CW));
+    int flag = 0;
+    const int nitems = ws.totals[1];
+    for (int ii = 0; ii < nitems; ii++) {
+        const int item = reverse ? nitems - 1 - ii : ii;
+        std::fill(sums.begin(), sums.end(), std::numeric_limits<float>::quiet_NaN());
+        HostExec6 ex{TT_BWD6_FINAL_BLOCK, reverse};
+        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, scan3.data(), ids.data(), sums.data(), &flag, stage3.data(),
+                                          (int)stage3.size());
+    }
+    if (info) {
+        info->plan = P;
+        info->nchunks = ws.totals[0];
+        info->nitems = nitems;
+        // every lookup of every pivot slice in exactly one chunk: the chunks of slice k are consecutive and
+        // their rank ranges tile [0, count)
+        bool cover = ws.totals[0] <= P.max_chunks && nitems <= P.max_items;
+        int64_t covered = 0;
+        for (int k = 0; k < Kc && cover; k++) {
+            const int n = ws.counts[s.key_base[h] + k];
+            int next = 0;
+            for (int c = ws.choff[k]; c < ws.choff[k + 1]; c++) {
+                const int* d = ws.chunk_desc + (int64_t)c * 4;
+                cover = cover && d[0] == k && d[1] == next && d[2] > d[1] && d[2] - d[1] <= P.chunk;
+                next = d[2];
+                info->batches += ceil_div(d[2] - d[1], P.nb);
+            }
+            cover = cover && next == n;
+            covered += n;
+            if (ws.choff[k + 1] - ws.choff[k] > 1) info->multi_chunk_slices++;
+        }
+        info->chunks_cover = cover && covered == s.nnz;
+        for (int i = 0; i < nitems; i++) info->multi_part_items += ws.item_desc[(int64_t)i * 4 + 3] > 1;
+    }
+    return o;
+}
+
+static bool same_bits(const StepOut& a, const StepOut& b) {
+    return memcmp(a.cores.data(), b.cores.data(), a.cores.size() * 4) == 0 &&
+           memcmp(a.state.data(), b.state.data(), a.state.size() * 4) == 0 &&
+           memcmp(a.dG.data(), b.dG.data(), a.dG.size() * 4) == 0;
+}
+
+// Version 6 against the reference at several block sizes, and bit for bit the same with the blocks, the
+// items and the threads of every phase run in the opposite order (another block finishing a long slice's
+// parts last; a phase that read another thread's writes of the same phase would show).
+static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile2 = 0,
+                    int tile3 = 0) {
+    Problem pr = make_problem(c);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const float lr = 0.05f, eps = 1e-8f;
+    for (int opt : opts)
+        for (int nt : nts) {
+            Emu6Info info;
+            StepOut o = emulate6(pr, opt, lr, eps, nt, false, &info, tile2, tile3);
+            const bool ok = check_step(pr, ref, opt, lr, eps, o);
+            StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile2, tile3);
+            const bool same = same_bits(o, o2);
+            const TtEmbeddingBackwardPlan6& P = info.plan;
+            const bool fast_ok = !expect_fast || (P.fastI && P.fastII + P.fastIII >= 1);
+            char name[160], why[400];
+            snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
+                     tile2 || tile3 ? ("_tiles" + std::to_string(tile2) + "_" + std::to_string(tile3)).c_str() : "");
+            snprintf(why, sizeof why,
+                     "check %d, bitwise same in reverse block and thread order %d, chunks cover %d (nnz %d), float4 paths %d%d%d (expected: %d), "
+                     "pivot %d acc %d NB %d PH %d F %d, %d chunks (%d slices split), %d items (%d multi-part)",
+                     (int)ok, (int)same, (int)info.chunks_cover, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
+                     P.nb, P.PH, P.F, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
+            result(ok && same && (info.chunks_cover || pr.s.nnz == 0) && fast_ok, name, why);
+            if (ok && same) printf("     (%s)\n", why);
+        }
+}
+
+// The plan at the bench shapes: FBTT's default runs every pivot product on float4 tiles with the pivot
+// gradient in registers, NB = 16 lookups per batch, two blocks per SM; the 4- and 5-core shapes too.
+static void test_plan6() {
+    struct S6 { const char* name; std::vector<int> p, q, r; int pivot, F; };
+    const S6 shapes[] = {
+        {"default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 0},
+        {"4core", {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 1, 1},
+        {"5core", {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 3, 2},
+    };
+    for (const S6& c : shapes) {
+        TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(c.p, c.q, c.r, 0, 1, 512);
+        s.nnz = 512 * 20;
+        int64_t W_off[TT_BWD_MAX_T] = {}, wt = 0;
+        const int pivot = tt_embedding_backward_pick_pivot(s);
+        for (int t = 0; t < s.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)s.nnz * s.S[t]; }
+        for (int nt : {128, 256, 512}) {
+            const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, W_off, nt);
+            const size_t bytes = tt_embedding_backward_smem6_bytes(P);
+            bool aligned = P.LB % 8 == 4 && P.lk_off % 4 == 0 && P.ints_off % 4 == 0 && P.g_off % 4 == 0 && P.Y_off % 4 == 0 &&
+                           P.Lh_off % 4 == 0 && P.PH % 4 == 0;
+            for (int t = 0; t < s.T; t++) aligned = aligned && P.sl_off[t] % 4 == 0 && P.P_off[t] % 4 == 0 && P.dM_off[t] % 4 == 0 &&
+                                                    P.Suf_off[t] % 4 == 0 && P.L_off[t] % 4 == 0;
+            const bool fits = bytes <= (size_t)TT_BWD6_SMEM_TARGET && 2 * (bytes + 1024) <= 228 * 1024;
+            const int want_acc = P.tiles_I <= nt ? 1 : 2;
+            char name[96], why[300];
+            snprintf(name, sizeof name, "plan6_%s_nt%d", c.name, nt);
+            snprintf(why, sizeof why, "pivot %d (want %d), F %d (want %d), float4 %d%d%d, acc %d (want %d), NB %d, PH %d, LB %d, %zu bytes, "
+                     "aligned %d, %d max chunks, %d max items",
+                     P.h, c.pivot, P.F, c.F, P.fastI, P.fastII, P.fastIII, P.acc, want_acc, P.nb, P.PH, P.LB, bytes, (int)aligned,
+                     P.max_chunks, P.max_items);
+            bool ok = P.h == c.pivot && P.F == c.F && P.fastI && P.fastII && P.fastIII && P.acc == want_acc && fits && aligned;
+            if (!strcmp(c.name, "default")) ok = ok && P.nb == 16 && P.PH == 132 && P.tiles_I == 256;
+            result(ok, name, why);
+            if (ok && nt == 256) printf("     (%s)\n", why);
+        }
+    }
+}
+
 static void test_versions(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
@@ -519,6 +730,32 @@ int main() {
     test_versions({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A}, {128});
     test_versions({"rank_ones", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S}, {128});
     test_checker_catches();
+
+    // version 6: its plan at the bench shapes, then the emulated step on the cases above and on shapes that
+    // take its float4 paths (T = 2 with the pivot last, T = 3, the 4- and 5-core shapes scaled down), split
+    // pivot slices and long slices of the other cores (several chunks, several parts, several column items),
+    // odd block sizes (the shared-memory accumulator), the pivot first (h = 0) and generic (III) with padding off
+    test_plan6();
+    test_v6({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D}, {128, 100});
+    test_v6({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, {128, 37});
+    test_v6({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A}, {256});
+    test_v6({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {S, D}, {128});
+    test_v6({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 5}, {A, S}, {96});
+    test_v6({"zipf_hot_slices", {2, 30, 3}, {4, 4, 4}, {8, 8}, 1, 33, 17, 1.3, false, 6}, {S, A}, {256, 100}, true);
+    test_v6({"rank32_q4", {3, 4, 5}, {4, 4, 4}, {32, 32}, 1, 10, 7, 0.0, false, 7}, {S, D}, {256, 512, 128}, true);
+    test_v6({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A}, {128});
+    test_v6({"rank_ones_pivot_first", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S, D}, {128});
+    test_v6({"T2_pivot_last_fast", {5, 3}, {4, 8}, {16}, 2, 11, 6, 0.0, true, 10}, {A, D}, {256, 97}, true);
+    test_v6({"split_slices", {2, 3, 2}, {4, 4, 4}, {8, 8}, 1, 40, 6, 0.0, false, 11}, {S, A, D}, {256, 128}, true);
+    test_v6({"split_slices", {2, 3, 2}, {4, 4, 4}, {8, 8}, 1, 40, 6, 0.0, false, 11}, {A}, {128}, true, 12, 20);
+    test_v6({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {D}, {37}, false, 8, 4);
+    test_v6({"four_core_small", {3, 4, 5, 2}, {4, 2, 2, 4}, {32, 32, 32}, 1, 40, 9, 0.0, true, 12}, {S, A}, {256}, true);
+    test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
+    test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);
+    test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
+    // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
+    test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
+    test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);
 
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;

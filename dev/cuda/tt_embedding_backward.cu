@@ -35,7 +35,10 @@ Fewest bytes: indices and offsets and dY read once; every touched slice of every
   0 (dense), C = all core elements (dense writes every slice). About 4-12 MB at the default: the op is
   bound by arithmetic and latency, not bandwidth; pct_copy is reported anyway.
 
-Versions (one idea each; times are measured on the H200 by the lead and go to results/h200.md):
+Versions (one idea each). Measured on the H200 (results/h200.md, 2026-11-29; median ms at the default /
+Zipf 1.15 / 4-core / 5-core shape, SGD): v1 11.29; v2 0.846 / 0.834 / 1.058 / 1.424; v3 0.447 / 0.447 /
+0.529 / 0.797; v4 0.441 / 0.528 / 3.158 / 2.086; v5 0.278 / 0.365 / 3.019 / 1.734. Version 6 is not
+measured yet: its line gives predictions only.
   1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
      sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
      optimizer pass over all core elements.
@@ -58,11 +61,47 @@ Versions (one idea each; times are measured on the H200 by the lead and go to re
   5  version 4 with register tiles: every thread computes a 4x4 (or 2x2) tile of each small GEMM, 8
      shared-memory loads per 16 FMAs instead of 2 per FMA (versions 3 and 4 are bound by shared-memory
      bandwidth: one 32-lane load wavefront per 16 FMAs).
+     Why versions 4-5 are 6x slower than version 3 at the 4- and 5-core shapes: their last kernel gives
+     each slice one block of 128 threads that adds the slice's per-lookup W rows one after another. Those
+     shapes have few slices with many lookups (4-core: 25 slices of core 2, 2048 floats each, ~410 lookups
+     per slice: 3.3 MB read by each of 25 blocks), so that kernel alone takes milliseconds.
+  6  grouped by the pivot slice, without a sort, in the "sandwich" form, on float4 register tiles. Per
+     lookup with prefix P = G_0..G_{h-1} and suffix Suf = G_{h+1}..G_{T-1} around the pivot core h:
+     Y = g x Suf and L_h = P^T x g (8,192 FLOPs at the default), then the three products with the pivot
+     slice, 3 x 32,768 FLOPs: (I) dG_h += P^T Y, summed over the slice's lookups in registers; (II)
+     dM_{h-1} = Y G_h^T, the gradient flowing left (at h = 1 it is core 0's gradient); (III) L_{h+1} =
+     G_h^T L_h, flowing right (at h = T-2 core T-1's gradient); the side cores finish with short chains
+     (F = max(h-1, T-2-h) phases each way, none at T = 3). Launches: a memset of the counters, then
+       prep: a thread per lookup writes its bag and slice row per core and counts the lookups of every
+         slice with int atomics (exact, so deterministic); the last block to finish plans the work: the
+         chunks (<= 64 lookups) of every pivot slice, and the items of the final kernel;
+       chunks: one block per chunk finds its lookups in lookup order by an ordered scan of the pivot
+         keys staged in shared memory (a block scan of match counts: no sort, no order from timing),
+         loads G_h's slice once, runs batches of NB = 16 lookups through 3 phases (load; Y and L_h;
+         the pivot products) with (I) (II) (III) as 4x4 tiles fed by float4 loads (8 LDS.128 per 64
+         FMA, or 2 per 16), writes the side cores' per-lookup gradients to W (256 floats per lookup),
+         and applies the optimizer to a slice with one chunk right there (a partial otherwise);
+       final: one block per (slice, 512 columns, 64 rows) of every other slice: its rows in lookup
+         order (the same ordered scan) or chunk order, row groups added in a fixed order; a slice with
+         several parts is finished by whichever part counts last (an int counter, then the parts in
+         part order) and the optimizer applied there.
+     No float atomics: bitwise the same run after run and whatever the block order (the CPU test runs
+     blocks, items and the threads of every phase in both orders). Counts at the default: 220 chunks
+     (no slice over 64 lookups at uniform), 457 final items, 105 KB of shared memory and 128 registers
+     per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM.
+     Prediction, not a measurement: an SM with two chunks does ~93 lookups x 53,248 FMA = 4.95 M FMA,
+     19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep and final
+     kernels and the memset ~8 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
+     1.15 (300 chunks, 41 slices split in two or more). At the 4-core shape the second heavy core's
+     per-lookup gradients (8 KB per lookup, 84 MB) still go through W, now reduced by 2,048-column x
+     64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
+     predicted 0.1 ms or less. Next steps: group by both heavy cores there (W would shrink to 1 KB per
+     lookup), and the pivot products on tensor cores (3xTF32 keeps fp32 accuracy).
 Checks: every version at every block size against the double reference, outputs poisoned first (NaN
 in dG and every workspace; cores and state restored). Per element |got - ref| <= atol + ROUND |ref| +
 RTOL_MAG * (the element's sum of |terms|, propagated through the optimizer): see the tolerances below.
 Versions 1-3 add with float atomics in a run-dependent order, so only the tolerance applies to them;
-versions 4-5 are also run twice and must agree bit for bit. Slices no lookup touched must come back
+versions 4-6 are also run twice and must agree bit for bit. Slices no lookup touched must come back
 bit-identical. The CPU test (tests/test_tt_embedding_backward.cu) runs every version's device code on
 the CPU, thread by thread (cuBLAS and CUB replaced by loops with the same arguments), on T = 2..6.
 Inputs: those of tt_embedding_forward for the same --seed and flags (cores, indices, offsets), then
@@ -84,6 +123,7 @@ thing to fix there (group by both heavy cores, as tt_embedding_forward's version
 Compile and run (fp32 only: FBTT's cores and optimizer state are fp32; the _bf16 build exits 2):
   make tt_embedding_backward && ./tt_embedding_backward all
   ./tt_embedding_backward 5 --optimizer adagrad --alpha 1.15
+  ./tt_embedding_backward 6 --block 256
   ./tt_embedding_backward all --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32
 */
 #include "common.h"
@@ -1299,6 +1339,860 @@ inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& 
     return ceil_div<int64_t>(s.nnz, pv.chunk) + (int64_t)s.tables * s.p[pv.pivot];
 }
 
+// ---- version 6: grouped by the pivot slice, sandwich form, float4 register tiles, deterministic ----
+
+// Version 6 in one paragraph. Per lookup with pivot core h, let P = G_0 ... G_{h-1} (the prefix, m_{h-1} x R_h),
+// Suf = G_{h+1} ... G_{T-1} (the suffix, R_{h+1} x w_{h+1}, w_t = q_t ... q_{T-1}) and g the dY row seen as
+// m_{h-1} x q_h x w_{h+1}. Then
+//   Y   = g x_beta Suf          (m_{h-1} x n_h: the gradient of P_h = P G_h, FBTT's dM_h)
+//   L_h = P^T x_alpha g         (R_h q_h x w_{h+1})
+//   (I)   dG_h    += P^T Y         summed over every lookup of the pivot slice (R_h x n_h, one GEMM)
+//   (II)  dM_{h-1} = Y G_h^T       (m_{h-1} x R_h: what flows into the cores left of h)
+//   (III) L_{h+1}  = G_h^T L_h     (R_{h+1} x w_{h+1}: what flows into the cores right of h)
+// and the side cores get theirs by short chains (left: FBTT's dG_t = P_{t-1}^T dM_t, dM_{t-1} = dM_t G_t^T;
+// right, its mirror: dG_t = L_t x_beta Suf_{t+1}^T, L_{t+1} = G_t^T L_t). The three products with G_h are the
+// FLOPs (3 x 32,768 of the 106,496 per lookup at the default); they run on a G_h slice held once per block.
+// Launches: a memset of the counters; (1) prep: one thread per lookup decodes its row and bag, writes its
+// slice row per core and counts the lookups of every slice (int atomics: exact), and the last block to
+// finish turns the counts into the work lists (chunks of <= 64 lookups per pivot slice; items of the final
+// kernel); (2) one block per chunk: the chunk's lookups in lookup order (an ordered scan of the pivot keys,
+// no sort), G_h into shared memory once, batches of NB lookups through 3 + 2F phases (F = the longer side
+// chain; F = 0 at T = 3), the pivot gradient in registers across the chunk, the side cores' per-lookup
+// gradients to W (1 KB per lookup at the default); a pivot slice with one chunk is updated right there;
+// (3) one block per (slice, columns, part) of everything else: the rows of a slice in a fixed order (lookup
+// order for W, chunk order for pivot partials), the parts of a long slice combined by the last block to
+// finish (a counter), then the optimizer. No float atomics anywhere: the bits do not depend on timing.
+static const int TT_BWD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
+static const int TT_BWD6_MAX_NB = 16;                   // lookups per batch
+static const int TT_BWD6_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
+static const int TT_BWD6_CW = 512;                      // final kernel: columns of a slice per item
+static const int TT_BWD6_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
+static const int TT_BWD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
+static const int TT_BWD6_FINAL_BLOCK = 512;             // final kernel
+static const int TT_BWD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
+static const int TT_BWD6_MAX_ACC2_BLOCK = 256;          // two register tiles per thread only in blocks up to this
+static const int TT_BWD6_STAGE_MIN = 4096;              // kernel 2: keys staged in shared memory per tile of the scan, at least
+static const int TT_BWD6_FINAL_STAGE = 10240;           // kernel 3: keys staged per tile (dynamic shared memory)
+
+// what every kernel of version 6 needs to know besides the shape (host-built per block size)
+struct TtEmbeddingBackwardPlan6 {
+    int h, nt, nb, chunk;   // pivot core, threads per block, lookups per batch, lookups per chunk
+    int acc;                // 1, 2: 4x4 register tiles of dG_h per thread; 0: dG_h accumulated in shared memory
+    int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
+    int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
+    int w[TT_BWD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
+    // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
+    int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
+    int key_stride;         // row stride of the key array (nnz rounded up to 4; the pad holds -1)
+    int stage_off, stage_cap;   // the chunk's key scan: staged keys (after the scan's 3 nt ints) in the lookup regions
+    // a lookup's region: other cores' slices (unpadded), g, left prefixes P_t, right suffixes Suf_t, Y, L_h,
+    // left gradients dM_t, right L_t (Y and L_h alias g where they are g itself)
+    int sl_off[TT_BWD_MAX_T], g_off, P_off[TT_BWD_MAX_T], Suf_off[TT_BWD_MAX_T], Y_off, Lh_off;
+    int dM_off[TT_BWD_MAX_T], L_off[TT_BWD_MAX_T];
+    int64_t W_off[TT_BWD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
+    int ncol[TT_BWD_MAX_T];        // final kernel: column items per slice of core t
+    int max_chunks, max_items;     // grid bounds (the real counts come from the prep kernel)
+};
+
+inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
+    TtEmbeddingBackwardPlan6 P;
+    memset(&P, 0, sizeof P);
+    const int T = s.T;
+    const int h = tt_embedding_backward_pick_pivot(s);
+    P.h = h;
+    P.nt = nt;
+    P.chunk = TT_BWD6_CHUNK;
+    P.w[T] = 1;
+    for (int t = T - 1; t >= 0; t--) P.w[t] = P.w[t + 1] * s.q[t];
+    for (int t = 0; t < T; t++) P.W_off[t] = W_off[t];
+    const int Rh = s.R[h], nh = s.n[h], mprev = h ? s.m[h - 1] : 1, Rn = s.R[h + 1], wn = P.w[h + 1];
+    P.F = std::max(std::max(h - 1, T - 2 - h), 0);
+    P.fastI = h >= 1 && Rh % 4 == 0 && nh % 4 == 0;
+    if (P.fastI) {
+        P.tiles_I = (Rh / 4) * (nh / 4);
+        const int need = (P.tiles_I + nt - 1) / nt;
+        P.acc = need <= 1 ? 1 : need <= 2 && nt <= TT_BWD6_MAX_ACC2_BLOCK ? 2 : 0;
+        if (P.acc == 0) { P.fastI = 0; P.tiles_I = 0; }
+    }
+    P.fastII = h >= 1 && mprev % 4 == 0 && Rh % 4 == 0 && nh % 4 == 0;
+    P.fastIII = h <= T - 2 && Rn % 4 == 0 && wn % 4 == 0;
+    // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
+    // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
+    // (III) is absent or runs its own float4 tiles.
+    P.PH = nh;
+    if ((h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
+    int cur = 0;
+    P.gh_off = cur;
+    cur += tt_embedding_backward_round4((int64_t)Rh * P.PH);
+    P.acc_off = cur;
+    if (P.acc == 0) cur += tt_embedding_backward_round4((int64_t)Rh * nh);
+    P.one_off = cur;
+    cur += 4;
+    P.lk_off = cur;
+    const int shared_floats = cur;
+    cur = 0;
+    for (int t = 0; t < T; t++) {
+        if (t == h) continue;
+        P.sl_off[t] = cur;
+        cur += tt_embedding_backward_round4(s.S[t]);
+    }
+    P.g_off = cur;
+    cur += tt_embedding_backward_round4(s.D);
+    for (int t = 1; t <= h - 1; t++) { P.P_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.Suf_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
+    if (h <= T - 2) { P.Y_off = cur; cur += tt_embedding_backward_round4((int64_t)s.m[h] * s.R[h + 1]); }
+    else P.Y_off = P.g_off;     // h = T-1: Y = dM_{T-1} = g
+    if (h >= 1) { P.Lh_off = cur; cur += tt_embedding_backward_round4((int64_t)s.R[h] * P.w[h]); }
+    else P.Lh_off = P.g_off;    // h = 0: L_0 = g
+    for (int t = 1; t <= h - 1; t++) { P.dM_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.L_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
+    if (cur % 8 == 0) cur += 4;   // LB/4 odd: the same row of 8 consecutive lookups falls in 8 different bank groups
+    P.LB = cur;
+    P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
+    P.stage_off = tt_embedding_backward_round4(3 * nt);
+    for (int nb = TT_BWD6_MAX_NB; nb >= 1; nb--) {
+        // the chunk's key scan borrows the lookup regions: 3 nt ints of scan, then staged keys
+        const int region = std::max(nb * P.LB, P.stage_off + std::min(P.key_stride, TT_BWD6_STAGE_MIN));
+        P.nb = nb;
+        P.stage_cap = std::min((region - P.stage_off) / 4 * 4, P.key_stride);
+        P.ints_off = shared_floats + tt_embedding_backward_round4(region);
+        P.total_floats = P.ints_off + tt_embedding_backward_round4((int64_t)P.chunk * TT_BWD_INTS);
+        if ((size_t)P.total_floats * sizeof(float) <= (size_t)TT_BWD6_SMEM_TARGET) break;
+    }
+    const int Kc = s.tables * s.p[h];
+    P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
+    int64_t items = 0;
+    for (int t = 0; t < T; t++) {
+        P.ncol[t] = (int)ceil_div<int64_t>(s.S[t], TT_BWD6_CW);
+        const int64_t rows = t == h ? ceil_div<int64_t>(P.max_chunks, TT_BWD6_RC) + Kc
+                                    : ceil_div<int64_t>(s.nnz, TT_BWD6_RC) + (int64_t)s.tables * s.p[t];
+        items += P.ncol[t] * rows;
+    }
+    P.max_items = (int)std::min<int64_t>(items, INT32_MAX);
+    return P;
+}
+inline size_t tt_embedding_backward_smem6_bytes(const TtEmbeddingBackwardPlan6& P) { return (size_t)P.total_floats * sizeof(float); }
+// kernel 3's staged keys per tile (its dynamic shared memory, in ints)
+__host__ __device__ inline int tt_embedding_backward6_final_stage(const TtEmbeddingBackwardPlan6& P) {
+    return P.key_stride < TT_BWD6_FINAL_STAGE ? P.key_stride : TT_BWD6_FINAL_STAGE;
+}
+// kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
+static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardPlan6) <= 1024, "static shared copies exceed the reserve");
+
+// device workspace of version 6 (allocated once, outside timing)
+struct TtEmbeddingBackwardWs6 {
+    int* keys;         // [T][key_stride]: slice row (tbl * p_t + i_t) of every lookup in every core, -1 past nnz
+    int* bag_of;       // [nnz]
+    int* zeroed;       // one memset per call: counts [K_total] | done [1] | item counters [max_items]
+    int *counts, *done, *ctr;
+    int* chunk_desc;   // [max_chunks][4]: pivot slice, first and last rank (exclusive) of the chunk's lookups
+    int* choff;        // [Kc + 1]: first chunk of every pivot slice
+    int* totals;       // [2]: chunks, items
+    int* item_desc;    // [max_items][4]: slice key, column item, part, parts
+    float* W;          // per-lookup gradients of the other cores (plan.W_off)
+    float* partial;    // [max_chunks][S_h]: pivot gradients of chunks of slices with more than one chunk
+    float* partial3;   // [max_items][CW]: parts of long slices in the final kernel
+    size_t zeroed_bytes;
+};
+
+// small helpers that the CPU test runs too
+__host__ __device__ inline int tt_embedding_backward6_atomic_inc(int* p, int v) {
+#ifdef __CUDA_ARCH__
+    return atomicAdd(p, v);
+#else
+    const int old = *p;
+    *p += v;
+    return old;
+#endif
+}
+__host__ __device__ inline void tt_embedding_backward6_fence() {
+#ifdef __CUDA_ARCH__
+    __threadfence();
+#endif
+}
+// loads of what other blocks of the same kernel wrote (atomics, parts): from L2, never a stale L1 line
+__host__ __device__ inline int tt_embedding_backward6_ldcg(const int* p) {
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+__host__ __device__ inline float tt_embedding_backward6_ldcg(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+__host__ __device__ __forceinline__ float4 tt_embedding_backward6_ld4(const float* p) {
+#ifdef __CUDA_ARCH__
+    return *reinterpret_cast<const float4*>(p);
+#else
+    return make_float4(p[0], p[1], p[2], p[3]);
+#endif
+}
+// c[r][q] += a[r] b[q] (a 4x4 outer product), c[r][q] += a_r . b_q (four 4-long dot products)
+__host__ __device__ __forceinline__ void tt_embedding_backward6_outer(float (&c)[16], float4 a, float4 b) {
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+TT_BWD_UNROLL
+    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) c[r * 4 + q] = fmaf(av[r], bv[q], c[r * 4 + q]);
+}
+__host__ __device__ __forceinline__ void tt_embedding_backward6_dot(float& c, float4 a, float4 b) {
+    c = fmaf(a.x, b.x, c);
+    c = fmaf(a.y, b.y, c);
+    c = fmaf(a.z, b.z, c);
+    c = fmaf(a.w, b.w, c);
+}
+
+// A block-wide inclusive scan (Hillis-Steele, ping-pong): buf[0 .. nt) and buf[nt .. 2nt) hold each thread's
+// count on entry; returns where the inclusive sums are. log2(nt) phases, no thread reads what another
+// writes in the same phase.
+template <class Exec>
+__host__ __device__ inline const int* tt_embedding_backward6_scan(Exec& ex, int* buf) {
+    const int nt = ex.nt;
+    int src = 1;
+    for (int d = 1; d < nt; d <<= 1) {
+        ex.phase([&](int tid) {
+            const int* in = buf + src * nt;
+            int* out = buf + (3 - src) * nt;
+            out[tid] = in[tid] + (tid >= d ? in[tid - d] : 0);
+        });
+        src = 3 - src;
+    }
+    return buf + src * nt;
+}
+
+// The lookups j (in increasing order) with keys[j] == key whose rank among them is in [lo, hi): found(rank -
+// lo, j) for each, by the thread that finds it. This is the grouping of version 6: no sort, and the order is
+// the lookup order whatever the timing. Per tile of `cap` keys (keys: 16-byte aligned, `len` a multiple of 4, -1 past the
+// lookups): the block copies the tile into shared memory with coalesced int4 loads (first() runs in that
+// phase too: work that need not wait), every thread counts the matches in its contiguous range (an odd
+// number of keys, so the lanes of a warp read 32 different banks), a block scan gives every thread its
+// first rank, and the threads whose ranks meet [lo, hi) write their matches.
+template <class Exec, class First, class Found>
+__host__ __device__ inline void tt_embedding_backward6_collect(Exec& ex, const int* keys, int len, int key, int lo, int hi, int* scan,
+                                                              int* stage, int cap, First&& first, Found&& found) {
+    const int nt = ex.nt;
+    int base = 0;                                          // matches in the tiles before (the same in every thread)
+    for (int t0 = 0; t0 < len && base < hi; t0 += cap) {
+        const int n = min(cap, len - t0), per = (n + nt - 1) / nt | 1;
+        ex.phase([&](int tid) {
+            for (int i = 4 * tid; i < n; i += 4 * nt) {
+#ifdef __CUDA_ARCH__
+                *reinterpret_cast<int4*>(stage + i) = __ldg(reinterpret_cast<const int4*>(keys + t0 + i));
+#else
+                for (int c = 0; c < 4; c++) stage[i + c] = keys[t0 + i + c];
+#endif
+            }
+            if (t0 == 0) first(tid);
+        });
+        ex.phase([&](int tid) {
+            const int j0 = min(tid * per, n), j1 = min(j0 + per, n);
+            int c = 0;
+            for (int j = j0; j < j1; j++) c += stage[j] == key;
+            scan[tid] = c;
+            scan[nt + tid] = c;
+        });
+        const int* incl = tt_embedding_backward6_scan(ex, scan);
+        ex.phase([&](int tid) {
+            const int c = scan[tid];
+            int r = base + incl[tid] - c;
+            if (c == 0 || r >= hi || r + c <= lo) return;
+            const int j0 = min(tid * per, n), j1 = min(j0 + per, n);
+            for (int j = j0; j < j1 && r < hi; j++) {
+                if (stage[j] != key) continue;
+                if (r >= lo) found(r - lo, t0 + j);
+                r++;
+            }
+        });
+        base += incl[nt - 1];
+    }
+}
+
+// ---- version 6, kernel 1: per lookup, its bag, slice rows and the slice counts ----
+
+__host__ __device__ inline void tt_embedding_backward6_prep_lookup(const TtEmbeddingBackwardShape& s, int key_stride, int j,
+                                                                  const int64_t* offsets, const int64_t* indices, int* keys,
+                                                                  int* bag_of, int* counts) {
+    if (j >= s.nnz) {                                      // the pad of every key row
+        if (j < key_stride)
+            for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + j] = -1;
+        return;
+    }
+    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j), tbl = bag / s.B;
+    int idx[TT_BWD_MAX_T];
+    tt_embedding_backward_decode_row(s, indices[j], idx);
+    bag_of[j] = bag;
+TT_BWD_UNROLL
+    for (int t = 0; t < TT_BWD_MAX_T; t++) {
+        if (t >= s.T) break;
+        const int row = tbl * s.p[t] + idx[t];
+        keys[(int64_t)t * key_stride + j] = row;
+        tt_embedding_backward6_atomic_inc(counts + s.key_base[t] + row, 1);
+    }
+}
+
+// chunks of pivot slice k (n lookups): ceil(n / chunk), split evenly
+__host__ __device__ inline int tt_embedding_backward6_nchunks(int n, int chunk) { return (n + chunk - 1) / chunk; }
+
+// final-kernel rows of slice key g: its lookups (other cores) or its chunk partials (pivot, only when it has
+// more than one chunk: a one-chunk slice is finished by its chunk's block)
+__host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                                int g, int cnt) {
+    if (g >= s.key_base[P.h] && g < s.key_base[P.h + 1]) {
+        const int nch = tt_embedding_backward6_nchunks(cnt, P.chunk);
+        return nch > 1 ? nch : 0;
+    }
+    return cnt;
+}
+
+// The last block of the prep kernel: from the counts, the chunk list of kernel 2 and the item list of
+// kernel 3 (each written by the thread that owns the slice), and their totals. Threads own contiguous
+// ranges of slices; two block scans give the offsets.
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                                 const int* counts, int* scan, int* chunk_desc, int* choff,
+                                                                 int* item_desc, int* totals) {
+    const int nt = ex.nt, h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
+    // chunks of every pivot slice
+    const int per_c = (Kc + nt - 1) / nt;
+    ex.phase([&](int tid) {
+        const int k0 = min(tid * per_c, Kc), k1 = min(k0 + per_c, Kc);
+        int c = 0;
+        for (int k = k0; k < k1; k++) c += tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk);
+        scan[tid] = c;
+        scan[nt + tid] = c;
+    });
+    const int* incl = tt_embedding_backward6_scan(ex, scan);
+    ex.phase([&](int tid) {
+        const int k0 = min(tid * per_c, Kc), k1 = min(k0 + per_c, Kc);
+        int off = incl[tid] - scan[tid];
+        for (int k = k0; k < k1; k++) {
+            const int n = tt_embedding_backward6_ldcg(counts + kb + k), nch = tt_embedding_backward6_nchunks(n, P.chunk);
+            choff[k] = off;
+            for (int c = 0; c < nch; c++) {
+                int* d = chunk_desc + (int64_t)(off + c) * 4;
+                d[0] = k;
+                d[1] = (int)((int64_t)c * n / nch);
+                d[2] = (int)((int64_t)(c + 1) * n / nch);
+                d[3] = nch;
+            }
+            off += nch;
+        }
+        if (tid == nt - 1) {
+            choff[Kc] = incl[tid];
+            totals[0] = incl[tid];
+        }
+    });
+    // items of the final kernel: every slice with rows, ncol column items x ceil(rows / RC) parts
+    const int per_g = (K_total + nt - 1) / nt;
+    auto items_of = [&](int g, int& parts, int& ncol) {
+        int t = 0;
+        while (g >= s.key_base[t + 1]) t++;
+        const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
+        parts = (rows + TT_BWD6_RC - 1) / TT_BWD6_RC;
+        ncol = P.ncol[t];
+        return parts * ncol;
+    };
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
+        int c = 0;
+        for (int g = g0; g < g1; g++) {
+            int parts, ncol;
+            c += items_of(g, parts, ncol);
+        }
+        scan[tid] = c;
+        scan[nt + tid] = c;
+    });
+    incl = tt_embedding_backward6_scan(ex, scan);
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
+        int off = incl[tid] - scan[tid];
+        for (int g = g0; g < g1; g++) {
+            int parts, ncol;
+            const int n = items_of(g, parts, ncol);
+            for (int cc = 0; cc < ncol; cc++)
+                for (int p = 0; p < parts; p++) {
+                    int* d = item_desc + (int64_t)(off + cc * parts + p) * 4;
+                    d[0] = g;
+                    d[1] = cc;
+                    d[2] = p;
+                    d[3] = parts;
+                }
+            off += n;
+        }
+        if (tid == nt - 1) totals[1] = incl[tid];
+    });
+}
+
+__global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
+tt_embedding_backward_kernel6_prep(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardPlan6 P,
+                                   const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWs6 ws) {
+    __shared__ int scan[3 * TT_BWD6_PREP_BLOCK];
+    __shared__ int last;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    tt_embedding_backward6_prep_lookup(s, P.key_stride, j, offsets, indices, ws.keys, ws.bag_of, ws.counts);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.totals);
+}
+
+// ---- version 6, kernel 2: one block per chunk of a pivot slice ----
+
+// (I) for one 4x4 tile (rows 4 rt.., columns 4 ct.. of dG_h) over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
+__host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
+                                                             int mprev, int nbb, int rt, int ct) {
+    for (int b = 0; b < nbb; b++) {
+        const float* Pr = Pb + (int64_t)b * LB + 4 * rt;
+        const float* Yr = Yb + (int64_t)b * LB + 4 * ct;
+TT_BWD_UNROLL4
+        for (int al = 0; al < mprev; al++)
+            tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + al * Rh), tt_embedding_backward6_ld4(Yr + al * nh));
+    }
+}
+
+// (II) unit u: lookup b, rows alpha = 4 rt .. 4 rt + 3, columns k = ct + (R_h/4) q, q < 4 (strided: lanes with
+// consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 different bank groups):
+//   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c], the sum in float4 steps along c
+__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                              const float* sm, const int* bints, int u, float* W) {
+    const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4, per = (s.m[h - 1] / 4) * tn;
+    const int b = u / per, rem = u - b * per, rt = rem / tn, ct = rem - rt * tn;
+    const float* Y = sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh;
+    const float* G = sm + P.gh_off + (int64_t)ct * P.PH;
+    float c[16];
+TT_BWD_UNROLL
+    for (int i = 0; i < 16; i++) c[i] = 0.0f;
+TT_BWD_UNROLL4
+    for (int kk = 0; kk < nh; kk += 4) {
+        float4 y[4], g[4];
+TT_BWD_UNROLL
+        for (int r = 0; r < 4; r++) y[r] = tt_embedding_backward6_ld4(Y + r * nh + kk);
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) g[q] = tt_embedding_backward6_ld4(G + (int64_t)q * tn * P.PH + kk);
+TT_BWD_UNROLL
+        for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+            for (int q = 0; q < 4; q++) tt_embedding_backward6_dot(c[r * 4 + q], y[r], g[q]);
+    }
+    // to the lookup's dM_{h-1} (m_{h-1} x R_h), or for h = 1 straight to its core-0 gradient row in W (q_0 x R_1)
+    float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_BWD_INTS] * s.S[0]
+                            : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.dM_off[h - 1];
+TT_BWD_UNROLL
+    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * Rh + ct + tn * q] = c[r * 4 + q];
+}
+
+// (III) unit u: lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
+//   L_{h+1}[k', beta] = sum_{k, a} G_h[k, a, k'] L_h[(k, a), beta]  (float4 of G_h along k', of L_h along beta)
+__host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                               const float* sm, const int* bints, int u, float* W) {
+    const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4, per = (Rn / 4) * tn;
+    const int b = u / per, rem = u - b * per, rt = rem / tn, ct = rem - rt * tn;
+    const float* G = sm + P.gh_off + 4 * rt;
+    const float* Lh = sm + P.lk_off + (int64_t)b * P.LB + P.Lh_off + 4 * ct;
+    float c[16];
+TT_BWD_UNROLL
+    for (int i = 0; i < 16; i++) c[i] = 0.0f;
+    for (int k = 0; k < Rh; k++) {
+TT_BWD_UNROLL4
+        for (int a = 0; a < qh; a++)
+            tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(G + (int64_t)k * P.PH + a * Rn),
+                                         tt_embedding_backward6_ld4(Lh + (int64_t)(k * qh + a) * wn));
+    }
+    // to the lookup's L_{h+1} (R_{h+1} x w_{h+1}), or for h = T-2 straight to its core-(T-1) gradient row in W
+    const int T = s.T;
+    float* dst = h + 1 == T - 1 ? W + P.W_off[T - 1] + (int64_t)bints[b * TT_BWD_INTS] * s.S[T - 1]
+                                : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.L_off[h + 1];
+TT_BWD_UNROLL
+    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * wn + 4 * ct + q] = c[r * 4 + q];
+}
+
+// Generic GEMMs of a phase (the side chains, and the pivot products where the float4 paths do not apply),
+// built on version 4-5's strided tile (TtEmbeddingBackwardGemm). Per-lookup operands have batch stride LB.
+__host__ __device__ inline TtEmbeddingBackwardGemm tt_embedding_backward6_gemm(int M, int N, int K, const float* A, int a_bs, int a_rs,
+                                                                               int a_cs, const float* B, int b_bs, int b_rs, int b_cs) {
+    TtEmbeddingBackwardGemm g = {};
+    g.M = M; g.N = N; g.K = K;
+    g.A = A; g.a_bs = a_bs; g.a_rs = a_rs; g.a_cs = a_cs;
+    g.B = B; g.b_bs = b_bs; g.b_rs = b_rs; g.b_cs = b_cs;
+    g.mode = TT_BWD_STORE;
+    return g;
+}
+// destination: a per-lookup buffer (row stride c_rs) or core u's W row of the lookup
+__host__ __device__ inline void tt_embedding_backward6_to_buf(TtEmbeddingBackwardGemm& g, float* C, int LB, int c_rs) {
+    g.C = C; g.c_bs = LB; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = nullptr;
+}
+__host__ __device__ inline void tt_embedding_backward6_to_W(TtEmbeddingBackwardGemm& g, const TtEmbeddingBackwardShape& s,
+                                                           const TtEmbeddingBackwardPlan6& P, float* W, int u, const int* bints, int c_rs) {
+    g.C = W + P.W_off[u]; g.c_bs = s.S[u]; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = bints;
+}
+
+// Generic GEMM number `which` (0..3) of phase `ph` of a batch (phases: 0 load, 1..F side forward steps,
+// F+1 Y and L_h, F+2 the pivot products, F+3..2F+2 side backward steps); false when the phase has fewer.
+// (Built by index rather than into an array, so that the kernel keeps the descriptor in registers.)
+__host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                                 float* sm, const int* bints, int ph, int which, float* W,
+                                                                 TtEmbeddingBackwardGemm& out) {
+    const int T = s.T, h = P.h, F = P.F, LB = P.LB;
+    float* lk = sm + P.lk_off;
+    int n = 0;
+    // left prefix P_t (t < h) and right suffix Suf_t (t > h) of a lookup
+    auto Pbuf = [&](int t) -> float* { return lk + (t == 0 ? P.sl_off[0] : P.P_off[t]); };
+    auto Sufbuf = [&](int t) -> float* { return lk + (t == T - 1 ? P.sl_off[T - 1] : P.Suf_off[t]); };
+    auto take = [&](bool exists) { return exists && n++ == which; };
+    if (ph >= 1 && ph <= F) {                       // forward steps
+        const int tl = ph, tr = T - 1 - ph;
+        if (take(tl <= h - 1)) {                    // P_t = P_{t-1} G_t: m_{t-1} x n_t (= m_t x R_{t+1})
+            out = tt_embedding_backward6_gemm(s.m[tl - 1], s.n[tl], s.R[tl], Pbuf(tl - 1), LB, s.R[tl], 1, lk + P.sl_off[tl], LB, s.n[tl], 1);
+            tt_embedding_backward6_to_buf(out, lk + P.P_off[tl], LB, s.n[tl]);
+            return true;
+        }
+        if (take(tr >= h + 1)) {                    // Suf_t[(k,a), beta] = sum_k' G_t[(k,a), k'] Suf_{t+1}[k', beta]
+            out = tt_embedding_backward6_gemm(s.R[tr] * s.q[tr], P.w[tr + 1], s.R[tr + 1], lk + P.sl_off[tr], LB, s.R[tr + 1], 1,
+                                              Sufbuf(tr + 1), LB, P.w[tr + 1], 1);
+            tt_embedding_backward6_to_buf(out, lk + P.Suf_off[tr], LB, P.w[tr + 1]);
+            return true;
+        }
+    } else if (ph == F + 1) {                       // Y and L_h
+        if (take(h <= T - 2)) {                     // Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]
+            const int wn = P.w[h + 1];
+            out = tt_embedding_backward6_gemm(s.m[h], s.R[h + 1], wn, lk + P.g_off, LB, wn, 1, Sufbuf(h + 1), LB, 1, wn);
+            tt_embedding_backward6_to_buf(out, lk + P.Y_off, LB, s.R[h + 1]);
+            return true;
+        }
+        if (take(h >= 1)) {                         // L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]
+            out = tt_embedding_backward6_gemm(s.R[h], P.w[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.g_off, LB, P.w[h], 1);
+            tt_embedding_backward6_to_buf(out, lk + P.Lh_off, LB, P.w[h]);
+            return true;
+        }
+    } else if (ph == F + 2) {                       // the pivot products without a float4 path
+        if (take(!P.fastI)) {                       // (I) dG_h += sum_b P^T Y (h = 0: P = [1])
+            out = h >= 1 ? tt_embedding_backward6_gemm(s.R[h], s.n[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.Y_off, LB, s.n[h], 1)
+                         : tt_embedding_backward6_gemm(1, s.n[0], 1, sm + P.one_off, 0, 0, 0, lk + P.Y_off, LB, s.n[0], 1);
+            out.C = sm + P.acc_off; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
+            out.mode = TT_BWD_ACCUM; out.sum_batches = 1;
+            return true;
+        }
+        if (take(h >= 1 && !P.fastII)) {            // (II) dM_{h-1} = Y G_h^T
+            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, sm + P.gh_off, 0, 1, P.PH);
+            if (h - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
+            else tt_embedding_backward6_to_buf(out, lk + P.dM_off[h - 1], LB, s.R[h]);
+            return true;
+        }
+        if (take(h <= T - 2 && !P.fastIII)) {       // (III) L_{h+1} = G_h^T L_h (PH = n_h here: one flat (k, a) index)
+            const int wn = P.w[h + 1];
+            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], sm + P.gh_off, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
+            if (h + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
+            else tt_embedding_backward6_to_buf(out, lk + P.L_off[h + 1], LB, wn);
+            return true;
+        }
+    } else if (ph >= F + 3) {                       // backward steps
+        const int st = ph - (F + 2), tl = h - st, tr = h + st;
+        if (take(tl >= 1)) {                        // dG_t = P_{t-1}^T dM_t -> W
+            const int t = tl;
+            out = tt_embedding_backward6_gemm(s.R[t], s.n[t], s.m[t - 1], Pbuf(t - 1), LB, 1, s.R[t], lk + P.dM_off[t], LB, s.n[t], 1);
+            tt_embedding_backward6_to_W(out, s, P, W, t, bints, s.n[t]);
+            return true;
+        }
+        if (take(tl >= 1)) {                        // dM_{t-1} = dM_t G_t^T -> dM buffer, or W for t - 1 = 0
+            const int t = tl;
+            out = tt_embedding_backward6_gemm(s.m[t - 1], s.R[t], s.n[t], lk + P.dM_off[t], LB, s.n[t], 1, lk + P.sl_off[t], LB, 1, s.n[t]);
+            if (t - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
+            else tt_embedding_backward6_to_buf(out, lk + P.dM_off[t - 1], LB, s.R[t]);
+            return true;
+        }
+        if (take(tr <= T - 2)) {                    // dG_t[(k,a), k'] = sum_beta L_t[(k,a), beta] Suf_{t+1}[k', beta] -> W
+            const int t = tr, w1 = P.w[t + 1];
+            out = tt_embedding_backward6_gemm(s.R[t] * s.q[t], s.R[t + 1], w1, lk + P.L_off[t], LB, w1, 1, Sufbuf(t + 1), LB, 1, w1);
+            tt_embedding_backward6_to_W(out, s, P, W, t, bints, s.R[t + 1]);
+            return true;
+        }
+        if (take(tr <= T - 2)) {                    // L_{t+1} = G_t^T L_t -> L buffer, or W for t + 1 = T - 1
+            const int t = tr, w1 = P.w[t + 1];
+            out = tt_embedding_backward6_gemm(s.R[t + 1], w1, s.R[t] * s.q[t], lk + P.sl_off[t], LB, 1, s.R[t + 1], lk + P.L_off[t], LB, w1, 1);
+            if (t + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
+            else tt_embedding_backward6_to_buf(out, lk + P.L_off[t + 1], LB, w1);
+            return true;
+        }
+    }
+    return false;
+}
+
+// One thread's share of phase `ph` of a batch of nbb lookups: its own (I) tiles (register accumulator,
+// pivot phase only), then units dealt round-robin over the float4 (II) and (III) units and the generic
+// GEMMs' units in turn, starting at thread tiles_I % nt so that threads with fewer (I) tiles get units first.
+template <int ACC>
+__host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                            float* sm, const int* bints, int nbb, int ph, int tid, int nt,
+                                                            float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
+    const int h = P.h;
+    int U2 = 0, U3 = 0, off = 0;
+    if (ph == P.F + 2) {
+        if (ACC > 0 && P.fastI) {
+            const int tn = s.n[h] / 4;
+            const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
+            const float* Yb = sm + P.lk_off + P.Y_off;
+TT_BWD_UNROLL
+            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
+                const int tile = tid + i * nt;
+                if (tile < P.tiles_I)
+                    tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, tile / tn, tile % tn);
+            }
+            off = P.tiles_I % nt;
+        }
+        if (P.fastII) U2 = nbb * (s.m[h - 1] / 4) * (s.R[h] / 4);
+        if (P.fastIII) U3 = nbb * (s.R[h + 1] / 4) * (P.w[h + 1] / 4);
+    }
+    int u = (tid - off + nt) % nt;
+    for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, bints, u, W);
+    for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, bints, u - U2, W);
+    int base = U2 + U3;
+TT_BWD_UNROLL
+    for (int which = 0; which < 4; which++) {
+        TtEmbeddingBackwardGemm g;
+        if (!tt_embedding_backward6_phase_gemm(s, P, sm, bints, ph, which, W, g)) break;
+        g.tile = tt_embedding_backward_pick_tile(g.M, g.N, g.sum_batches ? 1 : nbb, nt, 1);
+        const int units = tt_embedding_backward_units(g, nbb);
+        for (; u < base + units; u += nt) tt_embedding_backward_run_unit<1>(g, nbb, u - base);
+        base += units;
+    }
+}
+
+// The batch's slices of the other cores (unpadded) and dY rows: per segment (a core's slice, or g), the
+// threads stride over (lookup, element), in float4 where the segment length is a multiple of 4 (every
+// source row and destination is then 16-byte aligned: cores 128-byte aligned, regions multiples of 4).
+__host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                                 float* sm, const int* bints, int nbb, int tid, int nt,
+                                                                 const float* cores, const float* dY) {
+    float* lk = sm + P.lk_off;
+    for (int t = 0; t <= s.T; t++) {                       // t = T: the dY rows
+        if (t == P.h) continue;
+        const int len = t < s.T ? s.S[t] : s.D, dst_off = t < s.T ? P.sl_off[t] : P.g_off;
+        auto src = [&](int b) -> const float* {
+            const int* bi = bints + b * TT_BWD_INTS;
+            return t < s.T ? cores + s.core_off[t] + (int64_t)bi[2 + t] * len : dY + (int64_t)bi[1] * len;
+        };
+        if (len % 4 == 0) {
+            const int l4 = len / 4;
+            for (int e = tid; e < nbb * l4; e += nt) {
+                const int b = e / l4, i = 4 * (e - b * l4);
+                float* d = lk + (int64_t)b * P.LB + dst_off + i;
+#ifdef __CUDA_ARCH__
+                *reinterpret_cast<float4*>(d) = __ldg(reinterpret_cast<const float4*>(src(b) + i));
+#else
+                for (int c = 0; c < 4; c++) d[c] = src(b)[i + c];
+#endif
+            }
+        } else {
+            for (int e = tid; e < nbb * len; e += nt) {
+                const int b = e / len, i = e - b * len;
+                lk[(int64_t)b * P.LB + dst_off + i] = src(b)[i];
+            }
+        }
+    }
+}
+
+// where version 6 finds its inputs and puts its outputs
+struct TtEmbeddingBackwardIo6 {
+    const float* dY;
+    float *cores, *state, *dG;
+    int opt;
+    float lr, eps;
+};
+
+// Kernel 2's block program for chunk `block`. acc(tid) is the thread's register accumulator (ACC 4x4 tiles).
+template <int ACC, class Exec, class Acc>
+__host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
+                                                           const TtEmbeddingBackwardPlan6& P, float* sm, int block,
+                                                           const TtEmbeddingBackwardWs6& ws, const TtEmbeddingBackwardIo6& io) {
+    if (block >= ws.totals[0]) return;
+    const int* d = ws.chunk_desc + (int64_t)block * 4;
+    const int k = d[0], lo = d[1], hi = d[2], nch = d[3], n = hi - lo;
+    const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
+    const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
+    int* ints = (int*)(sm + P.ints_off);
+    // the chunk's lookups in lookup order, each with its bag and slice rows; meanwhile G_h's slice (rows
+    // padded to PH) and the accumulator's zeros
+    tt_embedding_backward6_collect(
+        ex, ws.keys + (int64_t)h * P.key_stride, P.key_stride, k, lo, hi, (int*)(sm + P.lk_off), (int*)(sm + P.lk_off + P.stage_off),
+        P.stage_cap,
+        [&](int tid) {
+            for (int e = tid; e < Sh; e += nt) {
+                const int r = e / nh;
+                sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+                if (ACC == 0) sm[P.acc_off + e] = 0.0f;
+            }
+            if (tid == 0) sm[P.one_off] = 1.0f;
+            if (ACC > 0) {
+                auto& a = acc(tid);
+TT_BWD_UNROLL
+                for (int i = 0; i < (ACC > 0 ? ACC : 1); i++)
+TT_BWD_UNROLL
+                    for (int j = 0; j < 16; j++) a[i][j] = 0.0f;
+            }
+        },
+        [&](int i, int id) {
+            int* si = ints + i * TT_BWD_INTS;
+            si[0] = id;
+            si[1] = ws.bag_of[id];
+            for (int t = 0; t < s.T; t++) si[2 + t] = ws.keys[(int64_t)t * P.key_stride + id];
+        });
+    for (int start = 0; start < n; start += P.nb) {
+        const int nbb = min(P.nb, n - start);
+        const int* bints = ints + start * TT_BWD_INTS;
+        ex.phase([&](int tid) { tt_embedding_backward6_load_batch(s, P, sm, bints, nbb, tid, nt, io.cores, io.dY); });
+        for (int ph = 1; ph <= 2 * P.F + 2; ph++)
+            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
+    }
+    // the chunk's pivot gradient: the slice's update when it is the only chunk, else a partial for kernel 3
+    float* part = ws.partial + (int64_t)block * Sh;
+    ex.phase([&](int tid) {
+        auto put = [&](int e, float v) {
+            if (nch == 1) tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, slice_off + e, v);
+            else part[e] = v;
+        };
+        if (ACC > 0) {
+            const int tn = nh / 4;
+            auto& a = acc(tid);
+TT_BWD_UNROLL
+            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
+                const int tile = tid + i * nt;
+                if (tile < P.tiles_I) {
+                    const int rt = tile / tn, ct = tile - rt * tn;
+TT_BWD_UNROLL
+                    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+                        for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
+                }
+            }
+        } else {
+            for (int e = tid; e < Sh; e += nt) put(e, sm[P.acc_off + e]);
+        }
+    });
+}
+
+// register accumulators: on the GPU the thread's own array; the CPU test gives every emulated thread one
+template <int ACC>
+struct TtEmbeddingBackwardAccRegs6 {
+    float v[ACC > 0 ? ACC : 1][16];
+    __host__ __device__ float (&operator()(int))[ACC > 0 ? ACC : 1][16] { return v; }
+};
+
+// (two register tiles need more than the 128 registers a 512-thread block leaves: that instantiation is
+// compiled for 256 threads, and the plan uses it only up to 256)
+template <int ACC>
+__global__ void __launch_bounds__(ACC == 2 ? TT_BWD6_MAX_ACC2_BLOCK : TT_BWD_MAX_FUSED_BLOCK)
+tt_embedding_backward_kernel6(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
+                              const __grid_constant__ TtEmbeddingBackwardWs6 ws, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+    __shared__ TtEmbeddingBackwardShape s;
+    __shared__ TtEmbeddingBackwardPlan6 P;
+    if (threadIdx.x == 0) { s = shape; P = plan; }
+    __syncthreads();
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    TtEmbeddingBackwardAccRegs6<ACC> acc;
+    tt_embedding_backward6_chunk_block<ACC>(ex, acc, s, P, (float*)tt_embedding_backward_smem, blockIdx.x, ws, io);
+}
+
+// ---- version 6, kernel 3: every other slice, and the pivot slices of several chunks ----
+
+// Item `item` (slice key g, column item cc, part p of parts): the sum, in a fixed order, of its rows'
+// columns [cc CW, ..): rows p RC .. of the slice's lookups' W rows (in lookup order) or of its chunks'
+// partials (in chunk order). `groups` row groups of threads take rows i = group (mod groups); the group
+// sums are added in group order. One part: the optimizer on the result. Several: each part writes its sum,
+// and the last part to finish (a counter per (slice, column item)) adds the parts in part order and applies
+// the optimizer. Shared memory: scan [3 nt] ints, ids [RC] ints, sums [max(nt, CW)] floats, flag.
+template <class Exec>
+__host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                          int item, const TtEmbeddingBackwardWs6& ws, const TtEmbeddingBackwardIo6& io,
+                                                          int* scan, int* ids, float* sums, int* flag, int* stage, int stage_cap) {
+    const int nt = ex.nt;
+    const int* d = ws.item_desc + (int64_t)item * 4;
+    const int g = d[0], cc = d[1], p = d[2], parts = d[3];
+    int t = 0;
+    while (g >= s.key_base[t + 1]) t++;
+    const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_BWD6_CW, cw = min(TT_BWD6_CW, S - c0);
+    const bool piv = t == P.h;
+    const int n = piv ? ws.choff[k + 1] - ws.choff[k] : ws.counts[g];
+    const int r0 = p * TT_BWD6_RC, r1 = min(n, r0 + TT_BWD6_RC), nr = r1 - r0;
+    if (!piv)
+        tt_embedding_backward6_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, k, r0, r1, scan, stage, stage_cap,
+                                       [](int) {}, [&](int i, int id) { ids[i] = id; });
+    const int groups = max(1, min(nt / cw, nr)), tpc = nt / groups;
+    ex.phase([&](int tid) {
+        const int gi = tid / tpc;
+        if (gi >= groups) return;
+        for (int col = tid - gi * tpc; col < cw; col += tpc) {
+            float sum = 0.0f;
+TT_BWD_UNROLL4
+            for (int i = gi; i < nr; i += groups) {
+                const float* row = piv ? ws.partial + (int64_t)(ws.choff[k] + r0 + i) * S : ws.W + P.W_off[t] + (int64_t)ids[i] * S;
+                sum += row[c0 + col];
+            }
+            sums[gi * cw + col] = sum;
+        }
+    });
+    const int64_t off = s.core_off[t] + (int64_t)k * S + c0;
+    if (parts == 1) {
+        ex.phase([&](int tid) {
+            for (int col = tid; col < cw; col += nt) {
+                float v = 0.0f;
+                for (int gi = 0; gi < groups; gi++) v += sums[gi * cw + col];
+                tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, off + col, v);
+            }
+        });
+        return;
+    }
+    const int first = item - p;
+    ex.phase([&](int tid) {
+        for (int col = tid; col < cw; col += nt) {
+            float v = 0.0f;
+            for (int gi = 0; gi < groups; gi++) v += sums[gi * cw + col];
+            ws.partial3[(int64_t)item * TT_BWD6_CW + col] = v;
+        }
+        tt_embedding_backward6_fence();
+    });
+    ex.phase([&](int tid) {
+        if (tid == 0) *flag = tt_embedding_backward6_atomic_inc(ws.ctr + first, 1) == parts - 1;
+    });
+    if (!*flag) return;
+    tt_embedding_backward6_fence();
+    ex.phase([&](int tid) {
+        for (int col = tid; col < cw; col += nt) {
+            float v = 0.0f;
+            for (int q = 0; q < parts; q++) v += tt_embedding_backward6_ldcg(ws.partial3 + (int64_t)(first + q) * TT_BWD6_CW + col);
+            tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, off + col, v);
+        }
+    });
+}
+
+__global__ void __launch_bounds__(TT_BWD6_FINAL_BLOCK, 2)
+tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
+                                    const __grid_constant__ TtEmbeddingBackwardWs6 ws, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+    __shared__ TtEmbeddingBackwardShape s;
+    __shared__ TtEmbeddingBackwardPlan6 P;
+    __shared__ int scan[3 * TT_BWD6_FINAL_BLOCK], ids[TT_BWD6_RC], flag;
+    __shared__ float sums[TT_BWD6_FINAL_BLOCK > TT_BWD6_CW ? TT_BWD6_FINAL_BLOCK : TT_BWD6_CW];
+    if (threadIdx.x == 0) { s = shape; P = plan; }
+    __syncthreads();
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    const int nitems = ws.totals[1];
+    for (int item = blockIdx.x; item < nitems; item += gridDim.x)
+        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, scan, ids, sums, &flag, (int*)tt_embedding_backward_smem,
+                                          tt_embedding_backward6_final_stage(P));
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -1322,6 +2216,8 @@ struct TtEmbeddingBackwardArgs {
     int sort_bits;
     TtEmbeddingBackwardPivot pv;
     TtEmbeddingBackwardLayout lay3, lay4, lay5;
+    // version 6 (its W is versions 4-5's, same pivot and layout)
+    TtEmbeddingBackwardWs6 ws6;
 };
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -1415,6 +2311,23 @@ void tt_embedding_backward45(const TtEmbeddingBackwardArgs& a, const TtEmbedding
 void tt_embedding_backward4(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay4, block_size); }
 void tt_embedding_backward5(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay5, block_size); }
 
+// version 6: memset of the counters (and of dG in dense mode), then three kernels
+void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (s.nnz == 0) return;
+    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, a.pv.W_off, block_size);
+    cudaCheck(cudaMemsetAsync(a.ws6.zeroed, 0, a.ws6.zeroed_bytes));
+    const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    tt_embedding_backward_kernel6_prep<<<ceil_div(s.nnz, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(s, P, a.offsets, a.indices, a.ws6);
+    const size_t smem = tt_embedding_backward_smem6_bytes(P);
+    if (P.acc == 1) tt_embedding_backward_kernel6<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
+    else if (P.acc == 2) tt_embedding_backward_kernel6<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
+    else tt_embedding_backward_kernel6<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
+    tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK,
+                                          tt_embedding_backward6_final_stage(P) * sizeof(int)>>>(s, P, a.ws6, io);
+}
+
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
@@ -1422,6 +2335,7 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 3: tt_embedding_backward3(a, block_size); break;
         case 4: tt_embedding_backward4(a, block_size); break;
         case 5: tt_embedding_backward5(a, block_size); break;
+        case 6: tt_embedding_backward6(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
 }
@@ -1442,7 +2356,17 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_BWD_MAX_FUSED_BLOCK, block);
         return buf;
     }
-    if (k >= 3) {
+    if (k == 6) {   // its shared memory depends on the block size (register or shared accumulator)
+        for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
+            const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, a.pv.W_off, nt);
+            if (tt_embedding_backward_smem6_bytes(P) > smem_limit) {
+                snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
+                         nt, tt_embedding_backward_smem6_bytes(P), P.nb, smem_limit);
+                return buf;
+            }
+        }
+    }
+    if (k >= 3 && k <= 5) {
         const TtEmbeddingBackwardLayout& L = k == 3 ? a.lay3 : k == 4 ? a.lay4 : a.lay5;
         if (tt_embedding_backward_smem_bytes(L) > smem_limit) {
             snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
@@ -1474,7 +2398,7 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            5, 5);
+            6, 5);
     cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
     cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
@@ -1490,7 +2414,7 @@ int main(int argc, char** argv) {
     cli.constraints =
         "  T = len(p) in 2..6; len(q) = T; len(ranks) = T-1; entries >= 1; E <= prod p; D = prod q <= 2^20;\n"
         "  tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
-        "  version 1 runs only while its explicit sums stay under 4e9 terms; versions 3-5 need their block's\n"
+        "  version 1 runs only while its explicit sums stay under 4e9 terms; versions 3-6 need their block's\n"
         "  shared memory (printed when skipped) and at most 512 threads per block.";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
@@ -1597,6 +2521,35 @@ int main(int argc, char** argv) {
            "memory per block; version 3: %zu bytes\n",
            a.pv.pivot, s.S[a.pv.pivot], a.pv.chunk, nb, tt_embedding_backward_smem_bytes(a.lay4),
            tt_embedding_backward_smem_bytes(a.lay3));
+    // version 6 workspace (its W is a.W); its kernels may take up to the opt-in shared memory
+    const TtEmbeddingBackwardPlan6 plan6 = tt_embedding_backward_make_plan6(s, a.pv.W_off, 256);
+    {
+        TtEmbeddingBackwardWs6& w = a.ws6;
+        w.keys = device_alloc<int>((size_t)s.T * plan6.key_stride);
+        w.bag_of = device_alloc<int>(std::max(s.nnz, 1));
+        const size_t zeroed_n = (size_t)K_total + 1 + plan6.max_items;
+        w.zeroed = device_alloc<int>(zeroed_n);
+        w.zeroed_bytes = zeroed_n * sizeof(int);
+        w.counts = w.zeroed;
+        w.done = w.zeroed + K_total;
+        w.ctr = w.done + 1;
+        w.chunk_desc = device_alloc<int>((size_t)plan6.max_chunks * 4);
+        w.choff = device_alloc<int>((size_t)s.tables * s.p[plan6.h] + 1);
+        w.totals = device_alloc<int>(2);
+        w.item_desc = device_alloc<int>((size_t)plan6.max_items * 4);
+        w.W = a.W;
+        w.partial = device_alloc<float>((size_t)plan6.max_chunks * s.S[plan6.h]);
+        w.partial3 = device_alloc<float>((size_t)plan6.max_items * TT_BWD6_CW);
+        for (const void* kern : {(const void*)tt_embedding_backward_kernel6<0>, (const void*)tt_embedding_backward_kernel6<1>,
+                                 (const void*)tt_embedding_backward_kernel6<2>})
+            cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit));
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel6_final, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)(TT_BWD6_FINAL_STAGE * sizeof(int))));
+    }
+    printf("version 6: pivot core %d; at 256 threads: %d lookups per chunk in batches of %d, %zu bytes of shared memory, pivot "
+           "gradient in %s, float4 tiles for (I) %d (II) %d (III) %d; up to %d chunks and %d final items\n",
+           plan6.h, plan6.chunk, plan6.nb, tt_embedding_backward_smem6_bytes(plan6),
+           plan6.acc ? "registers" : "shared memory", plan6.fastI, plan6.fastII, plan6.fastIII, plan6.max_chunks, plan6.max_items);
 
     // what one check needs, and the workspace a version might read before writing
     auto restore = [&] {
@@ -1622,6 +2575,16 @@ int main(int argc, char** argv) {
         poison(a.chunk_off, (Kc + 1) * sizeof(int));
         poison(a.W, std::max<int64_t>(W_total, 1) * sizeof(float));
         poison(a.partial, std::max<int64_t>(partial_n, 1) * sizeof(float));
+        const TtEmbeddingBackwardWs6& w = a.ws6;
+        poison(w.keys, (size_t)s.T * plan6.key_stride * sizeof(int));
+        poison(w.bag_of, std::max(s.nnz, 1) * sizeof(int));
+        poison(w.zeroed, w.zeroed_bytes);
+        poison(w.chunk_desc, (size_t)plan6.max_chunks * 4 * sizeof(int));
+        poison(w.choff, ((size_t)s.tables * s.p[plan6.h] + 1) * sizeof(int));
+        poison(w.totals, 2 * sizeof(int));
+        poison(w.item_desc, (size_t)plan6.max_items * 4 * sizeof(int));
+        poison(w.partial, (size_t)plan6.max_chunks * s.S[plan6.h] * sizeof(float));
+        poison(w.partial3, (size_t)plan6.max_items * TT_BWD6_CW * sizeof(float));
     };
     auto download = [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
         c = device_download(a.cores, C);
@@ -1720,7 +2683,9 @@ int main(int argc, char** argv) {
     for (void* ptr : std::initializer_list<void*>{d_offsets, d_indices, d_dY, d_cores0, d_state0, a.cores, a.state, a.dG,
                                                   a.fb_rows, a.fb_ptrs, a.bag_of, a.keys, a.vals, a.keys_sorted,
                                                   a.vals_sorted, a.seg_lo, a.seg_hi, a.chunk_count, a.chunk_off, a.W,
-                                                  a.partial, a.cub_temp})
+                                                  a.partial, a.cub_temp, a.ws6.keys, a.ws6.bag_of, a.ws6.zeroed,
+                                                  a.ws6.chunk_desc, a.ws6.choff, a.ws6.totals, a.ws6.item_desc, a.ws6.partial,
+                                                  a.ws6.partial3})
         cudaCheck(cudaFree(ptr));
     for (int t = 0; t < s.T; t++) {
         if (t >= 1 && t <= s.T - 2) cudaCheck(cudaFree(a.fb.P[t]));
