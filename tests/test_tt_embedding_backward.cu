@@ -513,6 +513,55 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
         }
 }
 
+// The lane orders of the float4 tiles at FBTT's default: in every warp, lanes n and n^1 share one operand's
+// address and lanes n and n^2 the other's (the condition for a 128-bit shared load in 2 requests, not 4).
+// Operands: (I) P rows (row tile) and Y rows (column tile); (II) Y rows (lookup, row tile) and G_h rows
+// (column tile); (III) G_h (row tile) and L_h (lookup, column tile); Y: g (lookup, row tile) and Suf
+// (lookup, column tile); L_h: P (lookup, row tile) and g (lookup, column tile).
+static void test_lane_pairing() {
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    s.nnz = 10240;
+    int64_t W_off[TT_BWD_MAX_T] = {};
+    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, W_off, 256);
+    const int h = P.h, nbb = P.nb;
+    struct U { int b, rt, ct; };
+    // which unit each lane of warp w computes, for a decode function
+    auto check = [&](const char* name, int units, auto decode, auto opA, auto opB) {
+        bool ok = units % 32 == 0 && units > 0;
+        int warps = 0;
+        for (int w = 0; ok && w < units / 32; w++, warps++) {
+            U x[32];
+            for (int l = 0; l < 32; l++) x[l] = decode(32 * w + l);
+            auto pairs = [&](auto op, int m) {
+                for (int l = 0; l < 32; l++) if (op(x[l]) != op(x[l ^ m])) return false;
+                return true;
+            };
+            // one operand paired across n^1 and the other across n^2, or the other way round
+            ok = (pairs(opA, 1) && pairs(opB, 2)) || (pairs(opA, 2) && pairs(opB, 1));
+        }
+        char why[160];
+        snprintf(why, sizeof why, "%d units, %d warps checked", units, warps);
+        result(ok, std::string("lane_pairing_default_") + name, why);
+    };
+    const int Rh = s.R[h], nh = s.n[h], Rn = s.R[h + 1], wn = P.w[h + 1];
+    auto key = [](int a, int b) { return a * 100000 + b; };
+    check("I", P.tiles_I, [&](int t) { U x{0, 0, 0}; tt_embedding_backward6_tile_I_rc(s, P, t, x.rt, x.ct); return x; },
+          [&](U x) { return x.rt; }, [&](U x) { return x.ct; });
+    check("II", tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (Rh / 4)),
+          [&](int u) { U x; tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, Rh / 4, x.b, x.rt, x.ct); return x; },
+          [&](U x) { return key(x.b, x.rt); }, [&](U x) { return x.ct; });
+    check("III", tt_embedding_backward6_units_lookups(nbb, (Rn / 4) * (wn / 4)),
+          [&](int u) { U x; tt_embedding_backward6_rc_lookups(u, Rn / 4, wn / 4, x.b, x.rt, x.ct); return x; },
+          [&](U x) { return x.rt; }, [&](U x) { return key(x.b, x.ct); });
+    check("Y", nbb * (s.m[h] / 4) * (Rn / 4),
+          [&](int u) { U x; tt_embedding_backward6_rc_rows(u, s.m[h] / 4, Rn / 4, x.b, x.rt, x.ct); return x; },
+          [&](U x) { return key(x.b, x.rt); }, [&](U x) { return key(x.b, x.ct); });
+    check("L", nbb * (Rh / 4) * (P.w[h] / 4),
+          [&](int u) { U x; tt_embedding_backward6_rc_rows(u, Rh / 4, P.w[h] / 4, x.b, x.rt, x.ct); return x; },
+          [&](U x) { return key(x.b, x.rt); }, [&](U x) { return key(x.b, x.ct); });
+    (void)nh;
+}
+
 // The plan at the bench shapes: FBTT's default runs every pivot product on float4 tiles with the pivot
 // gradient in registers, NB = 16 lookups per batch, two blocks per SM; the 4- and 5-core shapes too.
 static void test_plan6() {
@@ -539,11 +588,12 @@ static void test_plan6() {
             const int want_acc = P.tiles_I <= nt ? 1 : 2;
             char name[96], why[300];
             snprintf(name, sizeof name, "plan6_%s_nt%d", c.name, nt);
-            snprintf(why, sizeof why, "pivot %d (want %d), F %d (want %d), float4 %d%d%d, acc %d (want %d), NB %d, PH %d, LB %d, %zu bytes, "
-                     "aligned %d, %d max chunks, %d max items",
-                     P.h, c.pivot, P.F, c.F, P.fastI, P.fastII, P.fastIII, P.acc, want_acc, P.nb, P.PH, P.LB, bytes, (int)aligned,
-                     P.max_chunks, P.max_items);
-            bool ok = P.h == c.pivot && P.F == c.F && P.fastI && P.fastII && P.fastIII && P.acc == want_acc && fits && aligned;
+            snprintf(why, sizeof why, "pivot %d (want %d), F %d (want %d), float4 I II III Y L %d%d%d%d%d, acc %d (want %d), NB %d, PH %d, "
+                     "LB %d, %zu bytes, aligned %d, %d max chunks, %d max items",
+                     P.h, c.pivot, P.F, c.F, P.fastI, P.fastII, P.fastIII, P.fastY, P.fastL, P.acc, want_acc, P.nb, P.PH, P.LB, bytes,
+                     (int)aligned, P.max_chunks, P.max_items);
+            bool ok = P.h == c.pivot && P.F == c.F && P.fastI && P.fastII && P.fastIII && P.fastY && P.fastL && P.acc == want_acc &&
+                      fits && aligned;
             if (!strcmp(c.name, "default")) ok = ok && P.nb == 16 && P.PH == 132 && P.tiles_I == 256;
             result(ok, name, why);
             if (ok && nt == 256) printf("     (%s)\n", why);
@@ -736,6 +786,7 @@ int main() {
     // pivot slices and long slices of the other cores (several chunks, several parts, several column items),
     // odd block sizes (the shared-memory accumulator), the pivot first (h = 0) and generic (III) with padding off
     test_plan6();
+    test_lane_pairing();
     test_v6({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D}, {128, 100});
     test_v6({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, {128, 37});
     test_v6({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A}, {256});

@@ -78,9 +78,11 @@ measured yet: its line gives predictions only.
        chunks: one block per chunk finds its lookups in lookup order by an ordered scan of the pivot
          keys staged in shared memory (a block scan of match counts: no sort, no order from timing),
          loads G_h's slice once, runs batches of NB = 16 lookups through 3 phases (load; Y and L_h;
-         the pivot products) with (I) (II) (III) as 4x4 tiles fed by float4 loads (8 LDS.128 per 64
-         FMA, or 2 per 16), writes the side cores' per-lookup gradients to W (256 floats per lookup),
-         and applies the optimizer to a slice with one chunk right there (a partial otherwise);
+         the pivot products) with Y, L_h, (I), (II), (III) as 4x4 tiles fed by float4 loads (2 per 16
+         FMAs), the lanes ordered so that both loads of a step are shared by lane pairs (n, n^1 and n,
+         n^2: 2 shared-memory requests per 128-bit load instead of 4, so the loads keep up with the FMA
+         pipes), writes the side cores' per-lookup gradients to W (256 floats per lookup), and applies
+         the optimizer to a slice with one chunk right there (a partial otherwise);
        final: one block per (slice, 512 columns, 64 rows) of every other slice: its rows in lookup
          order (the same ordered scan) or chunk order, row groups added in a fixed order; a slice with
          several parts is finished by whichever part counts last (an int counter, then the parts in
@@ -134,9 +136,11 @@ Compile and run (fp32 only: FBTT's cores and optimizer state are fp32; the _bf16
 #ifdef __CUDA_ARCH__
 #define TT_BWD_UNROLL _Pragma("unroll")
 #define TT_BWD_UNROLL4 _Pragma("unroll 4")
+#define TT_BWD_UNROLL2 _Pragma("unroll 2")
 #else
 #define TT_BWD_UNROLL
 #define TT_BWD_UNROLL4
+#define TT_BWD_UNROLL2
 #endif
 enum { TT_BWD_DENSE = 0, TT_BWD_SGD = 1, TT_BWD_ADAGRAD = 2 };
 static const char* TT_BWD_OPT_NAMES[3] = {"dense", "sgd", "adagrad"};
@@ -1379,6 +1383,7 @@ struct TtEmbeddingBackwardPlan6 {
     int h, nt, nb, chunk;   // pivot core, threads per block, lookups per batch, lookups per chunk
     int acc;                // 1, 2: 4x4 register tiles of dG_h per thread; 0: dG_h accumulated in shared memory
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
+    int fastY, fastL;             // ... and of Y and L_h
     int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
     int w[TT_BWD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
@@ -1416,6 +1421,8 @@ inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddi
     }
     P.fastII = h >= 1 && mprev % 4 == 0 && Rh % 4 == 0 && nh % 4 == 0;
     P.fastIII = h <= T - 2 && Rn % 4 == 0 && wn % 4 == 0;
+    P.fastY = h <= T - 2 && s.m[h] % 4 == 0 && Rn % 4 == 0 && wn % 4 == 0;
+    P.fastL = h >= 1 && Rh % 4 == 0 && P.w[h] % 4 == 0;
     // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
     // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
     // (III) is absent or runs its own float4 tiles.
@@ -1747,7 +1754,46 @@ tt_embedding_backward_kernel6_prep(const __grid_constant__ TtEmbeddingBackwardSh
 
 // ---- version 6, kernel 2: one block per chunk of a pivot slice ----
 
-// (I) for one 4x4 tile (rows 4 rt.., columns 4 ct.. of dG_h) over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
+// Lane orders of the float4 tiles. A warp's 128-bit shared-memory load costs 4 requests (the return path
+// carries 128 bytes a clock), 2 when lanes n and n^1, or n and n^2, read the same address. Each tile loads
+// one float4 of an A operand (one per row tile) and one of a B operand (one per column tile) per step, so
+// the units are ordered so that lanes n, n^1 share one operand and n, n^2 the other: 2 + 2 requests per
+// 16 FMAs, what the FMA pipes take in the same time, instead of 2 + 4 or 4 + 4.
+// Pairing rows: unit u of a grid of nr x nc tiles per lookup -> lookup b, row tile rt, column tile ct, with
+// lanes n, n^1 in the same column tile (rows 2i, 2i+1) and n, n^2 in the same row tile (nr even).
+__host__ __device__ inline void tt_embedding_backward6_rc_rows(int u, int nr, int nc, int& b, int& rt, int& ct) {
+    const int per = nr * nc;
+    b = u / per;
+    const int rem = u - b * per;
+    if (nr % 2 == 0) {
+        const int v = rem >> 1, r2 = v / nc;
+        rt = 2 * r2 + (rem & 1);
+        ct = v - r2 * nc;
+    } else {
+        rt = rem / nc;
+        ct = rem - rt * nc;
+    }
+}
+// Pairing lookups: unit u -> lookup b = 2 (u/2 / per) + u%2 (possibly >= nbb: no unit), row and column tile
+// from the rest, so lanes n, n^1 have the same tiles of two lookups (an operand shared by the lookups, G_h,
+// is the same) and n, n^2 the same lookup. Units: ceil(nbb / 2) * 2 * per.
+__host__ __device__ inline void tt_embedding_backward6_rc_lookups(int u, int nr, int nc, int& b, int& rt, int& ct) {
+    const int per = nr * nc, v = u >> 1, b2 = v / per, rem = v - b2 * per;
+    b = 2 * b2 + (u & 1);
+    rt = rem / nc;
+    ct = rem - rt * nc;
+    (void)nr;
+}
+__host__ __device__ inline int tt_embedding_backward6_units_lookups(int nbb, int per) { return (nbb + 1) / 2 * 2 * per; }
+
+// (I)'s tile of thread-owned tile index `tile` (rows 4 rt .., columns 4 ct .. of dG_h)
+__host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P, int tile,
+                                                                int& rt, int& ct) {
+    int b;
+    tt_embedding_backward6_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
+}
+
+// (I) for one 4x4 tile over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
 __host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
                                                              int mprev, int nbb, int rt, int ct) {
     for (int b = 0; b < nbb; b++) {
@@ -1759,30 +1805,36 @@ TT_BWD_UNROLL4
     }
 }
 
-// (II) unit u: lookup b, rows alpha = 4 rt .. 4 rt + 3, columns k = ct + (R_h/4) q, q < 4 (strided: lanes with
-// consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 different bank groups):
-//   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c], the sum in float4 steps along c
-__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                              const float* sm, const int* bints, int u, float* W) {
-    const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4, per = (s.m[h - 1] / 4) * tn;
-    const int b = u / per, rem = u - b * per, rt = rem / tn, ct = rem - rt * tn;
-    const float* Y = sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh;
-    const float* G = sm + P.gh_off + (int64_t)ct * P.PH;
-    float c[16];
+// A 4x4 tile of dot products along K in float4 steps: c[r][q] = sum_k A[r*a_rs + k] B[q*b_rs + k]
+__host__ __device__ inline void tt_embedding_backward6_dot_tile(float (&c)[16], const float* A, int a_rs, const float* B, int b_rs, int K) {
 TT_BWD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
-TT_BWD_UNROLL4
-    for (int kk = 0; kk < nh; kk += 4) {
-        float4 y[4], g[4];
+TT_BWD_UNROLL2
+    for (int kk = 0; kk < K; kk += 4) {
+        float4 x[4], y[4];
 TT_BWD_UNROLL
-        for (int r = 0; r < 4; r++) y[r] = tt_embedding_backward6_ld4(Y + r * nh + kk);
+        for (int r = 0; r < 4; r++) x[r] = tt_embedding_backward6_ld4(A + (int64_t)r * a_rs + kk);
 TT_BWD_UNROLL
-        for (int q = 0; q < 4; q++) g[q] = tt_embedding_backward6_ld4(G + (int64_t)q * tn * P.PH + kk);
+        for (int q = 0; q < 4; q++) y[q] = tt_embedding_backward6_ld4(B + (int64_t)q * b_rs + kk);
 TT_BWD_UNROLL
         for (int r = 0; r < 4; r++)
 TT_BWD_UNROLL
-            for (int q = 0; q < 4; q++) tt_embedding_backward6_dot(c[r * 4 + q], y[r], g[q]);
+            for (int q = 0; q < 4; q++) tt_embedding_backward6_dot(c[r * 4 + q], x[r], y[q]);
     }
+}
+
+// (II) unit u (lookup pairs): lookup b, rows alpha = 4 rt .. 4 rt + 3, columns k = ct + (R_h/4) q, q < 4
+// (strided: lanes with consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 bank groups):
+//   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c]
+__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                              const float* sm, const int* bints, int nbb, int u, float* W) {
+    const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4;
+    int b, rt, ct;
+    tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, tn, b, rt, ct);
+    if (b >= nbb) return;
+    float c[16];
+    tt_embedding_backward6_dot_tile(c, sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh, nh,
+                                    sm + P.gh_off + (int64_t)ct * P.PH, tn * P.PH, nh);
     // to the lookup's dM_{h-1} (m_{h-1} x R_h), or for h = 1 straight to its core-0 gradient row in W (q_0 x R_1)
     float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_BWD_INTS] * s.S[0]
                             : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.dM_off[h - 1];
@@ -1792,12 +1844,14 @@ TT_BWD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * Rh + ct + tn * q] = c[r * 4 + q];
 }
 
-// (III) unit u: lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
+// (III) unit u (lookup pairs): lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
 //   L_{h+1}[k', beta] = sum_{k, a} G_h[k, a, k'] L_h[(k, a), beta]  (float4 of G_h along k', of L_h along beta)
 __host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                               const float* sm, const int* bints, int u, float* W) {
-    const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4, per = (Rn / 4) * tn;
-    const int b = u / per, rem = u - b * per, rt = rem / tn, ct = rem - rt * tn;
+                                                               const float* sm, const int* bints, int nbb, int u, float* W) {
+    const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4;
+    int b, rt, ct;
+    tt_embedding_backward6_rc_lookups(u, Rn / 4, tn, b, rt, ct);
+    if (b >= nbb) return;
     const float* G = sm + P.gh_off + 4 * rt;
     const float* Lh = sm + P.lk_off + (int64_t)b * P.LB + P.Lh_off + 4 * ct;
     float c[16];
@@ -1817,6 +1871,47 @@ TT_BWD_UNROLL
     for (int r = 0; r < 4; r++)
 TT_BWD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * wn + 4 * ct + q] = c[r * 4 + q];
+}
+
+// Y unit u (pairing rows): lookup b, rows (alpha, a) = 4 rt .., columns k' = ct + (R_{h+1}/4) q:
+//   Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]   (float4 along beta)
+__host__ __device__ inline void tt_embedding_backward6_unit_Y(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                             float* sm, int u) {
+    const int h = P.h, T = s.T, Rn = s.R[h + 1], wn = P.w[h + 1], tn = Rn / 4;
+    int b, rt, ct;
+    tt_embedding_backward6_rc_rows(u, s.m[h] / 4, tn, b, rt, ct);
+    float* lk = sm + P.lk_off + (int64_t)b * P.LB;
+    const float* Suf = lk + (h + 1 == T - 1 ? P.sl_off[T - 1] : P.Suf_off[h + 1]);
+    float c[16];
+    tt_embedding_backward6_dot_tile(c, lk + P.g_off + (int64_t)4 * rt * wn, wn, Suf + (int64_t)ct * wn, tn * wn, wn);
+    float* dst = lk + P.Y_off;
+TT_BWD_UNROLL
+    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * Rn + ct + tn * q] = c[r * 4 + q];
+}
+
+// L_h unit u (pairing rows): lookup b, rows k = 4 rt .., columns (a, beta) = 4 ct ..:
+//   L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]   (outer products of float4s)
+__host__ __device__ inline void tt_embedding_backward6_unit_L(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                             float* sm, int u) {
+    const int h = P.h, Rh = s.R[h], wh = P.w[h];
+    int b, rt, ct;
+    tt_embedding_backward6_rc_rows(u, Rh / 4, wh / 4, b, rt, ct);
+    float* lk = sm + P.lk_off + (int64_t)b * P.LB;
+    const float* Pr = lk + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]) + 4 * rt;
+    const float* gr = lk + P.g_off + 4 * ct;
+    float c[16];
+TT_BWD_UNROLL
+    for (int i = 0; i < 16; i++) c[i] = 0.0f;
+TT_BWD_UNROLL4
+    for (int al = 0; al < s.m[h - 1]; al++)
+        tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + (int64_t)al * Rh), tt_embedding_backward6_ld4(gr + (int64_t)al * wh));
+    float* dst = lk + P.Lh_off;
+TT_BWD_UNROLL
+    for (int r = 0; r < 4; r++)
+TT_BWD_UNROLL
+        for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * wh + 4 * ct + q] = c[r * 4 + q];
 }
 
 // Generic GEMMs of a phase (the side chains, and the pivot products where the float4 paths do not apply),
@@ -1866,13 +1961,13 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
             return true;
         }
     } else if (ph == F + 1) {                       // Y and L_h
-        if (take(h <= T - 2)) {                     // Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]
+        if (take(h <= T - 2 && !P.fastY)) {         // Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]
             const int wn = P.w[h + 1];
             out = tt_embedding_backward6_gemm(s.m[h], s.R[h + 1], wn, lk + P.g_off, LB, wn, 1, Sufbuf(h + 1), LB, 1, wn);
             tt_embedding_backward6_to_buf(out, lk + P.Y_off, LB, s.R[h + 1]);
             return true;
         }
-        if (take(h >= 1)) {                         // L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]
+        if (take(h >= 1 && !P.fastL)) {             // L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]
             out = tt_embedding_backward6_gemm(s.R[h], P.w[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.g_off, LB, P.w[h], 1);
             tt_embedding_backward6_to_buf(out, lk + P.Lh_off, LB, P.w[h]);
             return true;
@@ -1941,23 +2036,33 @@ __host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBa
     int U2 = 0, U3 = 0, off = 0;
     if (ph == P.F + 2) {
         if (ACC > 0 && P.fastI) {
-            const int tn = s.n[h] / 4;
             const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
             const float* Yb = sm + P.lk_off + P.Y_off;
 TT_BWD_UNROLL
             for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
                 const int tile = tid + i * nt;
-                if (tile < P.tiles_I)
-                    tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, tile / tn, tile % tn);
+                if (tile < P.tiles_I) {
+                    int rt, ct;
+                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+                    tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
+                }
             }
             off = P.tiles_I % nt;
         }
-        if (P.fastII) U2 = nbb * (s.m[h - 1] / 4) * (s.R[h] / 4);
-        if (P.fastIII) U3 = nbb * (s.R[h + 1] / 4) * (P.w[h + 1] / 4);
+        if (P.fastII) U2 = tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (s.R[h] / 4));
+        if (P.fastIII) U3 = tt_embedding_backward6_units_lookups(nbb, (s.R[h + 1] / 4) * (P.w[h + 1] / 4));
+    } else if (ph == P.F + 1) {                            // Y and L_h, as U2 and U3
+        if (P.fastY) U2 = nbb * (s.m[h] / 4) * (s.R[h + 1] / 4);
+        if (P.fastL) U3 = nbb * (s.R[h] / 4) * (P.w[h] / 4);
     }
     int u = (tid - off + nt) % nt;
-    for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, bints, u, W);
-    for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, bints, u - U2, W);
+    if (ph == P.F + 2) {
+        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, bints, nbb, u, W);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, bints, nbb, u - U2, W);
+    } else {
+        for (; u < U2; u += nt) tt_embedding_backward6_unit_Y(s, P, sm, u);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_L(s, P, sm, u - U2);
+    }
     int base = U2 + U3;
 TT_BWD_UNROLL
     for (int which = 0; which < 4; which++) {
@@ -2064,13 +2169,13 @@ TT_BWD_UNROLL
             else part[e] = v;
         };
         if (ACC > 0) {
-            const int tn = nh / 4;
             auto& a = acc(tid);
 TT_BWD_UNROLL
             for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
                 const int tile = tid + i * nt;
                 if (tile < P.tiles_I) {
-                    const int rt = tile / tn, ct = tile - rt * tn;
+                    int rt, ct;
+                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
 TT_BWD_UNROLL
                     for (int r = 0; r < 4; r++)
 TT_BWD_UNROLL
