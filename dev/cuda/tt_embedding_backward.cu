@@ -90,7 +90,10 @@ measured yet: its line gives predictions only.
      No float atomics: bitwise the same run after run and whatever the block order (the CPU test runs
      blocks, items and the threads of every phase in both orders). Counts at the default: 220 chunks
      (no slice over 64 lookups at uniform), 457 final items, 105 KB of shared memory and 128 registers
-     per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM.
+     per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM. L2
+     traffic: G_h 16 KB per chunk (3.6 MB), the other slices and dY 1.25 KB per lookup (12.8 MB), W
+     10.5 MB written and read once, keys staged 40 KB per chunk and per final item (27 MB): tens of us
+     of L2 bandwidth spread over the kernels, never the bound; the counts say FMA issue is.
      Prediction, not a measurement: an SM with two chunks does ~93 lookups x 53,248 FMA = 4.95 M FMA,
      19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep and final
      kernels and the memset ~8 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
