@@ -369,12 +369,13 @@ struct Emu6Info {
     TtEmbeddingBackwardPlan6 plan;
     int nchunks = 0, nitems = 0, multi_chunk_slices = 0, multi_part_items = 0, batches = 0;
     bool chunks_cover = false;   // the chunk list has every lookup of every pivot slice exactly once
+    bool lists_ok = false;       // every slice's list holds exactly its lookups, in increasing order
 };
 
-// tile2/tile3 > 0: kernel 2's and kernel 3's key scans in tiles of that many keys (a multiple of 4), so that
-// small problems take the multi-tile path that only lookups beyond 4096 or 10240 take on the GPU
+// tile > 0: the list kernel's key scans in tiles of that many keys (a multiple of 4), so that small
+// problems take the multi-tile path that only problems beyond 10,240 lookups take on the GPU
 static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt, bool reverse, Emu6Info* info = nullptr,
-                        int tile2 = 0, int tile3 = 0) {
+                        int tile = 0) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int64_t C = s.core_off[s.T];
     StepOut o;
@@ -392,19 +393,18 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         pv.W_off[t] = W_total;
         if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
     }
-    TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, pv.W_off, nt);
-    if (tile2 > 0) P.stage_cap = std::min(tile2, P.stage_cap);
+    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, pv.W_off, nt);
     const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
     Poisoned keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(Kc + 1), totals(2),
         item_desc((size_t)P.max_items * 4), W(W_total), partial((size_t)P.max_chunks * s.S[h]),
-        partial3((size_t)P.max_items * TT_BWD6_CW);
+        partial3((size_t)P.max_items * TT_BWD6_CW), start(K_total + 1), list((size_t)s.T * s.nnz);
     std::vector<int> zeroed((size_t)K_total + 1 + P.max_items, 0);   // the launcher's memset
     TtEmbeddingBackwardWs6 ws;
     memset(&ws, 0, sizeof ws);
     ws.keys = keys.i(); ws.bag_of = bag_of.i();
     ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
     ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
-    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
+    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f(); ws.start = start.i(); ws.list = list.i();
     const TtEmbeddingBackwardIo6 io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     // kernel 1
     const int nblk1 = ceil_div(s.nnz, TT_BWD6_PREP_BLOCK);
@@ -416,7 +416,19 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         }
         if (tt_embedding_backward6_atomic_inc(ws.done, 1) == nblk1 - 1) {
             HostExec6 ex{TT_BWD6_PREP_BLOCK, reverse};
-            tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.totals);
+            tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
+                                              ws.totals);
+        }
+    }
+    // list kernel
+    {
+        std::vector<int> scanL(3 * TT_BWD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
+                                                                         : tt_embedding_backward6_list_stage(P));
+        for (int gi = 0; gi < K_total; gi++) {
+            const int g = reverse ? K_total - 1 - gi : gi;
+            std::fill(stageL.begin(), stageL.end(), -7);
+            HostExec6 ex{TT_BWD6_LIST_BLOCK, reverse};
+            tt_embedding_backward6_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
         }
     }
     // kernel 2
@@ -438,8 +450,7 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         }
     }
     // kernel 3
-    std::vector<int> scan3(3 * TT_BWD6_FINAL_BLOCK), ids(TT_BWD6_RC), stage3(tile3 > 0 ? std::min(tile3, tt_embedding_backward6_final_stage(P))
-                                                                                      : tt_embedding_backward6_final_stage(P));
+    std::vector<int> ids(TT_BWD6_RC);
     std::vector<float> sums(std::max(TT_BWD6_FINAL_BLOCK, TT_BWD6_CW));
     int flag = 0;
     const int nitems = ws.totals[1];
@@ -447,8 +458,7 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         const int item = reverse ? nitems - 1 - ii : ii;
         std::fill(sums.begin(), sums.end(), std::numeric_limits<float>::quiet_NaN());
         HostExec6 ex{TT_BWD6_FINAL_BLOCK, reverse};
-        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, scan3.data(), ids.data(), sums.data(), &flag, stage3.data(),
-                                          (int)stage3.size());
+        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids.data(), sums.data(), &flag);
     }
     if (info) {
         info->plan = P;
@@ -472,6 +482,20 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
             if (ws.choff[k + 1] - ws.choff[k] > 1) info->multi_chunk_slices++;
         }
         info->chunks_cover = cover && covered == s.nnz;
+        bool lists = ws.start[0] == 0 && ws.start[K_total] == s.T * s.nnz;
+        for (int g = 0; g < K_total && lists; g++) {
+            int t = 0;
+            while (g >= s.key_base[t + 1]) t++;
+            const int k = g - s.key_base[t];
+            int expect = 0;   // the lookups of slice g, in order, by a plain loop
+            for (int j = 0, pos = ws.start[g]; j < s.nnz && lists; j++) {
+                if (ws.keys[(int64_t)t * P.key_stride + j] != k) continue;
+                lists = pos < ws.start[g + 1] && ws.list[pos++] == j;
+                expect++;
+            }
+            lists = lists && ws.start[g + 1] - ws.start[g] == expect;
+        }
+        info->lists_ok = lists;
         for (int i = 0; i < nitems; i++) info->multi_part_items += ws.item_desc[(int64_t)i * 4 + 3] > 1;
     }
     return o;
@@ -486,29 +510,28 @@ static bool same_bits(const StepOut& a, const StepOut& b) {
 // Version 6 against the reference at several block sizes, and bit for bit the same with the blocks, the
 // items and the threads of every phase run in the opposite order (another block finishing a long slice's
 // parts last; a phase that read another thread's writes of the same phase would show).
-static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile2 = 0,
-                    int tile3 = 0) {
+static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile = 0) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     for (int opt : opts)
         for (int nt : nts) {
             Emu6Info info;
-            StepOut o = emulate6(pr, opt, lr, eps, nt, false, &info, tile2, tile3);
+            StepOut o = emulate6(pr, opt, lr, eps, nt, false, &info, tile);
             const bool ok = check_step(pr, ref, opt, lr, eps, o);
-            StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile2, tile3);
+            StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
             const TtEmbeddingBackwardPlan6& P = info.plan;
             const bool fast_ok = !expect_fast || (P.fastI && P.fastII + P.fastIII >= 1);
             char name[160], why[400];
             snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
-                     tile2 || tile3 ? ("_tiles" + std::to_string(tile2) + "_" + std::to_string(tile3)).c_str() : "");
+                     tile ? ("_tile" + std::to_string(tile)).c_str() : "");
             snprintf(why, sizeof why,
-                     "check %d, bitwise same in reverse block and thread order %d, chunks cover %d (nnz %d), float4 paths %d%d%d (expected: %d), "
+                     "check %d, bitwise same in reverse block and thread order %d, chunks cover %d, lists %d (nnz %d), float4 paths %d%d%d (expected: %d), "
                      "pivot %d acc %d NB %d PH %d F %d, %d chunks (%d slices split), %d items (%d multi-part)",
-                     (int)ok, (int)same, (int)info.chunks_cover, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
+                     (int)ok, (int)same, (int)info.chunks_cover, (int)info.lists_ok, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
                      P.nb, P.PH, P.F, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
-            result(ok && same && (info.chunks_cover || pr.s.nnz == 0) && fast_ok, name, why);
+            result(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
             if (ok && same) printf("     (%s)\n", why);
         }
 }
@@ -798,8 +821,8 @@ int main() {
     test_v6({"rank_ones_pivot_first", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S, D}, {128});
     test_v6({"T2_pivot_last_fast", {5, 3}, {4, 8}, {16}, 2, 11, 6, 0.0, true, 10}, {A, D}, {256, 97}, true);
     test_v6({"split_slices", {2, 3, 2}, {4, 4, 4}, {8, 8}, 1, 40, 6, 0.0, false, 11}, {S, A, D}, {256, 128}, true);
-    test_v6({"split_slices", {2, 3, 2}, {4, 4, 4}, {8, 8}, 1, 40, 6, 0.0, false, 11}, {A}, {128}, true, 12, 20);
-    test_v6({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {D}, {37}, false, 8, 4);
+    test_v6({"split_slices", {2, 3, 2}, {4, 4, 4}, {8, 8}, 1, 40, 6, 0.0, false, 11}, {A}, {128}, true, 12);
+    test_v6({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {D}, {37}, false, 4);
     test_v6({"four_core_small", {3, 4, 5, 2}, {4, 2, 2, 4}, {32, 32, 32}, 1, 40, 9, 0.0, true, 12}, {S, A}, {256}, true);
     test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
     test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);

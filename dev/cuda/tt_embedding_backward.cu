@@ -74,17 +74,20 @@ measured yet: its line gives predictions only.
      (F = max(h-1, T-2-h) phases each way, none at T = 3). Launches: a memset of the counters, then
        prep: a thread per lookup writes its bag and slice row per core and counts the lookups of every
          slice with int atomics (exact, so deterministic); the last block to finish plans the work: the
-         chunks (<= 64 lookups) of every pivot slice, and the items of the final kernel;
-       chunks: one block per chunk finds its lookups in lookup order by an ordered scan of the pivot
-         keys staged in shared memory (a block scan of match counts: no sort, no order from timing),
-         loads G_h's slice once, runs batches of NB = 16 lookups through 3 phases (load; Y and L_h;
+         chunks (<= 64 lookups) of every pivot slice, the items of the final kernel, and where every
+         slice's lookups go in one list;
+       lists: one block per slice writes the slice's lookups in lookup order, by an ordered scan of its
+         core's keys staged in shared memory (a block scan of match counts: no sort, no order from
+         timing; O(slices x nnz) work, 27 MB of L2 reads at the default);
+       chunks: one block per chunk takes its lookups from the list, loads G_h's slice once, runs
+         batches of NB = 16 lookups through 3 phases (load; Y and L_h;
          the pivot products) with Y, L_h, (I), (II), (III) as 4x4 tiles fed by float4 loads (2 per 16
          FMAs), the lanes ordered so that both loads of a step are shared by lane pairs (n, n^1 and n,
          n^2: 2 shared-memory requests per 128-bit load instead of 4, so the loads keep up with the FMA
          pipes), writes the side cores' per-lookup gradients to W (256 floats per lookup), and applies
          the optimizer to a slice with one chunk right there (a partial otherwise);
        final: one block per (slice, 512 columns, 64 rows) of every other slice: its rows in lookup
-         order (the same ordered scan) or chunk order, row groups added in a fixed order; a slice with
+         order (from the list) or chunk order, row groups added in a fixed order; a slice with
          several parts is finished by whichever part counts last (an int counter, then the parts in
          part order) and the optimizer applied there.
      No float atomics: bitwise the same run after run and whatever the block order (the CPU test runs
@@ -92,11 +95,13 @@ measured yet: its line gives predictions only.
      (no slice over 64 lookups at uniform), 457 final items, 105 KB of shared memory and 128 registers
      per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM. L2
      traffic: G_h 16 KB per chunk (3.6 MB), the other slices and dY 1.25 KB per lookup (12.8 MB), W
-     10.5 MB written and read once, keys staged 40 KB per chunk and per final item (27 MB): tens of us
-     of L2 bandwidth spread over the kernels, never the bound; the counts say FMA issue is.
+     10.5 MB written and read once, keys staged 40 KB per slice in the list kernel (27 MB): tens of
+     us of L2 bandwidth spread over the kernels, never the bound; the counts say FMA issue is. The
+     list kernel's scan grows as slices x nnz: 220 MB at --B 4096 (~40 us of L2 reads against ~0.2 ms
+     of FMAs), fine up to there; a radix sort is the way beyond.
      Prediction, not a measurement: an SM with two chunks does ~93 lookups x 53,248 FMA = 4.95 M FMA,
-     19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep and final
-     kernels and the memset ~8 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
+     19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep, list and
+     final kernels and the memset ~10 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
      1.15 (300 chunks, 41 slices split in two or more). At the 4-core shape the second heavy core's
      per-lookup gradients (8 KB per lookup, 84 MB) still go through W, now reduced by 2,048-column x
      64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
@@ -1362,11 +1367,12 @@ inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& 
 // Launches: a memset of the counters; (1) prep: one thread per lookup decodes its row and bag, writes its
 // slice row per core and counts the lookups of every slice (int atomics: exact), and the last block to
 // finish turns the counts into the work lists (chunks of <= 64 lookups per pivot slice; items of the final
-// kernel); (2) one block per chunk: the chunk's lookups in lookup order (an ordered scan of the pivot keys,
-// no sort), G_h into shared memory once, batches of NB lookups through 3 + 2F phases (F = the longer side
+// kernel; each slice's place in the list); (2) lists: one block per slice writes its lookups in lookup
+// order (an ordered scan of its core's keys, no sort); (3) one block per chunk: the chunk's lookups from
+// the list, G_h into shared memory once, batches of NB lookups through 3 + 2F phases (F = the longer side
 // chain; F = 0 at T = 3), the pivot gradient in registers across the chunk, the side cores' per-lookup
 // gradients to W (1 KB per lookup at the default); a pivot slice with one chunk is updated right there;
-// (3) one block per (slice, columns, part) of everything else: the rows of a slice in a fixed order (lookup
+// (4) one block per (slice, columns, part) of everything else: the rows of a slice in a fixed order (lookup
 // order for W, chunk order for pivot partials), the parts of a long slice combined by the last block to
 // finish (a counter), then the optimizer. No float atomics anywhere: the bits do not depend on timing.
 static const int TT_BWD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
@@ -1378,8 +1384,9 @@ static const int TT_BWD6_PREP_BLOCK = 256;              // prep kernel (and its 
 static const int TT_BWD6_FINAL_BLOCK = 512;             // final kernel
 static const int TT_BWD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
 static const int TT_BWD6_MAX_ACC2_BLOCK = 256;          // two register tiles per thread only in blocks up to this
-static const int TT_BWD6_STAGE_MIN = 4096;              // kernel 2: keys staged in shared memory per tile of the scan, at least
-static const int TT_BWD6_FINAL_STAGE = 10240;           // kernel 3: keys staged per tile (dynamic shared memory)
+static const int TT_BWD6_LIST_BLOCK = 512;              // list kernel
+static const int TT_BWD6_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
+static const int TT_BWD6_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
 
 // what every kernel of version 6 needs to know besides the shape (host-built per block size)
 struct TtEmbeddingBackwardPlan6 {
@@ -1392,7 +1399,6 @@ struct TtEmbeddingBackwardPlan6 {
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
     int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
     int key_stride;         // row stride of the key array (nnz rounded up to 4; the pad holds -1)
-    int stage_off, stage_cap;   // the chunk's key scan: staged keys (after the scan's 3 nt ints) in the lookup regions
     // a lookup's region: other cores' slices (unpadded), g, left prefixes P_t, right suffixes Suf_t, Y, L_h,
     // left gradients dM_t, right L_t (Y and L_h alias g where they are g itself)
     int sl_off[TT_BWD_MAX_T], g_off, P_off[TT_BWD_MAX_T], Suf_off[TT_BWD_MAX_T], Y_off, Lh_off;
@@ -1459,12 +1465,9 @@ inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddi
     if (cur % 8 == 0) cur += 4;   // LB/4 odd: the same row of 8 consecutive lookups falls in 8 different bank groups
     P.LB = cur;
     P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
-    P.stage_off = tt_embedding_backward_round4(3 * nt);
     for (int nb = TT_BWD6_MAX_NB; nb >= 1; nb--) {
-        // the chunk's key scan borrows the lookup regions: 3 nt ints of scan, then staged keys
-        const int region = std::max(nb * P.LB, P.stage_off + std::min(P.key_stride, TT_BWD6_STAGE_MIN));
+        const int region = nb * P.LB;
         P.nb = nb;
-        P.stage_cap = std::min((region - P.stage_off) / 4 * 4, P.key_stride);
         P.ints_off = shared_floats + tt_embedding_backward_round4(region);
         P.total_floats = P.ints_off + tt_embedding_backward_round4((int64_t)P.chunk * TT_BWD_INTS);
         if ((size_t)P.total_floats * sizeof(float) <= (size_t)TT_BWD6_SMEM_TARGET) break;
@@ -1482,9 +1485,9 @@ inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddi
     return P;
 }
 inline size_t tt_embedding_backward_smem6_bytes(const TtEmbeddingBackwardPlan6& P) { return (size_t)P.total_floats * sizeof(float); }
-// kernel 3's staged keys per tile (its dynamic shared memory, in ints)
-__host__ __device__ inline int tt_embedding_backward6_final_stage(const TtEmbeddingBackwardPlan6& P) {
-    return P.key_stride < TT_BWD6_FINAL_STAGE ? P.key_stride : TT_BWD6_FINAL_STAGE;
+// the list kernel's staged keys per tile (its dynamic shared memory, in ints)
+__host__ __device__ inline int tt_embedding_backward6_list_stage(const TtEmbeddingBackwardPlan6& P) {
+    return P.key_stride < TT_BWD6_LIST_STAGE ? P.key_stride : TT_BWD6_LIST_STAGE;
 }
 // kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
 static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardPlan6) <= 1024, "static shared copies exceed the reserve");
@@ -1499,6 +1502,8 @@ struct TtEmbeddingBackwardWs6 {
     int* choff;        // [Kc + 1]: first chunk of every pivot slice
     int* totals;       // [2]: chunks, items
     int* item_desc;    // [max_items][4]: slice key, column item, part, parts
+    int* start;        // [K_total + 1]: first entry of every slice's lookups in `list` (exclusive prefix of the counts)
+    int* list;         // [T nnz]: every slice's lookups in lookup order, slice after slice
     float* W;          // per-lookup gradients of the other cores (plan.W_off)
     float* partial;    // [max_chunks][S_h]: pivot gradients of chunks of slices with more than one chunk
     float* partial3;   // [max_items][CW]: parts of long slices in the final kernel
@@ -1659,13 +1664,13 @@ __host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddi
     return cnt;
 }
 
-// The last block of the prep kernel: from the counts, the chunk list of kernel 2 and the item list of
-// kernel 3 (each written by the thread that owns the slice), and their totals. Threads own contiguous
-// ranges of slices; two block scans give the offsets.
+// The last block of the prep kernel: from the counts, the chunk list of kernel 2, the item list of
+// kernel 3 (each written by the thread that owns the slice) and their totals, and where every slice's
+// lookups go in the list. Threads own contiguous ranges of slices; three block scans give the offsets.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
-                                                                 int* item_desc, int* totals) {
+                                                                 int* item_desc, int* start, int* totals) {
     const int nt = ex.nt, h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
     // chunks of every pivot slice
     const int per_c = (Kc + nt - 1) / nt;
@@ -1736,6 +1741,24 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
         }
         if (tid == nt - 1) totals[1] = incl[tid];
     });
+    // where every slice's lookups start in the list
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
+        int c = 0;
+        for (int g = g0; g < g1; g++) c += tt_embedding_backward6_ldcg(counts + g);
+        scan[tid] = c;
+        scan[nt + tid] = c;
+    });
+    incl = tt_embedding_backward6_scan(ex, scan);
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
+        int off = incl[tid] - scan[tid];
+        for (int g = g0; g < g1; g++) {
+            start[g] = off;
+            off += tt_embedding_backward6_ldcg(counts + g);
+        }
+        if (tid == nt - 1) start[K_total] = incl[tid];
+    });
 }
 
 __global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
@@ -1752,7 +1775,36 @@ tt_embedding_backward_kernel6_prep(const __grid_constant__ TtEmbeddingBackwardSh
     if (!last) return;
     __threadfence();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.totals);
+    tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
+}
+
+// ---- version 6, list kernel: every slice's lookups, in lookup order ----
+
+// Slice key g's lookups in lookup order to list[start[g] ..): one ordered scan of its core's keys. One
+// block per slice (O(slices x nnz) work in all, done once; kernels 2 and 3 read their rows from the list).
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+                                                                 int g, const TtEmbeddingBackwardWs6& ws, int* scan, int* stage, int cap) {
+    const int n = ws.counts[g];
+    if (n == 0) return;
+    int t = 0;
+    while (g >= s.key_base[t + 1]) t++;
+    int* dst = ws.list + ws.start[g];
+    tt_embedding_backward6_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, g - s.key_base[t], 0, n, scan, stage, cap,
+                                   [](int) {}, [&](int i, int id) { dst[i] = id; });
+}
+
+__global__ void __launch_bounds__(TT_BWD6_LIST_BLOCK, 2)
+tt_embedding_backward_kernel6_lists(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
+                                    const __grid_constant__ TtEmbeddingBackwardWs6 ws) {
+    __shared__ TtEmbeddingBackwardShape s;
+    __shared__ TtEmbeddingBackwardPlan6 P;
+    __shared__ int scan[3 * TT_BWD6_LIST_BLOCK];
+    if (threadIdx.x == 0) { s = shape; P = plan; }
+    __syncthreads();
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    for (int g = blockIdx.x; g < s.key_base[s.T]; g += gridDim.x)
+        tt_embedding_backward6_list_block(ex, s, P, g, ws, scan, (int*)tt_embedding_backward_smem, tt_embedding_backward6_list_stage(P));
 }
 
 // ---- version 6, kernel 2: one block per chunk of a pivot slice ----
@@ -2131,32 +2183,31 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
     const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
     const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
     int* ints = (int*)(sm + P.ints_off);
-    // the chunk's lookups in lookup order, each with its bag and slice rows; meanwhile G_h's slice (rows
-    // padded to PH) and the accumulator's zeros
-    tt_embedding_backward6_collect(
-        ex, ws.keys + (int64_t)h * P.key_stride, P.key_stride, k, lo, hi, (int*)(sm + P.lk_off), (int*)(sm + P.lk_off + P.stage_off),
-        P.stage_cap,
-        [&](int tid) {
-            for (int e = tid; e < Sh; e += nt) {
-                const int r = e / nh;
-                sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
-                if (ACC == 0) sm[P.acc_off + e] = 0.0f;
-            }
-            if (tid == 0) sm[P.one_off] = 1.0f;
-            if (ACC > 0) {
-                auto& a = acc(tid);
-TT_BWD_UNROLL
-                for (int i = 0; i < (ACC > 0 ? ACC : 1); i++)
-TT_BWD_UNROLL
-                    for (int j = 0; j < 16; j++) a[i][j] = 0.0f;
-            }
-        },
-        [&](int i, int id) {
+    // the chunk's lookups (ranks lo .. hi of the slice's list) with their bags and slice rows; G_h's slice
+    // (rows padded to PH); the accumulator's zeros
+    const int* ids = ws.list + ws.start[s.key_base[h] + k] + lo;
+    ex.phase([&](int tid) {
+        for (int i = tid; i < n; i += nt) {
             int* si = ints + i * TT_BWD_INTS;
+            const int id = ids[i];
             si[0] = id;
             si[1] = ws.bag_of[id];
             for (int t = 0; t < s.T; t++) si[2 + t] = ws.keys[(int64_t)t * P.key_stride + id];
-        });
+        }
+        for (int e = tid; e < Sh; e += nt) {
+            const int r = e / nh;
+            sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+            if (ACC == 0) sm[P.acc_off + e] = 0.0f;
+        }
+        if (tid == 0) sm[P.one_off] = 1.0f;
+        if (ACC > 0) {
+            auto& a = acc(tid);
+TT_BWD_UNROLL
+            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++)
+TT_BWD_UNROLL
+                for (int j = 0; j < 16; j++) a[i][j] = 0.0f;
+        }
+    });
     for (int start = 0; start < n; start += P.nb) {
         const int nbb = min(P.nb, n - start);
         const int* bints = ints + start * TT_BWD_INTS;
@@ -2220,11 +2271,11 @@ tt_embedding_backward_kernel6(const TtEmbeddingBackwardShape shape, const TtEmbe
 // partials (in chunk order). `groups` row groups of threads take rows i = group (mod groups); the group
 // sums are added in group order. One part: the optimizer on the result. Several: each part writes its sum,
 // and the last part to finish (a counter per (slice, column item)) adds the parts in part order and applies
-// the optimizer. Shared memory: scan [3 nt] ints, ids [RC] ints, sums [max(nt, CW)] floats, flag.
+// the optimizer. Shared memory: ids [RC] ints, sums [max(nt, CW)] floats, flag.
 template <class Exec>
 __host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
                                                           int item, const TtEmbeddingBackwardWs6& ws, const TtEmbeddingBackwardIo6& io,
-                                                          int* scan, int* ids, float* sums, int* flag, int* stage, int stage_cap) {
+                                                          int* ids, float* sums, int* flag) {
     const int nt = ex.nt;
     const int* d = ws.item_desc + (int64_t)item * 4;
     const int g = d[0], cc = d[1], p = d[2], parts = d[3];
@@ -2235,8 +2286,9 @@ __host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmb
     const int n = piv ? ws.choff[k + 1] - ws.choff[k] : ws.counts[g];
     const int r0 = p * TT_BWD6_RC, r1 = min(n, r0 + TT_BWD6_RC), nr = r1 - r0;
     if (!piv)
-        tt_embedding_backward6_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, k, r0, r1, scan, stage, stage_cap,
-                                       [](int) {}, [&](int i, int id) { ids[i] = id; });
+        ex.phase([&](int tid) {
+            for (int i = tid; i < nr; i += nt) ids[i] = ws.list[ws.start[g] + r0 + i];
+        });
     const int groups = max(1, min(nt / cw, nr)), tpc = nt / groups;
     ex.phase([&](int tid) {
         const int gi = tid / tpc;
@@ -2290,15 +2342,14 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
                                     const __grid_constant__ TtEmbeddingBackwardWs6 ws, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
     __shared__ TtEmbeddingBackwardShape s;
     __shared__ TtEmbeddingBackwardPlan6 P;
-    __shared__ int scan[3 * TT_BWD6_FINAL_BLOCK], ids[TT_BWD6_RC], flag;
+    __shared__ int ids[TT_BWD6_RC], flag;
     __shared__ float sums[TT_BWD6_FINAL_BLOCK > TT_BWD6_CW ? TT_BWD6_FINAL_BLOCK : TT_BWD6_CW];
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     const int nitems = ws.totals[1];
     for (int item = blockIdx.x; item < nitems; item += gridDim.x)
-        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, scan, ids, sums, &flag, (int*)tt_embedding_backward_smem,
-                                          tt_embedding_backward6_final_stage(P));
+        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids, sums, &flag);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2419,7 +2470,7 @@ void tt_embedding_backward45(const TtEmbeddingBackwardArgs& a, const TtEmbedding
 void tt_embedding_backward4(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay4, block_size); }
 void tt_embedding_backward5(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay5, block_size); }
 
-// version 6: memset of the counters (and of dG in dense mode), then three kernels
+// version 6: memset of the counters (and of dG in dense mode), then four kernels
 void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
@@ -2428,12 +2479,13 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     cudaCheck(cudaMemsetAsync(a.ws6.zeroed, 0, a.ws6.zeroed_bytes));
     const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     tt_embedding_backward_kernel6_prep<<<ceil_div(s.nnz, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(s, P, a.offsets, a.indices, a.ws6);
+    tt_embedding_backward_kernel6_lists<<<std::min(s.key_base[s.T], TT_BWD6_LIST_GRID), TT_BWD6_LIST_BLOCK,
+                                          tt_embedding_backward6_list_stage(P) * sizeof(int)>>>(s, P, a.ws6);
     const size_t smem = tt_embedding_backward_smem6_bytes(P);
     if (P.acc == 1) tt_embedding_backward_kernel6<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
     else if (P.acc == 2) tt_embedding_backward_kernel6<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
     else tt_embedding_backward_kernel6<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
-    tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK,
-                                          tt_embedding_backward6_final_stage(P) * sizeof(int)>>>(s, P, a.ws6, io);
+    tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK>>>(s, P, a.ws6, io);
 }
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
@@ -2645,14 +2697,16 @@ int main(int argc, char** argv) {
         w.choff = device_alloc<int>((size_t)s.tables * s.p[plan6.h] + 1);
         w.totals = device_alloc<int>(2);
         w.item_desc = device_alloc<int>((size_t)plan6.max_items * 4);
+        w.start = device_alloc<int>((size_t)K_total + 1);
+        w.list = device_alloc<int>(std::max<int64_t>(N_sort, 1));
         w.W = a.W;
         w.partial = device_alloc<float>((size_t)plan6.max_chunks * s.S[plan6.h]);
         w.partial3 = device_alloc<float>((size_t)plan6.max_items * TT_BWD6_CW);
         for (const void* kern : {(const void*)tt_embedding_backward_kernel6<0>, (const void*)tt_embedding_backward_kernel6<1>,
                                  (const void*)tt_embedding_backward_kernel6<2>})
             cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit));
-        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel6_final, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)(TT_BWD6_FINAL_STAGE * sizeof(int))));
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel6_lists, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)(TT_BWD6_LIST_STAGE * sizeof(int))));
     }
     printf("version 6: pivot core %d; at 256 threads: %d lookups per chunk in batches of %d, %zu bytes of shared memory, pivot "
            "gradient in %s, float4 tiles for (I) %d (II) %d (III) %d; up to %d chunks and %d final items\n",
@@ -2691,6 +2745,8 @@ int main(int argc, char** argv) {
         poison(w.choff, ((size_t)s.tables * s.p[plan6.h] + 1) * sizeof(int));
         poison(w.totals, 2 * sizeof(int));
         poison(w.item_desc, (size_t)plan6.max_items * 4 * sizeof(int));
+        poison(w.start, ((size_t)K_total + 1) * sizeof(int));
+        poison(w.list, std::max<int64_t>(N_sort, 1) * sizeof(int));
         poison(w.partial, (size_t)plan6.max_chunks * s.S[plan6.h] * sizeof(float));
         poison(w.partial3, (size_t)plan6.max_items * TT_BWD6_CW * sizeof(float));
     };
@@ -2793,7 +2849,7 @@ int main(int argc, char** argv) {
                                                   a.vals_sorted, a.seg_lo, a.seg_hi, a.chunk_count, a.chunk_off, a.W,
                                                   a.partial, a.cub_temp, a.ws6.keys, a.ws6.bag_of, a.ws6.zeroed,
                                                   a.ws6.chunk_desc, a.ws6.choff, a.ws6.totals, a.ws6.item_desc, a.ws6.partial,
-                                                  a.ws6.partial3})
+                                                  a.ws6.partial3, a.ws6.start, a.ws6.list})
         cudaCheck(cudaFree(ptr));
     for (int t = 0; t < s.T; t++) {
         if (t >= 1 && t <= s.T - 2) cudaCheck(cudaFree(a.fb.P[t]));
