@@ -80,9 +80,8 @@ measured yet: its line gives predictions only.
          core's keys staged in shared memory (a block scan of match counts: no sort, no order from
          timing; O(slices x nnz) work, 27 MB of L2 reads at the default);
        chunks: one block per chunk takes its lookups from the list, loads G_h's slice once, runs
-         batches of NB = 16 lookups through 3 phases (load; Y and L_h;
-         the pivot products) with Y, L_h, (I), (II), (III) as 4x4 tiles fed by float4 loads (2 per 16
-         FMAs), the lanes ordered so that both loads of a step are shared by lane pairs (n, n^1 and n,
+         batches of NB = 16 lookups through 3 phases (load; Y and L_h; the pivot products) with Y,
+         L_h, (I), (II), (III) as 4x4 tiles fed by float4 loads (2 per 16 FMAs), the lanes ordered so that both loads of a step are shared by lane pairs (n, n^1 and n,
          n^2: 2 shared-memory requests per 128-bit load instead of 4, so the loads keep up with the FMA
          pipes), writes the side cores' per-lookup gradients to W (256 floats per lookup), and applies
          the optimizer to a slice with one chunk right there (a partial otherwise);
@@ -95,15 +94,15 @@ measured yet: its line gives predictions only.
      (no slice over 64 lookups at uniform), 457 final items, 105 KB of shared memory and 128 registers
      per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM. L2
      traffic: G_h 16 KB per chunk (3.6 MB), the other slices and dY 1.25 KB per lookup (12.8 MB), W
-     10.5 MB written and read once, keys staged 40 KB per slice in the list kernel (27 MB): tens of
-     us of L2 bandwidth spread over the kernels, never the bound; the counts say FMA issue is. The
+     10.5 MB written and read once, keys staged 40 KB per slice in the list kernel (27 MB): ~60 MB,
+     ~10 us of L2 bandwidth spread over the kernels, not the bound; the counts say FMA issue is. The
      list kernel's scan grows as slices x nnz: 220 MB at --B 4096 (~40 us of L2 reads against ~0.2 ms
      of FMAs), fine up to there; a radix sort is the way beyond.
      Prediction, not a measurement: an SM with two chunks does ~93 lookups x 53,248 FMA = 4.95 M FMA,
      19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep, list and
      final kernels and the memset ~10 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
      1.15 (300 chunks, 41 slices split in two or more). At the 4-core shape the second heavy core's
-     per-lookup gradients (8 KB per lookup, 84 MB) still go through W, now reduced by 2,048-column x
+     per-lookup gradients (8 KB per lookup, 84 MB) still go through W, now reduced by 512-column x
      64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
      predicted 0.1 ms or less. Next steps: group by both heavy cores there (W would shrink to 1 KB per
      lookup), and the pivot products on tensor cores (3xTF32 keeps fp32 accuracy).
