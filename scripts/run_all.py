@@ -132,6 +132,10 @@ def write_markdown(path, gpu, rows, peaks):
                 lines.append(f"| {r['impl']} | `{r['shape']}` | {fnum(r['ms_median'])} | {fnum(r['ms_min'])} | "
                              f"{fnum(r['ms_max'])} | {r['extra']} | {r['date']} |")
             lines.append("")
+    notes = os.path.join(os.path.dirname(path), f"{gpu}_notes.md")   # hand-written notes, appended as they are
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += ["", f.read()]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

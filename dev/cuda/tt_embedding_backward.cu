@@ -37,8 +37,11 @@ Fewest bytes: indices and offsets and dY read once; every touched slice of every
 
 Versions (one idea each). Measured on the H200 (results/h200.md, 2026-11-29; median ms at the default /
 Zipf 1.15 / 4-core / 5-core shape, SGD): v1 11.29; v2 0.846 / 0.834 / 1.058 / 1.424; v3 0.447 / 0.447 /
-0.529 / 0.797; v4 0.441 / 0.528 / 3.158 / 2.086; v5 0.278 / 0.365 / 3.019 / 1.734. Version 6 is not
-measured yet: its line gives predictions only.
+0.529 / 0.797; v4 0.441 / 0.528 / 3.158 / 2.086; v5 0.278 / 0.365 / 3.019 / 1.734; v6 (this file's
+code, the day's last run) 0.150 / 0.180 / - / -. An earlier variant of version 6 (the same kernels, but each
+chunk and final item scanning the keys itself instead of the list kernel) measured 0.146 / 0.193 / 0.599 /
+0.586, adagrad 0.151, --B 4096 1.107; the 4-core, 5-core and B=4096 shapes were not re-timed with the list
+kernel (their checks passed). Version 6's prediction is kept beside the measurement below.
   1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
      sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
      optimizer pass over all core elements.
@@ -106,6 +109,15 @@ measured yet: its line gives predictions only.
      64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
      predicted 0.1 ms or less. Next steps: group by both heavy cores there (W would shrink to 1 KB per
      lookup), and the pivot products on tensor cores (3xTF32 keeps fp32 accuracy).
+     Measured: 0.150 ms at the default (block 256: 3x slower than the predicted 40-50 us), 0.180 at Zipf 1.15; the earlier variant 0.60 / 0.59 ms at the 4-/5-core
+     shapes (predicted ~0.1). Version 6 is the default: 1.9x version 5, 5.6x FBTT's pipeline (2). A full step,
+     forward (tt_embedding_forward version 3, 0.044 ms) + this backward with SGD, is 0.194 ms at the default:
+     the 0.1 ms target is not met; it is 10.6x PyTorch's bmm-chain forward + backward + SGD step (2.06 ms in
+     the same session) and 7.2x its forward + backward (1.40 ms), and 2.7x the time per lookup of dense
+     nn.EmbeddingBag 11M x 64 forward + backward + SGD (0.534 ms in the same session) at 734x less memory.
+     Where the missing 3x went is the next question for a profiler (ncu works on this machine): the counts
+     say FMA issue, the measurement says something serial (the planner's last block, the list kernel's
+     scan, or the chunk kernel's three phases per batch of 16) costs more than the arithmetic.
 Checks: every version at every block size against the double reference, outputs poisoned first (NaN
 in dG and every workspace; cores and state restored). Per element |got - ref| <= atol + ROUND |ref| +
 RTOL_MAG * (the element's sum of |terms|, propagated through the optimizer): see the tolerances below.
@@ -2557,7 +2569,7 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            6, 5);
+            6, 6);
     cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
     cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
