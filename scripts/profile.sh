@@ -6,11 +6,20 @@
 #
 #   bash scripts/profile.sh                 every case below
 #   bash scripts/profile.sh tt_embedding    cases whose text contains the pattern
+#   bash scripts/profile.sh --detail KERNEL_REGEX "op args"    ncu's full sections (memory, warp states,
+#                                           scheduler) for the first launch of one kernel of one run
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu}
 mkdir -p "$OUT"
 PAT=${1:-}
+if [ "$PAT" = "--detail" ]; then
+    make -C dev/cuda -j"$(nproc)" $(echo "$3" | cut -d' ' -f1) > /dev/null || exit 1
+    (cd dev/cuda && timeout 300 ncu --clock-control none -k "regex:$2" -s 2 -c 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section LaunchStats ./$3 --no-check --repeat 2 2>&1) | grep -v "^==PROF==" | cut -c1-160
+    exit 0
+fi
 make -C dev/cuda -j"$(nproc)" tt_embedding_forward tt_embedding_backward embedding_bag_backward embedding_bag_forward > /dev/null || exit 1
 METRICS=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
 while read -r line; do

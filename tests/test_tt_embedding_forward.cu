@@ -4,7 +4,8 @@
 // pieces of the GPU versions run on the CPU: version 1's odometer sum, the warp step engine of versions 3
 // and 4 (a warp emulated lane by lane), version 2's pointer arrays through a column-major reference GEMM
 // with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode; version 6 end to end
-// (its planning kernel's and chain kernel's phases thread by thread, rows bitwise against version 3's engine).
+// (its planning kernel's and chain kernel's phases thread by thread, rows bitwise against version 3's engine);
+// version 7's lane split and shuffle tree on whole bags, and its shape filter.
 #define NO_MAIN
 #include "../dev/cuda/tt_embedding_forward.cu"
 
@@ -928,6 +929,108 @@ static void test_v6_runs() {
            "scalar ones, items with duplicates (" + std::to_string(dups) + " runs)");
 }
 
+// version 7 on the CPU: for a bag of several lookups, every lane's partials (tt_embedding_forward_v7_lane on
+// the staged, transposed G_0) summed over the lookups, then across the R_2 / 4 lanes of each a_1 in the
+// kernel's xor-shuffle order; the bag's row against the double reference. Also the shape filter.
+static void test_v7() {
+    struct Case { std::vector<int> p, q, r; };
+    std::vector<Case> cases = {
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}},     // FBTT's default: 32 active lanes, 8 per a_1
+        {{5, 7, 3}, {4, 2, 4}, {12, 64}},           // R_1 = 12: a padded batch; R_2 = 64: 16 lanes per a_1
+        {{5, 6, 4}, {4, 4, 4}, {8, 8}},             // q_1 R_2 = 32: lanes 8..31 idle
+        {{3, 5, 7}, {4, 1, 4}, {40, 128}},          // one a_1 over the whole warp
+        {{4, 3, 5}, {4, 8, 4}, {3, 4}},             // R_2 = 4: no shuffle at all
+    };
+    Rng rng(71);
+    for (const Case& c : cases) {
+        Problem P;
+        if (!make_problem(P, c.p, c.q, c.r, 2, 1, 1, rng)) continue;
+        const TtEmbeddingForwardShape& s = P.s;
+        std::string why = tt_embedding_forward_v7_reason(s);
+        if (!why.empty()) { report(false, P.name + ": version 7 accepts the shape", why); continue; }
+        const int R1 = s.R[1], R2 = s.R[2], ncols = s.q[1] * R2;
+        std::vector<float> g0t((size_t)tt_embedding_forward_v7_r1_pad(R1) * 4, NAN);
+        float part[32][4][4] = {};
+        std::vector<double> want(s.D, 0.0), row(s.D);
+        const int tbl = 1;
+        for (int n = 0; n < 5; n++) {                              // one bag of 5 lookups
+            const int64_t idx = n == 0 ? s.E - 1 : rng.randint(0, s.E);
+            tt_embedding_forward_row_cpu(row.data(), P.ptrs.data(), s, tbl, idx);
+            for (int d = 0; d < s.D; d++) want[d] += row[d];
+            for (int lane = 0; lane < 32; lane++)
+                tt_embedding_forward_v7_stage_g0<4>(g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 0), R1, lane);
+            for (int lane = 0; lane < 32; lane++)
+                tt_embedding_forward_v7_lane<4, 4>(part[lane], g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1),
+                                                   tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, ncols, lane);
+        }
+        for (int off = 1; off < R2 / 4; off *= 2) {                // __shfl_xor_sync: every lane reads the old value
+            float next[32][4][4];
+            for (int lane = 0; lane < 32; lane++)
+                for (int a = 0; a < 4; a++)
+                    for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
+            memcpy(part, next, sizeof part);
+        }
+        std::vector<float> got(s.D, NAN);
+        for (int lane = 0; lane < 32; lane++) {
+            const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
+            if (k2 != 0 || col >= ncols) continue;
+            for (int a0 = 0; a0 < 4; a0++)
+                for (int a2 = 0; a2 < 4; a2++) got[(a0 * s.q[1] + a1) * 4 + a2] = part[lane][a0][a2];
+        }
+        double scale = 0.0;
+        for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(want[d]));
+        std::string bad;
+        for (int d = 0; d < s.D; d++)
+            if (!close(got[d], want[d], 1e-5 * std::max(scale, 1.0), 0)) bad += " d" + std::to_string(d);
+        report(bad.empty(), P.name + ": version 7's lanes + shuffle tree (emulated) = pooled reference", bad.substr(0, 200));
+    }
+    // the filter: shapes version 7 must refuse, each with its reason
+    struct Bad { std::vector<int> p, q, r; const char* needle; };
+    std::vector<Bad> bads = {
+        {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
+        {{5, 6, 4}, {2, 4, 8}, {8, 8}, "q_0 = q_2 = 4"},
+        {{5, 6, 4}, {4, 4, 4}, {8, 12}, "power of two"},
+        {{5, 6, 4}, {4, 8, 4}, {8, 32}, "q_1 * R_2 <= 128"},
+    };
+    for (const Bad& b : bads) {
+        Problem P;
+        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
+        const std::string why = tt_embedding_forward_v7_reason(P.s);
+        report(why.find(b.needle) != std::string::npos, P.name + ": version 7 refuses it naming '" + std::string(b.needle) + "'", why);
+    }
+}
+
+// version 9's division-free digits against '/' and '%': every divisor shape of the op (strides and factors
+// of several chains, 1 included) and x at both ends of [0, 2^32) plus random values
+static void test_fast_digits() {
+    struct Case { std::vector<int> p; };
+    std::vector<Case> cases = {{{200, 220, 250}}, {{3, 5000, 4}}, {{1, 7, 1}}, {{65536, 65535, 1}}, {{2, 3, 715827882}}, {{4096, 4095, 256}}};
+    Rng rng(91);
+    for (const Case& c : cases) {
+        TtEmbeddingForwardShape s;
+        std::vector<int> q = {1, 1, 1}, r = {1, 1};
+        std::string why = tt_embedding_forward_make_shape(s, c.p, q, r, 0, 0, 1, 1, 1, 0.0);
+        if (!why.empty()) { report(false, "fast digits: make_shape", why); continue; }
+        TtEmbeddingForwardFastDigits f;
+        if (!tt_embedding_forward_make_fast_digits(s, f)) { report(false, "fast digits accepted for prod p < 2^32"); continue; }
+        std::string bad;
+        std::vector<uint64_t> xs = {0, 1, (uint64_t)s.prod_p - 1, (uint64_t)s.prod_p / 2, 0xffffffffull};
+        for (int i = 0; i < 20000; i++) xs.push_back((uint64_t)rng.randint(0, (int64_t)1 << 32));
+        for (uint64_t x : xs)
+            for (int t = 0; t < 3; t++) {
+                const uint64_t want = (x / (uint64_t)s.stride[t]) % (uint64_t)s.p[t];
+                if (tt_embedding_forward_fast_digit(f, x, t) != want && bad.size() < 200)
+                    bad += " x=" + std::to_string(x) + ",t=" + std::to_string(t);
+            }
+        report(bad.empty(), "fast digits (p " + std::to_string(c.p[0]) + "," + std::to_string(c.p[1]) + "," + std::to_string(c.p[2]) +
+                                ") = '/' and '%' on 20,005 values of x < 2^32", bad);
+    }
+    TtEmbeddingForwardShape big;
+    std::string why = tt_embedding_forward_make_shape(big, {70000, 70000, 2}, {1, 1, 1}, {1, 1}, 0, 0, 1, 1, 1, 0.0);
+    TtEmbeddingForwardFastDigits f;
+    report(why.empty() && !tt_embedding_forward_make_fast_digits(big, f), "fast digits refused when prod p >= 2^32 (int64 division then)");
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -952,6 +1055,8 @@ int main() {
     test_v6_multi_step();
     test_v6_plan();
     test_v6_runs();
+    test_v7();
+    test_fast_digits();
     printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
     return failures ? 1 : 0;
 }

@@ -162,7 +162,7 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 static const float TT_EMBEDDING_FORWARD_TF32_ATOL = 2e-2f, TT_EMBEDDING_FORWARD_TF32_RTOL = 1e-2f;
 
 #define TT_EMBEDDING_FORWARD_MAX_CORES 6
-#define TT_EMBEDDING_FORWARD_NUM_KERNELS 6
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 9
 // version 4: lookups per warp in a block's window of the sorted order
 #define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
@@ -1754,6 +1754,566 @@ __global__ void tt_embedding_forward_kernel6(float* __restrict__ rowbuf, const i
     }
 }
 
+// ---- version 7: three cores, the heavy core streamed row by row through the whole warp
+
+// Version 7 is version 3's bag per block with a different split of each lookup's work over the lanes,
+// written for T = 3 (FBTT's and TT-Rec's usual chain). Step 1, M_1 = M_0 (q_0 x R_1) . G_1 (R_1 x q_1 R_2),
+// is done by rows of G_1: row k_1 holds q_1 R_2 = 128 floats (one float4 per lane), so every load of the
+// warp is 512 consecutive bytes and each lane keeps its 4 columns (a_1, k_2..k_2+3) of M_1 in q_0 x 4
+// registers; the q_0 factors M_0[.][k_1] that all lanes need come from a transposed copy of G_0's slice in
+// shared memory (one broadcast float4 per k_1). Step 2 needs the sum over all R_2 values of k_2, which are
+// spread over R_2 / 4 lanes: each lane multiplies its 4 k_2 by G_2's matching rows (16 values in
+// registers) and keeps the partial (q_0 x q_2 values for its a_1). Partials are linear, so they are summed
+// over the warp's lookups of the bag first and across lanes (xor shuffles within the R_2 / 4 lanes of one
+// a_1) once per bag, not once per lookup. Per lookup a warp issues 32 float4 loads of G_1, 32 shared
+// float4 loads and 640 FFMA at the default (version 3: ~1,900 instructions), and never stages G_1.
+// Lanes whose columns fall past q_1 R_2 (< 128) sit idle; q_1 R_2 > 128 is not handled (skipped).
+#define TT_EMBEDDING_FORWARD_V7_COLS 128
+#ifndef TT_EMBEDDING_FORWARD_V7_KU
+#define TT_EMBEDDING_FORWARD_V7_KU 8          // G_1 rows loaded per batch (unrolled)
+#endif
+#ifdef TT_EMBEDDING_FORWARD_V7_MINB         // experiment: cap the registers for MINB blocks of 128 per SM
+#define TT_EMBEDDING_FORWARD_V7_BOUNDS __launch_bounds__(128, TT_EMBEDDING_FORWARD_V7_MINB)
+#else
+#define TT_EMBEDDING_FORWARD_V7_BOUNDS
+#endif
+
+// R_1 rounded up to whole batches: the transposed G_0 buffer is zero-padded to it
+__host__ __device__ inline int tt_embedding_forward_v7_r1_pad(int R1) {
+    return (R1 + TT_EMBEDDING_FORWARD_V7_KU - 1) / TT_EMBEDDING_FORWARD_V7_KU * TT_EMBEDDING_FORWARD_V7_KU;
+}
+
+// One lane's share of one lookup: g0t = G_0's slice transposed (R_1 padded x Q0, zeros past R_1), g1 = G_1's
+// slice (R_1 rows of q_1 R_2 floats), g2 = G_2's slice (R_2 x Q2). Adds this lane's partial of the row,
+// out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[Q0][Q2]. The CPU tests run
+// it for lanes 0..31 and sum the partials as the kernel's shuffles do. G1_GLOBAL: G_1 read through the
+// read-only cache (version 7); false: from shared memory (version 8).
+template <int Q0, int Q2, bool G1_GLOBAL = true>
+__host__ __device__ __forceinline__ void tt_embedding_forward_v7_lane(float (&part)[Q0][Q2], const float* __restrict__ g0t,
+                                                                      const float* __restrict__ g1,
+                                                                      const float* __restrict__ g2, int R1, int R2,
+                                                                      int ncols, int lane) {
+    const int col = 4 * lane;
+    if (col >= ncols) return;                              // idle lane (q_1 R_2 < 128)
+    const int k2 = col % R2;
+    float g2r[4][Q2];                                      // G_2 rows k_2..k_2+3
+TT_EMBEDDING_FORWARD_UNROLL
+    for (int kk = 0; kk < 4; kk++) {
+        if constexpr (Q2 == 4) {                           // a row is 16 aligned bytes (slices are R_2 * 4 floats)
+            const float4 t = *reinterpret_cast<const float4*>(g2 + (k2 + kk) * 4);
+            g2r[kk][0] = t.x; g2r[kk][1] = t.y; g2r[kk][2] = t.z; g2r[kk][3] = t.w;
+        } else {
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) g2r[kk][a2] = g2[(k2 + kk) * Q2 + a2];
+        }
+    }
+    float acc[Q0][4];
+TT_EMBEDDING_FORWARD_UNROLL
+    for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int c = 0; c < 4; c++) acc[a0][c] = 0.0f;
+    const float* g1c = g1 + col;
+    const int R1p = tt_embedding_forward_v7_r1_pad(R1);
+    for (int k = 0; k < R1p; k += TT_EMBEDDING_FORWARD_V7_KU) {
+        float4 v[TT_EMBEDDING_FORWARD_V7_KU];              // a batch of G_1 rows in flight
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int u = 0; u < TT_EMBEDDING_FORWARD_V7_KU; u++) {
+            const float4* p = reinterpret_cast<const float4*>(g1c + (int64_t)(k + u) * ncols);
+#ifdef __CUDA_ARCH__
+            if constexpr (G1_GLOBAL) v[u] = (k + u < R1) ? __ldg(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            else v[u] = (k + u < R1) ? *p : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#else
+            v[u] = (k + u < R1) ? *p : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+        }
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int u = 0; u < TT_EMBEDDING_FORWARD_V7_KU; u++) {
+            float w[Q0];                                   // M_0[a_0][k_1] for every a_0
+            if constexpr (Q0 == 4) {
+                const float4 t = *reinterpret_cast<const float4*>(g0t + (k + u) * 4);
+                w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+            } else {
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a0 = 0; a0 < Q0; a0++) w[a0] = g0t[(k + u) * Q0 + a0];
+            }
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++) {
+                acc[a0][0] = fmaf(w[a0], v[u].x, acc[a0][0]);
+                acc[a0][1] = fmaf(w[a0], v[u].y, acc[a0][1]);
+                acc[a0][2] = fmaf(w[a0], v[u].z, acc[a0][2]);
+                acc[a0][3] = fmaf(w[a0], v[u].w, acc[a0][3]);
+            }
+        }
+    }
+TT_EMBEDDING_FORWARD_UNROLL
+    for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int kk = 0; kk < 4; kk++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = fmaf(acc[a0][kk], g2r[kk][a2], part[a0][a2]);
+}
+
+// G_0's slice (Q0 x R_1, row-major) into dst as R_1p x Q0 (transposed), zeros past R_1; lane-strided
+template <int Q0>
+__host__ __device__ __forceinline__ void tt_embedding_forward_v7_stage_g0(float* __restrict__ dst, const float* __restrict__ g0,
+                                                                          int R1, int lane) {
+    const int R1p = tt_embedding_forward_v7_r1_pad(R1);
+    for (int k = lane; k < R1p; k += 32) {
+        float w[Q0];
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int a0 = 0; a0 < Q0; a0++) w[a0] = k < R1 ? g0[a0 * R1 + k] : 0.0f;
+        if constexpr (Q0 == 4) {
+            *reinterpret_cast<float4*>(dst + k * 4) = make_float4(w[0], w[1], w[2], w[3]);
+        } else {
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++) dst[k * Q0 + a0] = w[a0];
+        }
+    }
+}
+
+inline size_t tt_embedding_forward_smem7_bytes(const TtEmbeddingForwardShape& s, int warps) {
+    const int q0 = s.T == 3 ? s.q[0] : 1;
+    return sizeof(float) * (size_t)warps * (2 * (size_t)tt_embedding_forward_v7_r1_pad(s.R[1]) * q0 + s.D_pad);
+}
+
+// Bag per block; warp w takes lookups w, w+W, ... of the bag. Shared memory: per warp two transposed G_0
+// buffers (alternating, so one __syncwarp per lookup suffices) and the warp's D sums of the bag.
+template <int Q0, int Q2>
+__global__ void TT_EMBEDDING_FORWARD_V7_BOUNDS tt_embedding_forward_kernel7(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+                                             const int64_t* __restrict__ offsets,
+                                             const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s) {
+    extern __shared__ float4 tt_embedding_forward_smem7[];
+    float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem7);
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2;
+    const int g0t_floats = tt_embedding_forward_v7_r1_pad(R1) * Q0;
+    float* g0t = smem + warp * 2 * g0t_floats;
+    float* sums = smem + W * 2 * g0t_floats;              // [W][D_pad]
+    const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
+    int parity = 0;
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    for (int64_t bag = blockIdx.x; bag < nbags; bag += gridDim.x) {
+        const int tbl = (int)(bag / s.B);
+        const int64_t end = offsets[bag + 1];
+        float part[Q0][Q2];
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = 0.0f;
+        int64_t n = offsets[bag] + warp;
+        int64_t idx_next = n < end ? indices[n] : 0;                 // one lookup ahead
+        for (; n < end; n += W) {                                    // warp-uniform loop
+            const int64_t idx = idx_next;
+            if (n + W < end) idx_next = indices[n + W];
+            float* buf = g0t + parity * g0t_floats;
+            parity ^= 1;
+            tt_embedding_forward_v7_stage_g0<Q0>(buf, tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0), R1, lane);
+            __syncwarp();
+            tt_embedding_forward_v7_lane<Q0, Q2>(part, buf, tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 1),
+                                                 tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 2), R1, R2, ncols, lane);
+        }
+        // the R_2 / 4 lanes of one a_1 (consecutive, an aligned power of two) hold partials over their k_2
+        for (int off = 1; off < R2 / 4; off *= 2)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
+        if (k2 == 0 && col < ncols)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) sums[warp * s.D_pad + (a0 * q1 + a1) * Q2 + a2] = part[a0][a2];
+        __syncthreads();
+        for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int w = 0; w < W; w++) sum += sums[w * s.D_pad + e];
+            out[bag * s.D + e] = from_float<floatX>(sum);
+        }
+        __syncthreads();                                              // before the next bag's sums
+    }
+}
+
+// ---- version 8: version 7's lanes fed by a ring of asynchronous copies
+
+// Version 7 issues a batch of 8 G_1 rows and waits for it: four L2 round trips per lookup, plus the index and
+// G_0 before them, with 105 registers (4 warps per scheduler) to hide them; ncu on the H200 shows it issuing on
+// 29% of cycles with the L2 at 29% of its throughput. Version 8 moves the waiting out of the lookup: each warp
+// owns a ring of S = 3 stages in shared memory and, while it computes lookup k, the copies of lookups k+1 and
+// k+2 are in flight (cp.async: G_1's slice in 16-byte pieces that skip L1, G_0's slice transposed in 4-byte
+// pieces, G_2's slice), the index of lookup k+3 one step further ahead. The warp's stream of lookups runs
+// across its block's bags (grid-stride over bags, a block keeps its warps' bags in step), so the ring does not
+// drain at a bag's end. The arithmetic is version 7's, from shared memory: the same lane function.
+#ifndef TT_EMBEDDING_FORWARD_V8_STAGES
+#define TT_EMBEDDING_FORWARD_V8_STAGES 3
+#endif
+
+__device__ __forceinline__ void tt_embedding_forward_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void tt_embedding_forward_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// one stage: G_1's slice (R_1 rows of q_1 R_2 floats), G_0's slice transposed and zero-padded (R_1p x 4),
+// G_2's slice (R_2 x 4); every part a multiple of 4 floats, so 16-byte aligned
+__host__ __device__ inline int64_t tt_embedding_forward_v8_stage_floats(const TtEmbeddingForwardShape& s) {
+    const int R1p = tt_embedding_forward_v7_r1_pad(s.R[1]);
+    return (int64_t)s.R[1] * s.q[1] * s.R[2] + (int64_t)R1p * 4 + (int64_t)s.R[2] * 4;
+}
+
+inline size_t tt_embedding_forward_smem8_bytes(const TtEmbeddingForwardShape& s, int warps) {
+    if (s.T != 3) return 0;
+    return sizeof(float) * (size_t)warps * (TT_EMBEDDING_FORWARD_V8_STAGES * (size_t)tt_embedding_forward_v8_stage_floats(s) + s.D_pad);
+}
+
+// a warp's place in its stream of lookups: bags blockIdx.x, + gridDim.x, ...; in each, lookups start + warp, + W, ...
+struct TtEmbeddingForwardV8Cursor {
+    int64_t bag, n, end;
+};
+
+__device__ __forceinline__ void tt_embedding_forward_v8_settle(TtEmbeddingForwardV8Cursor& c, const int64_t* __restrict__ offsets,
+                                                               int64_t nbags, int warp) {
+    while (c.bag < nbags && c.n >= c.end) {                // past this bag's lookups (or an empty bag): the next bag
+        c.bag += gridDim.x;
+        if (c.bag < nbags) {
+            c.n = offsets[c.bag] + warp;
+            c.end = offsets[c.bag + 1];
+        }
+    }
+}
+
+// starts the copies of one lookup into a stage (every lane takes a share; no wait here)
+template <int Q0>
+__device__ __forceinline__ void tt_embedding_forward_v8_fetch(float* stage, const TtEmbeddingForwardCores& cores,
+                                                              const TtEmbeddingForwardShape& s, int tbl, int64_t idx, int lane) {
+    const int R1 = s.R[1], R2 = s.R[2];
+    const int64_t g1_floats = (int64_t)R1 * s.q[1] * R2;
+    const float* g0 = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0);
+    const float* g1 = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 1);
+    const float* g2 = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 2);
+    for (int64_t c = lane; c < g1_floats / 4; c += 32) tt_embedding_forward_async_copy(stage + 4 * c, g1 + 4 * c, true);
+    float* t0 = stage + g1_floats;                          // transposed: element (a_0, k_1) at k_1 * 4 + a_0
+    for (int k = lane; k < R1; k += 32)
+        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * 4 + a0, g0 + a0 * R1 + k, false);
+    float* s2 = t0 + tt_embedding_forward_v7_r1_pad(R1) * 4;
+    for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
+}
+
+template <int Q0, int Q2>
+__global__ void tt_embedding_forward_kernel8(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+                                             const int64_t* __restrict__ offsets,
+                                             const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s) {
+    static_assert(Q0 == 4, "version 8's transposed G_0 rows are float4");
+    constexpr int S = TT_EMBEDDING_FORWARD_V8_STAGES;
+    extern __shared__ float4 tt_embedding_forward_smem8[];
+    float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem8);
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2, R1p = tt_embedding_forward_v7_r1_pad(R1);
+    const int64_t stage_floats = tt_embedding_forward_v8_stage_floats(s), g1_floats = (int64_t)R1 * ncols;
+    float* ring = smem + warp * S * stage_floats;
+    float* sums = smem + W * S * stage_floats;             // [W][D_pad]
+    const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    for (int st = 0; st < S; st++)                          // the transposed G_0's padding rows stay zero
+        for (int e = R1 * 4 + lane; e < R1p * 4; e += 32) ring[st * stage_floats + g1_floats + e] = 0.0f;
+
+    // the producer: `pre` is one lookup ahead of the next fetch, with its index already loaded
+    TtEmbeddingForwardV8Cursor pre = {(int64_t)blockIdx.x, 0, 0};
+    if (pre.bag < nbags) { pre.n = offsets[pre.bag] + warp; pre.end = offsets[pre.bag + 1]; }
+    tt_embedding_forward_v8_settle(pre, offsets, nbags, warp);
+    int64_t idx_pre = pre.bag < nbags ? indices[pre.n] : 0;
+    auto fetch_next = [&](float* stage) {                  // copies of the lookup at `pre` (if any), then advance
+        if (pre.bag < nbags) {
+            tt_embedding_forward_v8_fetch<Q0>(stage, cores, s, (int)(pre.bag / s.B), idx_pre, lane);
+            pre.n += W;
+            tt_embedding_forward_v8_settle(pre, offsets, nbags, warp);
+            if (pre.bag < nbags) idx_pre = indices[pre.n];
+        }
+        tt_embedding_forward_async_commit();               // one group per lookup slot, empty past the stream's end
+    };
+    for (int st = 0; st + 1 < S; st++) fetch_next(ring + st * stage_floats);
+
+    int k = 0;                                             // the warp's lookup counter: stage k % S
+    for (int64_t bag = blockIdx.x; bag < nbags; bag += gridDim.x) {
+        float part[Q0][Q2];
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = 0.0f;
+        const int64_t end = offsets[bag + 1];
+        for (int64_t n = offsets[bag] + warp; n < end; n += W, k++) {   // warp-uniform loop
+            fetch_next(ring + ((k + S - 1) % S) * stage_floats);        // the stage read at k - 1 (synced below)
+            tt_embedding_forward_async_wait_group<S - 1>();              // this lane's copies of lookup k landed
+            __syncwarp();                                                // ... and every lane's
+            const float* stage = ring + (k % S) * stage_floats;
+            const float* t0 = stage + g1_floats;
+            tt_embedding_forward_v7_lane<Q0, Q2, false>(part, t0, stage, t0 + R1p * 4, R1, R2, ncols, lane);
+            __syncwarp();                                                // stage k % S is free for lookup k + S
+        }
+        for (int off = 1; off < R2 / 4; off *= 2)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
+        if (k2 == 0 && col < ncols)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) sums[warp * s.D_pad + (a0 * q1 + a1) * Q2 + a2] = part[a0][a2];
+        __syncthreads();
+        for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int w = 0; w < W; w++) sum += sums[w * s.D_pad + e];
+            out[bag * s.D + e] = from_float<floatX>(sum);
+        }
+        __syncthreads();
+    }
+    tt_embedding_forward_async_wait_group<0>();             // nothing may be in flight at exit (empty groups only)
+}
+
+// ---- version 9: grouped by core 1 without a sort: each block finds its key's lookups itself
+
+// Versions 3, 7 and 8 are three different ways to stream each lookup's own 16 KB slice of G_1 from L2, and
+// all three land at 44-53 us at the default (174 MB at 3.3-4 TB/s): the L2 -> SM path is the limit, so the
+// slice must be shared between lookups. Versions 4-6 grouped by sorting first and paid for it in launches
+// (CUB: 6 launches) or in a one-block planner (version 6: 44 us of its 88). Version 9 does no planning: block
+// (key, segment) owns one value (table, i_1) of core 1 and one contiguous segment of that table's lookups; it
+// reads every index of its segment, keeps the lookups whose i_1 matches (a shared-memory list), and computes
+// them against ONE copy of G_1's slice in shared memory. The redundant index reads cost
+// (keys) x (lookups) x 8 bytes of L2 traffic in total: 220 x 10,240 x 8 = 18 MB at the default, against the
+// 164 MB of G_1 slices it saves. Equal indices in a block's list (Zipf's hot rows) are computed once and
+// copied. Each lookup runs version 7's lane function (G_1 from shared memory, G_0 transposed and G_2 staged
+// per warp with cp.async, the next lookup's staged while this one computes), its partials reduced across the
+// lanes of each a_1, and its row written to a per-lookup buffer; version 4's pooling kernel sums every bag in
+// lookup order. No float atomics: deterministic (integer atomics only order the list, and a row does not
+// depend on where it is computed). Two launches.
+#define TT_EMBEDDING_FORWARD_V9_UNROLL 4      // indices each thread loads per pass of the scan
+#define TT_EMBEDDING_FORWARD_V9_TARGET 32     // lookups per block the host aims at when it picks segments
+
+// Digits without a 64-bit division (version 9 reads every index of its segment, so the division mattered:
+// with int64 '/' and '%' the scan was half of the kernel's 18.4M instructions in ncu). For x < 2^32 and a
+// divisor d <= 2^32, q = mulhi64(x, floor(2^64 / d) + 1) is exactly floor(x / d): the multiplier's excess adds
+// less than 2^-32 <= 1/d to x / d, whose fractional part is at most 1 - 1/d. Used when prod p < 2^32.
+struct TtEmbeddingForwardFastDigits {
+    uint64_t m_stride[3], m_p[3];
+    uint32_t stride[3], p[3];
+};
+
+inline uint64_t tt_embedding_forward_fast_magic(uint64_t d) { return d == 1 ? 0 : ~0ull / d + 1; }  // d == 1: special-cased below
+
+inline bool tt_embedding_forward_make_fast_digits(const TtEmbeddingForwardShape& s, TtEmbeddingForwardFastDigits& f) {
+    if (s.T != 3 || s.prod_p >= (1ll << 32)) return false;             // so every stride and index < 2^32
+    for (int t = 0; t < 3; t++) {
+        f.stride[t] = (uint32_t)s.stride[t];
+        f.p[t] = (uint32_t)s.p[t];
+        f.m_stride[t] = tt_embedding_forward_fast_magic(f.stride[t]);
+        f.m_p[t] = tt_embedding_forward_fast_magic(f.p[t]);
+    }
+    return true;
+}
+
+// (x / stride[t]) % p[t] for x < 2^32 (host-callable: the CPU test checks it against '/' and '%')
+__host__ __device__ __forceinline__ uint32_t tt_embedding_forward_fast_digit(const TtEmbeddingForwardFastDigits& f, uint64_t x, int t) {
+#ifdef __CUDA_ARCH__
+    const uint64_t q = f.stride[t] == 1 ? x : __umul64hi(x, f.m_stride[t]);
+    const uint64_t r = f.p[t] == 1 ? 0 : q - f.p[t] * __umul64hi(q, f.m_p[t]);
+#else
+    const uint64_t q = f.stride[t] == 1 ? x : (uint64_t)(((unsigned __int128)x * f.m_stride[t]) >> 64);
+    const uint64_t r = f.p[t] == 1 ? 0 : q - f.p[t] * (uint64_t)(((unsigned __int128)q * f.m_p[t]) >> 64);
+#endif
+    return (uint32_t)r;
+}
+
+__device__ __forceinline__ const float* tt_embedding_forward_v9_slice(const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                                                                      const TtEmbeddingForwardFastDigits& f, bool fast,
+                                                                      int tbl, int64_t idx, int t) {
+    const int64_t digit = fast ? (int64_t)tt_embedding_forward_fast_digit(f, (uint64_t)idx, t) : tt_embedding_forward_digit(idx, s.stride[t], s.p[t]);
+    return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
+}
+
+// per-block list capacity: two passes of the scan (a pass starts only while one more pass fits)
+__host__ __device__ inline int tt_embedding_forward_v9_cap(int threads) { return 2 * TT_EMBEDDING_FORWARD_V9_UNROLL * threads; }
+
+// segments per key: about TARGET lookups per block at uniform indices
+inline int tt_embedding_forward_v9_segments(const TtEmbeddingForwardShape& s) {
+    const int64_t per_table = s.tables > 0 ? s.nnz / s.tables : 0;
+    const int64_t segs = (per_table + (int64_t)s.p[1] * TT_EMBEDDING_FORWARD_V9_TARGET - 1) / ((int64_t)s.p[1] * TT_EMBEDDING_FORWARD_V9_TARGET);
+    return (int)std::min<int64_t>(std::max<int64_t>(segs, 1), 1024);
+}
+
+// shared memory: G_1's slice, two staging buffers per warp (G_0 transposed + G_2), the list
+// (index int64, position, first equal entry, unique entries) and two counters
+inline size_t tt_embedding_forward_smem9_bytes(const TtEmbeddingForwardShape& s, int warps) {
+    if (s.T != 3) return 0;
+    const int R1p = tt_embedding_forward_v7_r1_pad(s.R[1]);
+    const size_t cap = (size_t)tt_embedding_forward_v9_cap(32 * warps);
+    return sizeof(float) * ((size_t)s.R[1] * s.q[1] * s.R[2] + (size_t)warps * 2 * (R1p * 4 + s.R[2] * 4)) +
+           cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + 4 * sizeof(int);
+}
+
+// the staged part of one lookup (G_0 transposed into t0, G_2 into t0 + R_1p * 4), by one warp
+template <int Q0>
+__device__ __forceinline__ void tt_embedding_forward_v9_fetch(float* t0, const TtEmbeddingForwardCores& cores,
+                                                              const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& f,
+                                                              bool fast, int tbl, int64_t idx, int lane) {
+    const int R1 = s.R[1], R2 = s.R[2];
+    const float* g0 = tt_embedding_forward_v9_slice(cores, s, f, fast, tbl, idx, 0);
+    const float* g2 = tt_embedding_forward_v9_slice(cores, s, f, fast, tbl, idx, 2);
+    for (int k = lane; k < R1; k += 32)
+        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * 4 + a0, g0 + a0 * R1 + k, false);
+    float* s2 = t0 + tt_embedding_forward_v7_r1_pad(R1) * 4;
+    for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
+    tt_embedding_forward_async_commit();
+}
+
+template <int Q0, int Q2>
+__global__ void tt_embedding_forward_kernel9(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+                                             const int64_t* __restrict__ offsets,
+                                             const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s, int segments,
+                                             const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
+    static_assert(Q0 == 4, "version 9's transposed G_0 rows are float4");
+    extern __shared__ float4 tt_embedding_forward_smem9[];
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2, R1p = tt_embedding_forward_v7_r1_pad(R1);
+    const int cap = tt_embedding_forward_v9_cap(blockDim.x);
+    const int stage_floats = R1p * 4 + R2 * 4;
+    float* g1s = reinterpret_cast<float*>(tt_embedding_forward_smem9);
+    float* stages = g1s + R1 * ncols;                       // [W][2][stage_floats]
+    int64_t* list_idx = reinterpret_cast<int64_t*>(stages + W * 2 * stage_floats);
+    int64_t* list_pos = list_idx + cap;
+    int* first = reinterpret_cast<int*>(list_pos + cap);
+    int* uniq = first + cap;
+    int* counters = uniq + cap;                             // [0] list length, [1] unique entries
+
+    const int key = blockIdx.x / segments, seg = blockIdx.x % segments;
+    const int tbl = key / s.p[1], i1 = key % s.p[1];
+    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
+    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
+    if (seg_lo >= seg_hi) return;                           // block-uniform
+    for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
+        for (int e = R1 * 4 + threadIdx.x; e < R1p * 4; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
+    bool g1_loaded = false;
+    const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
+    const int64_t stride1 = s.stride[1];
+    const int p1 = s.p[1];
+
+    int64_t cursor = seg_lo;
+    while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
+        if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
+        __syncthreads();
+        // scan: passes of blockDim * UNROLL indices while one more pass fits the list
+        for (;;) {
+            int64_t idx[TT_EMBEDDING_FORWARD_V9_UNROLL];
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
+                const int64_t p = cursor + (int64_t)u * blockDim.x + threadIdx.x;
+                idx[u] = p < seg_hi ? indices[p] : -1;
+            }
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
+                const int64_t d = fast ? (int64_t)tt_embedding_forward_fast_digit(fd, (uint64_t)idx[u], 1)
+                                       : (int64_t)tt_embedding_forward_digit(idx[u], stride1, p1);
+                if (idx[u] >= 0 && d == i1) {
+                    const int slot = atomicAdd(&counters[0], 1);
+                    list_idx[slot] = idx[u];
+                    list_pos[slot] = cursor + (int64_t)u * blockDim.x + threadIdx.x;
+                }
+            }
+            cursor += (int64_t)TT_EMBEDDING_FORWARD_V9_UNROLL * blockDim.x;
+            __syncthreads();
+            const int count = counters[0];
+            __syncthreads();                                // read by all before the next pass adds to it
+            if (cursor >= seg_hi || count + TT_EMBEDDING_FORWARD_V9_UNROLL * (int)blockDim.x > cap) break;
+        }
+        const int m = counters[0];
+        if (m == 0) continue;                               // block-uniform
+        if (!g1_loaded) {                                   // G_1's slice, once, only for a block with work
+            const float* g1 = cores.c[1] + ((int64_t)tbl * p1 + i1) * s.slice[1];
+            for (int c = threadIdx.x; c < R1 * ncols / 4; c += blockDim.x) tt_embedding_forward_async_copy(g1s + 4 * c, g1 + 4 * c, true);
+            tt_embedding_forward_async_commit();
+            g1_loaded = true;
+        }
+        // equal indices: the first entry computes, the others copy its row
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            const int64_t v = list_idx[i];
+            int f = i;
+            for (int j = 0; j < i; j++)
+                if (list_idx[j] == v) { f = j; break; }
+            first[i] = f;
+            if (f == i) uniq[atomicAdd(&counters[1], 1)] = i;
+        }
+        tt_embedding_forward_async_wait_group<0>();          // G_1 (this thread's pieces)
+        __syncthreads();
+        const int nu = counters[1];
+        // warp w computes unique entries w, w+W, ...; the next one's G_0/G_2 are staged while this one runs
+        float* my_stages = stages + warp * 2 * stage_floats;
+        int buf = 0;
+        if (warp < nu) tt_embedding_forward_v9_fetch<Q0>(my_stages, cores, s, fd, fast, tbl, list_idx[uniq[warp]], lane);
+        for (int u = warp; u < nu; u += W) {                // warp-uniform
+            if (u + W < nu) {
+                tt_embedding_forward_v9_fetch<Q0>(my_stages + (buf ^ 1) * stage_floats, cores, s, fd, fast, tbl, list_idx[uniq[u + W]], lane);
+                tt_embedding_forward_async_wait_group<1>();
+            } else {
+                tt_embedding_forward_async_wait_group<0>();
+            }
+            __syncwarp();
+            const float* t0 = my_stages + buf * stage_floats;
+            float part[Q0][Q2];
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = 0.0f;
+            tt_embedding_forward_v7_lane<Q0, Q2, false>(part, t0, g1s, t0 + R1p * 4, R1, R2, ncols, lane);
+            for (int off = 1; off < R2 / 4; off *= 2)
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+                    for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
+            if (k2 == 0 && col < ncols) {
+                float* row = rowbuf + (int64_t)list_pos[uniq[u]] * s.D;
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a0 = 0; a0 < Q0; a0++)
+                    *reinterpret_cast<float4*>(row + (a0 * q1 + a1) * 4) = make_float4(part[a0][0], part[a0][1], part[a0][2], part[a0][3]);
+            }
+            __syncwarp();                                   // the stage is refilled two lookups on
+            buf ^= 1;
+        }
+        __syncthreads();                                    // the block's rows are written (visible to the block)
+        for (int i = warp; i < m; i += W) {                 // copies for equal indices
+            const int f = first[i];
+            if (f == i) continue;
+            const float* src = rowbuf + (int64_t)list_pos[f] * s.D;
+            float* dst = rowbuf + (int64_t)list_pos[i] * s.D;
+            for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
+        }
+        __syncthreads();                                    // before the list is reused
+    }
+}
+
+// the shapes version 7 is written and compiled for; "" when it runs
+inline std::string tt_embedding_forward_v7_reason(const TtEmbeddingForwardShape& s) {
+    char buf[256];
+    if (s.T != 3) {
+        snprintf(buf, sizeof buf, "version 7 is written for three cores (T = %d)", s.T);
+        return buf;
+    }
+    if (s.q[0] != 4 || s.q[2] != 4) {
+        snprintf(buf, sizeof buf, "version 7 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others",
+                 s.q[0], s.q[1], s.q[2]);
+        return buf;
+    }
+    const int R2 = s.R[2];
+    if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_V7_COLS) {
+        snprintf(buf, sizeof buf, "version 7 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)",
+                 TT_EMBEDDING_FORWARD_V7_COLS, R2, s.q[1]);
+        return buf;
+    }
+    return "";
+}
+
 // ----------------------------------------------------------------------------------------------
 // workspace (allocated once, outside timing) and launchers
 
@@ -1788,6 +2348,7 @@ struct TtEmbeddingForwardWorkspace {
     int4* items6 = nullptr;                // [nnz] >= max_items for any block size
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};   // per version, from cudaFuncGetAttributes
+    int num_sms = 1;
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -1808,6 +2369,16 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel6, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
     cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel6));
     ws.max_threads[6] = attr.maxThreadsPerBlock;
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel7<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel7<4, 4>));
+    ws.max_threads[7] = attr.maxThreadsPerBlock;
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel8<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel8<4, 4>));
+    ws.max_threads[8] = attr.maxThreadsPerBlock;
+    ws.num_sms = prop.multiProcessorCount;
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel9<4, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel9<4, 4>));
+    ws.max_threads[9] = attr.maxThreadsPerBlock;
     cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel6_plan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
     cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel6_plan));
     if (attr.maxThreadsPerBlock < TT_EMBEDDING_FORWARD_V6_PLAN_THREADS) {   // __launch_bounds__ makes it fit
@@ -1980,6 +2551,41 @@ void tt_embedding_forward6(floatX* out, const int64_t* indices, const int64_t* o
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
+// Version 7: one kernel, a bag per block (its shape checked by tt_embedding_forward_v7_reason)
+void tt_embedding_forward7(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
+    tt_embedding_forward_kernel7<4, 4><<<grid, block_size, tt_embedding_forward_smem7_bytes(s, block_size / 32)>>>(
+        out, indices, offsets, cores, s);
+}
+
+// Version 8: as many blocks as fit on the device at once (each warp's ring runs through several bags)
+void tt_embedding_forward8(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    const size_t smem = tt_embedding_forward_smem8_bytes(s, block_size / 32);
+    const int per_sm = std::max<int>(1, (int)std::min<size_t>(ws.max_smem / smem, 2048 / block_size));
+    const unsigned grid = (unsigned)std::min<int64_t>(nbags, (int64_t)per_sm * ws.num_sms);
+    tt_embedding_forward_kernel8<4, 4><<<std::max(grid, 1u), block_size, smem>>>(out, indices, offsets, cores, s);
+}
+
+// Version 9: a block per (key of core 1, segment of the table's lookups), then version 4's pooling
+void tt_embedding_forward9(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                           const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    if (s.nnz > 0) {
+        const int segments = tt_embedding_forward_v9_segments(s);
+        const int64_t grid = (int64_t)s.tables * s.p[1] * segments;
+        TtEmbeddingForwardFastDigits fd = {};
+        const bool fast = tt_embedding_forward_make_fast_digits(s, fd);
+        tt_embedding_forward_kernel9<4, 4><<<(unsigned)grid, block_size, tt_embedding_forward_smem9_bytes(s, block_size / 32)>>>(
+            ws.rowbuf, indices, offsets, cores, s, segments, fd, fast);
+    }
+    const int64_t n = nbags * s.D;
+    tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+}
+
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                           TtEmbeddingForwardWorkspace& ws, int block_size) {
@@ -1990,6 +2596,9 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 4: tt_embedding_forward4(out, indices, offsets, cores, s, ws, block_size); break;
         case 5: tt_embedding_forward5(out, indices, offsets, cores, s, ws, block_size); break;
         case 6: tt_embedding_forward6(out, indices, offsets, cores, s, ws, block_size); break;
+        case 7: tt_embedding_forward7(out, indices, offsets, cores, s, block_size); break;
+        case 8: tt_embedding_forward8(out, indices, offsets, cores, s, ws, block_size); break;
+        case 9: tt_embedding_forward9(out, indices, offsets, cores, s, ws, block_size); break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -2053,6 +2662,24 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
             return buf;
         }
     }
+    if (kernel_num >= 7 && kernel_num <= 9) {
+        std::string why = tt_embedding_forward_v7_reason(s);
+        if (!why.empty()) return (kernel_num > 7 ? "as version 7: " : "") + why;
+        if (kernel_num == 9) {
+            const double reads = (double)s.p[1] * (double)s.nnz;          // every block reads its segment's indices
+            if ((double)s.tables * s.p[1] * tt_embedding_forward_v9_segments(s) > (double)INT32_MAX || reads > 1e10) {
+                snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
+                return buf;
+            }
+        }
+        const size_t bytes = kernel_num == 7 ? tt_embedding_forward_smem7_bytes(s, 1)
+                             : kernel_num == 8 ? tt_embedding_forward_smem8_bytes(s, 1) : tt_embedding_forward_smem9_bytes(s, 1);
+        if (bytes > ws.max_smem) {
+            snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                     bytes, ws.max_smem);
+            return buf;
+        }
+    }
     return "";
 }
 
@@ -2068,7 +2695,10 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
         const size_t bytes = kernel_num == 3   ? tt_embedding_forward_smem3_bytes(s, b / 32)
                              : kernel_num == 4 ? tt_embedding_forward_smem4_bytes(s, ws.group, b / 32)
                              : kernel_num == 5 ? tt_embedding_forward_smem5_bytes(s, ws.group5, ws.tc, b / 32)
-                                               : tt_embedding_forward_smem6_bytes(s, ws.plan6, b / 32);
+                             : kernel_num == 6 ? tt_embedding_forward_smem6_bytes(s, ws.plan6, b / 32)
+                             : kernel_num == 7 ? tt_embedding_forward_smem7_bytes(s, b / 32)
+                             : kernel_num == 8 ? tt_embedding_forward_smem8_bytes(s, b / 32)
+                                               : tt_embedding_forward_smem9_bytes(s, b / 32);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
     return out;
@@ -2197,25 +2827,25 @@ int main(int argc, char** argv) {
     r.launch = [&](int k, int block) {
         tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, fitted[k] ? fitted[k] : block);
     };
-    // version 6 claims bitwise the same output at every block size (rows do not depend on where they are
-    // computed, bags are summed in lookup order): the first block's output is kept and the others compared
-    std::vector<floatX> v6_first;
-    int v6_first_block = 0;
+    // versions 6 and 9 claim bitwise the same output at every block size (rows do not depend on where they
+    // are computed, bags are summed in lookup order): the first block's output is kept and the others compared
+    std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
+    int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
     r.check = [&](int k, int block) {
         const bool tf32 = k == 5;
         bool ok = validate_device(tf32 ? "out (TF32)" : "out", d_out, ref.data(), (size_t)nbags * s.D,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_ATOL, TT_EMBEDDING_FORWARD_ATOL) : TT_EMBEDDING_FORWARD_ATOL,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_RTOL, TT_EMBEDDING_FORWARD_RTOL) : TT_EMBEDDING_FORWARD_RTOL);
-        if (k == 6) {
+        if (k == 6 || k == 9) {
             std::vector<floatX> got = device_download(d_out, (size_t)nbags * s.D);
-            if (v6_first.empty()) {
-                v6_first = got;
-                v6_first_block = block;
+            if (first_out[k].empty()) {
+                first_out[k] = got;
+                first_block[k] = block;
             } else {
                 size_t diff = 0;
-                for (size_t i = 0; i < got.size(); i++) diff += memcmp(&got[i], &v6_first[i], sizeof(floatX)) != 0;
-                printf("version 6, block %d: %s block %d's output (%zu of %zu values differ)\n", block,
-                       diff ? "NOT bitwise equal to" : "bitwise equal to", v6_first_block, diff, got.size());
+                for (size_t i = 0; i < got.size(); i++) diff += memcmp(&got[i], &first_out[k][i], sizeof(floatX)) != 0;
+                printf("version %d, block %d: %s block %d's output (%zu of %zu values differ)\n", k, block,
+                       diff ? "NOT bitwise equal to" : "bitwise equal to", first_block[k], diff, got.size());
                 ok = ok && diff == 0;
             }
         }
