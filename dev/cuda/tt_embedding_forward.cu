@@ -1769,14 +1769,7 @@ __global__ void tt_embedding_forward_kernel6(float* __restrict__ rowbuf, const i
 // float4 loads and 640 FFMA at the default (version 3: ~1,900 instructions), and never stages G_1.
 // Lanes whose columns fall past q_1 R_2 (< 128) sit idle; q_1 R_2 > 128 is not handled (skipped).
 #define TT_EMBEDDING_FORWARD_V7_COLS 128
-#ifndef TT_EMBEDDING_FORWARD_V7_KU
 #define TT_EMBEDDING_FORWARD_V7_KU 8          // G_1 rows loaded per batch (unrolled)
-#endif
-#ifdef TT_EMBEDDING_FORWARD_V7_MINB         // experiment: cap the registers for MINB blocks of 128 per SM
-#define TT_EMBEDDING_FORWARD_V7_BOUNDS __launch_bounds__(128, TT_EMBEDDING_FORWARD_V7_MINB)
-#else
-#define TT_EMBEDDING_FORWARD_V7_BOUNDS
-#endif
 
 // R_1 rounded up to whole batches: the transposed G_0 buffer is zero-padded to it
 __host__ __device__ inline int tt_embedding_forward_v7_r1_pad(int R1) {
@@ -1871,6 +1864,37 @@ TT_EMBEDDING_FORWARD_UNROLL
     }
 }
 
+// the partials of the R_2 / 4 lanes of each a_1 (consecutive lanes, an aligned power of two) summed into every
+// one of them (xor shuffles; every lane of the warp calls it)
+template <int Q0, int Q2>
+__device__ __forceinline__ void tt_embedding_forward_v7_reduce(float (&part)[Q0][Q2], int R2) {
+    for (int off = 1; off < R2 / 4; off *= 2)
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(0xffffffffu, part[a0][a2], off);
+}
+
+// A bag's pooled row from its block: one lane per a_1 (`writer`) puts the warp's sums into sums[warp], then
+// the W rows are added in warp order and the bag written once. Every thread calls it; two barriers.
+template <int Q0, int Q2>
+__device__ __forceinline__ void tt_embedding_forward_v7_write_bag(floatX* __restrict__ out, int64_t bag, float* sums,
+                                                                  const float (&part)[Q0][Q2], const TtEmbeddingForwardShape& s,
+                                                                  int warp, int W, int a1, bool writer) {
+    if (writer)
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int a0 = 0; a0 < Q0; a0++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < Q2; a2++) sums[warp * s.D_pad + (a0 * s.q[1] + a1) * Q2 + a2] = part[a0][a2];
+    __syncthreads();
+    for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < W; w++) sum += sums[w * s.D_pad + e];
+        out[bag * s.D + e] = from_float<floatX>(sum);
+    }
+    __syncthreads();                                        // before the next bag's sums
+}
+
 inline size_t tt_embedding_forward_smem7_bytes(const TtEmbeddingForwardShape& s, int warps) {
     const int q0 = s.T == 3 ? s.q[0] : 1;
     return sizeof(float) * (size_t)warps * (2 * (size_t)tt_embedding_forward_v7_r1_pad(s.R[1]) * q0 + s.D_pad);
@@ -1879,13 +1903,12 @@ inline size_t tt_embedding_forward_smem7_bytes(const TtEmbeddingForwardShape& s,
 // Bag per block; warp w takes lookups w, w+W, ... of the bag. Shared memory: per warp two transposed G_0
 // buffers (alternating, so one __syncwarp per lookup suffices) and the warp's D sums of the bag.
 template <int Q0, int Q2>
-__global__ void TT_EMBEDDING_FORWARD_V7_BOUNDS tt_embedding_forward_kernel7(floatX* __restrict__ out, const int64_t* __restrict__ indices,
+__global__ void tt_embedding_forward_kernel7(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets,
                                              const __grid_constant__ TtEmbeddingForwardCores cores,
                                              const __grid_constant__ TtEmbeddingForwardShape s) {
     extern __shared__ float4 tt_embedding_forward_smem7[];
     float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem7);
-    const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2;
     const int g0t_floats = tt_embedding_forward_v7_r1_pad(R1) * Q0;
@@ -1914,24 +1937,8 @@ TT_EMBEDDING_FORWARD_UNROLL
             tt_embedding_forward_v7_lane<Q0, Q2>(part, buf, tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 1),
                                                  tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 2), R1, R2, ncols, lane);
         }
-        // the R_2 / 4 lanes of one a_1 (consecutive, an aligned power of two) hold partials over their k_2
-        for (int off = 1; off < R2 / 4; off *= 2)
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-                for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
-        if (k2 == 0 && col < ncols)
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-                for (int a2 = 0; a2 < Q2; a2++) sums[warp * s.D_pad + (a0 * q1 + a1) * Q2 + a2] = part[a0][a2];
-        __syncthreads();
-        for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
-            float sum = 0.0f;
-            for (int w = 0; w < W; w++) sum += sums[w * s.D_pad + e];
-            out[bag * s.D + e] = from_float<floatX>(sum);
-        }
-        __syncthreads();                                              // before the next bag's sums
+        tt_embedding_forward_v7_reduce<Q0, Q2>(part, R2);
+        tt_embedding_forward_v7_write_bag<Q0, Q2>(out, bag, sums, part, s, warp, W, a1, k2 == 0 && col < ncols);
     }
 }
 
@@ -1940,13 +1947,14 @@ TT_EMBEDDING_FORWARD_UNROLL
 // Version 7 issues a batch of 8 G_1 rows and waits for it: four L2 round trips per lookup, plus the index and
 // G_0 before them, with 105 registers (4 warps per scheduler) to hide them; ncu on the H200 shows it issuing on
 // 29% of cycles with the L2 at 29% of its throughput. Version 8 moves the waiting out of the lookup: each warp
-// owns a ring of S = 3 stages in shared memory and, while it computes lookup k, the copies of lookups k+1 and
-// k+2 are in flight (cp.async: G_1's slice in 16-byte pieces that skip L1, G_0's slice transposed in 4-byte
-// pieces, G_2's slice), the index of lookup k+3 one step further ahead. The warp's stream of lookups runs
+// owns a ring of S stages in shared memory and, while it computes lookup k, the copies of lookups k+1 ..
+// k+S-1 are in flight (cp.async: G_1's slice in 16-byte pieces that skip L1, G_0's slice transposed in 4-byte
+// pieces, G_2's slice), the index of lookup k+S one step further ahead. The warp's stream of lookups runs
 // across its block's bags (grid-stride over bags, a block keeps its warps' bags in step), so the ring does not
-// drain at a bag's end. The arithmetic is version 7's, from shared memory: the same lane function.
-#ifndef TT_EMBEDDING_FORWARD_V8_STAGES
-#define TT_EMBEDDING_FORWARD_V8_STAGES 3
+// drain at a bag's end. The arithmetic is version 7's, from shared memory: the same lane function. S = 2
+// (17 KB per stage at the default; S = 3 and 4 measured no faster at B = 512 and slower at B = 4096).
+#ifndef TT_EMBEDDING_FORWARD_V8_STAGES       // scripts/tt_forward_sweep.sh builds 2 and 4 beside the default
+#define TT_EMBEDDING_FORWARD_V8_STAGES 2
 #endif
 
 __device__ __forceinline__ void tt_embedding_forward_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -2007,7 +2015,6 @@ __global__ void tt_embedding_forward_kernel8(floatX* __restrict__ out, const int
     constexpr int S = TT_EMBEDDING_FORWARD_V8_STAGES;
     extern __shared__ float4 tt_embedding_forward_smem8[];
     float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem8);
-    const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2, R1p = tt_embedding_forward_v7_r1_pad(R1);
     const int64_t stage_floats = tt_embedding_forward_v8_stage_floats(s), g1_floats = (int64_t)R1 * ncols;
@@ -2051,23 +2058,8 @@ TT_EMBEDDING_FORWARD_UNROLL
             tt_embedding_forward_v7_lane<Q0, Q2, false>(part, t0, stage, t0 + R1p * 4, R1, R2, ncols, lane);
             __syncwarp();                                                // stage k % S is free for lookup k + S
         }
-        for (int off = 1; off < R2 / 4; off *= 2)
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-                for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
-        if (k2 == 0 && col < ncols)
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-                for (int a2 = 0; a2 < Q2; a2++) sums[warp * s.D_pad + (a0 * q1 + a1) * Q2 + a2] = part[a0][a2];
-        __syncthreads();
-        for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
-            float sum = 0.0f;
-            for (int w = 0; w < W; w++) sum += sums[w * s.D_pad + e];
-            out[bag * s.D + e] = from_float<floatX>(sum);
-        }
-        __syncthreads();
+        tt_embedding_forward_v7_reduce<Q0, Q2>(part, R2);
+        tt_embedding_forward_v7_write_bag<Q0, Q2>(out, bag, sums, part, s, warp, W, a1, k2 == 0 && col < ncols);
     }
     tt_embedding_forward_async_wait_group<0>();             // nothing may be in flight at exit (empty groups only)
 }
@@ -2087,9 +2079,13 @@ TT_EMBEDDING_FORWARD_UNROLL
 // per warp with cp.async, the next lookup's staged while this one computes), its partials reduced across the
 // lanes of each a_1, and its row written to a per-lookup buffer; version 4's pooling kernel sums every bag in
 // lookup order. No float atomics: deterministic (integer atomics only order the list, and a row does not
-// depend on where it is computed). Two launches.
+// depend on where it is computed). Two launches. Items (key, segment) are handed to persistent blocks by a
+// global counter (the last block out resets it), so a Poisson-heavy key does not set the kernel's tail; the
+// host sizes segments for about TARGET = 16 lookups per item.
 #define TT_EMBEDDING_FORWARD_V9_UNROLL 4      // indices each thread loads per pass of the scan
-#define TT_EMBEDDING_FORWARD_V9_TARGET 32     // lookups per block the host aims at when it picks segments
+#ifndef TT_EMBEDDING_FORWARD_V9_TARGET       // scripts/tt_forward_sweep.sh builds 8 and 32 beside the default
+#define TT_EMBEDDING_FORWARD_V9_TARGET 16     // lookups per item (key, segment) the host aims at
+#endif
 
 // Digits without a 64-bit division (version 9 reads every index of its segment, so the division mattered:
 // with int64 '/' and '%' the scan was half of the kernel's 18.4M instructions in ncu). For x < 2^32 and a
@@ -2172,10 +2168,10 @@ __global__ void tt_embedding_forward_kernel9(float* __restrict__ rowbuf, const i
                                              const int64_t* __restrict__ offsets,
                                              const __grid_constant__ TtEmbeddingForwardCores cores,
                                              const __grid_constant__ TtEmbeddingForwardShape s, int segments,
-                                             const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
+                                             const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
+                                             int* __restrict__ work) {
     static_assert(Q0 == 4, "version 9's transposed G_0 rows are float4");
     extern __shared__ float4 tt_embedding_forward_smem9[];
-    const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], ncols = q1 * R2, R1p = tt_embedding_forward_v7_r1_pad(R1);
     const int cap = tt_embedding_forward_v9_cap(blockDim.x);
@@ -2186,20 +2182,25 @@ __global__ void tt_embedding_forward_kernel9(float* __restrict__ rowbuf, const i
     int64_t* list_pos = list_idx + cap;
     int* first = reinterpret_cast<int*>(list_pos + cap);
     int* uniq = first + cap;
-    int* counters = uniq + cap;                             // [0] list length, [1] unique entries
+    int* counters = uniq + cap;                             // [0] list length, [1] unique entries, [2] item
 
-    const int key = blockIdx.x / segments, seg = blockIdx.x % segments;
-    const int tbl = key / s.p[1], i1 = key % s.p[1];
-    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
-    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
-    if (seg_lo >= seg_hi) return;                           // block-uniform
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * 4 + threadIdx.x; e < R1p * 4; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
-    bool g1_loaded = false;
     const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
     const int64_t stride1 = s.stride[1];
     const int p1 = s.p[1];
-
+    const int n_items = s.tables * p1 * segments;
+  for (;;) {                                                // items (key, segment) from a global counter
+    if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
+    __syncthreads();
+    const int item = counters[2];
+    __syncthreads();                                        // read by all before thread 0 takes the next
+    if (item >= n_items) break;
+    const int key = item / segments, seg = item % segments;
+    const int tbl = key / p1, i1 = key % p1;
+    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
+    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
+    bool g1_loaded = false;
     int64_t cursor = seg_lo;
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
         if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
@@ -2267,11 +2268,7 @@ TT_EMBEDDING_FORWARD_UNROLL
 TT_EMBEDDING_FORWARD_UNROLL
                 for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = 0.0f;
             tt_embedding_forward_v7_lane<Q0, Q2, false>(part, t0, g1s, t0 + R1p * 4, R1, R2, ncols, lane);
-            for (int off = 1; off < R2 / 4; off *= 2)
-TT_EMBEDDING_FORWARD_UNROLL
-                for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-                    for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] += __shfl_xor_sync(full, part[a0][a2], off);
+            tt_embedding_forward_v7_reduce<Q0, Q2>(part, R2);
             if (k2 == 0 && col < ncols) {
                 float* row = rowbuf + (int64_t)list_pos[uniq[u]] * s.D;
 TT_EMBEDDING_FORWARD_UNROLL
@@ -2290,6 +2287,16 @@ TT_EMBEDDING_FORWARD_UNROLL
             for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
         }
         __syncthreads();                                    // before the list is reused
+    }
+  }
+    // the last block out resets the two counters for the next call (every block took its last item before)
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&work[1], 1) == (int)gridDim.x - 1) {
+            work[0] = 0;
+            work[1] = 0;
+            __threadfence();
+        }
     }
 }
 
@@ -2349,6 +2356,8 @@ struct TtEmbeddingForwardWorkspace {
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};   // per version, from cudaFuncGetAttributes
     int num_sms = 1;
+    int* work9 = nullptr;                  // version 9's item counter and finished-block counter (zero between calls)
+    int per_sm9[33] = {};                  // version 9's resident blocks per SM, by warps per block
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -2421,6 +2430,13 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.perm6 = device_alloc<int>(nnz);
     ws.sidx6 = device_alloc<int64_t>(nnz);
     ws.items6 = device_alloc<int4>(nnz);
+    ws.work9 = device_alloc<int>(2);
+    cudaCheck(cudaMemset(ws.work9, 0, 2 * sizeof(int)));
+    for (int w = 1; w <= 32 && s.T == 3; w++) {
+        const size_t smem = tt_embedding_forward_smem9_bytes(s, w);
+        if (32 * w > ws.max_threads[9] || smem > ws.max_smem) break;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.per_sm9[w], tt_embedding_forward_kernel9<4, 4>, 32 * w, smem));
+    }
 }
 
 void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
@@ -2436,6 +2452,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(ws.rowbuf));
     cudaCheck(cudaFree(ws.keys6)); cudaCheck(cudaFree(ws.perm6));
     cudaCheck(cudaFree(ws.sidx6)); cudaCheck(cudaFree(ws.items6));
+    cudaCheck(cudaFree(ws.work9));
 }
 
 // NaN into every intermediate a version reads back, so a row or buffer it forgot to write fails the check
@@ -2579,8 +2596,11 @@ void tt_embedding_forward9(floatX* out, const int64_t* indices, const int64_t* o
         const int64_t grid = (int64_t)s.tables * s.p[1] * segments;
         TtEmbeddingForwardFastDigits fd = {};
         const bool fast = tt_embedding_forward_make_fast_digits(s, fd);
-        tt_embedding_forward_kernel9<4, 4><<<(unsigned)grid, block_size, tt_embedding_forward_smem9_bytes(s, block_size / 32)>>>(
-            ws.rowbuf, indices, offsets, cores, s, segments, fd, fast);
+        const size_t smem = tt_embedding_forward_smem9_bytes(s, block_size / 32);
+        const int per_sm = ws.per_sm9[block_size / 32];     // persistent blocks: as many as fit at once
+        const int64_t blocks = std::min<int64_t>(grid, (int64_t)std::max(per_sm, 1) * ws.num_sms);
+        tt_embedding_forward_kernel9<4, 4><<<(unsigned)blocks, block_size, smem>>>(ws.rowbuf, indices, offsets, cores, s,
+                                                                                 segments, fd, fast, ws.work9);
     }
     const int64_t n = nbags * s.D;
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
