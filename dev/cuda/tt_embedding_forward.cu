@@ -113,17 +113,50 @@ kept beside its measurement, as a lesson in what the counts missed.
      all and 20 lookups per block in flight, stays the fastest.
      Not done (a next step if the plan or the pooling shows in the measurement): pooling fused into the
      chain kernel (the last writer of a bag sums it, with a per-bag arrival counter), and the plan split over
-     more than one SM for large batches.
-Block sizes: versions 3-6 run 32..1024 threads (filtered by their shared memory and the compiled kernel's
+     more than one SM for large batches. ncu (scripts/profile.sh, second session): the planner is 44 us of
+     one block, the chain kernel 40 us, the pooling 4 us.
+  Versions 7-9 (second session of 2026-11-29) are written for three cores (T = 3, q_0 = q_2 = 4, R_2 a power
+  of two, q_1 R_2 <= 128: FBTT's default family; other shapes are skipped with the reason). Their numbers
+  below are one run of scripts/gpu_check.sh --only tt_embedding (results/logs/2026-11-29_s2_bench_tt.log);
+  versions 2 and 3 in that run: 0.3799 and 0.0446 ms.
+  7  a different split of the lookup over the lanes: step 1 row by row of G_1 (each warp load 512 contiguous
+     bytes, each lane 4 columns of M_1 for all q_0 rows, M_0's column broadcast from a transposed copy in
+     shared memory), step 2 as a per-lane partial over its 4 values of k_2, and the partials summed over the
+     warp's lookups of the bag before any shuffle (they are linear). ncu: ~1,500 warp instructions per lookup
+     (version 3: ~1,900). measured: 0.0527 ms (block 128); Zipf 0.0672; B=4096 0.334. Slower: ncu shows it
+     issuing on 29% of cycles with the L2 at 29% of its throughput and ~100 registers (4 warps per scheduler):
+     each batch of 8 G_1 rows is an L2 round trip the warp waits for, four per lookup, after the index and
+     G_0's round trips.
+  8  version 7's lanes fed by a per-warp ring of 2 stages of cp.async copies (G_1 whole, G_0 transposed in
+     4-byte pieces, G_2), the next lookup's copies in flight while this one computes, the ring running across
+     the block's bags. measured: 0.0478 ms (block 32); Zipf 0.0481; B=4096 0.286. 3 stages (sweep script):
+     0.0477 / 0.0477 / 0.350. Each stage is 17 KB, so 4-6 warps per SM: the latency is hidden, the
+     per-warp issue rate is not.
+  9  grouped without a sort: persistent blocks take items (key of core 1, segment of the table's lookups)
+     from a global counter, read every index of the segment (division-free digits), list the matching lookups,
+     compute equal indices once (Zipf's hot rows) against ONE shared copy of the G_1 slice, and write rows to a
+     per-lookup buffer that version 4's pooling kernel sums in lookup order. L2 -> SM traffic by count falls
+     from 174 MB (137 MB in ncu for version 3) to ~45 MB (660 G_1 slices 11 MB, index scans 18 MB, G_0/G_2
+     10 MB, rows written and re-read 5 MB). Deterministic at any block size (checked). measured: 0.0512 ms
+     (block 256); Zipf 0.0406 (the fastest there: 1.3x version 3); B=4096 0.2341 (the fastest there). ncu:
+     the chain kernel is 47 us with 16.9M warp instructions (1,650 per lookup: the lane function ~900, the
+     segment scans ~200, reductions, staging), 0.34 issued per scheduler per cycle; the pooling 4.3 us. TARGET 8 / 32 lookups per
+     item (sweep script): 0.0493 / 0.0493 at uniform, 0.0363 / 0.0429 at Zipf, 0.255 / 0.231 at B=4096.
+  The lesson of 7-9: at B=512 every design lands at 45-53 us whether it moves 137 MB through L2 (version 3)
+  or ~45 MB (version 9): it is the issue rate per lookup chain (latency-bound warps doing ~900-1,900
+  instructions per lookup), not L2 bandwidth, that sets the time. The next step is fewer instructions per
+  lookup: the heavy step on tensor cores in 3xTF32 (fp32-accurate), or two lookups per warp sharing the G_1
+  reads in version 9 (halves the shared-memory loads per FMA).
+Block sizes: versions 3-9 run 32..1024 threads (filtered by their shared memory and the compiled kernel's
 register budget, read with cudaFuncGetAttributes); version 1 runs 64 and 256; version 2's block is that of
-its small helper kernels (256); version 6's planner always runs one block of 1024. Versions 3-5 are
-deterministic for a given block size; version 6 for any.
-Measured: version 2 pays ~46 launches (11 chunks x (pointers + 2 GEMMs + reduce)); version 3 is bound by L2
-gathers; versions 4, 5 and 6 were slower than version 3 at every measured size (B=4096 included). The default
-KERNEL is 3. Against the targets: version 3 is 8.4-8.8x version 2 in the same run (target 10x: not met),
-12.6x faster than PyTorch's bmm chain (0.56 ms in the same session), and 5.8x the time per lookup of the
-dense embedding-bag forward on an 11,000,000 x 64 table (0.0077 ms, embedding_bag_forward version 5) at
-734x less memory.
+its small helper kernels (256); version 6's planner always runs one block of 1024. Versions 3-5, 7 and 8 are
+deterministic for a given block size; versions 6 and 9 for any (main compares every block size bitwise).
+Measured: version 2 pays ~46 launches (11 chunks x (pointers + 2 GEMMs + reduce)); version 3 is bound by the
+latency of its chains; versions 4-9 were slower than version 3 at the default, version 9 faster at Zipf 1.15
+and at B=4096. The default KERNEL is 3. Against the targets (second session's run): version 3 is 8.5x version
+2 in the same run (0.0446 against 0.3799 ms; target 10x: not met), 11.7x faster than PyTorch's bmm chain
+(0.5227 ms, same run), and 5.8x the time per lookup of the dense embedding-bag forward on an 11,000,000 x 64
+table (0.0077 ms, embedding_bag_forward version 5, first session) at 734x less memory.
 
 Why the 4-core bench shape --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32 is sensible: same D = 64 and rank
 32 as FBTT's default, so per-step costs compare; T = 4 is FBTT's longest supported chain; E = 220,000 rows
@@ -1766,7 +1799,8 @@ __global__ void tt_embedding_forward_kernel6(float* __restrict__ rowbuf, const i
 // registers) and keeps the partial (q_0 x q_2 values for its a_1). Partials are linear, so they are summed
 // over the warp's lookups of the bag first and across lanes (xor shuffles within the R_2 / 4 lanes of one
 // a_1) once per bag, not once per lookup. Per lookup a warp issues 32 float4 loads of G_1, 32 shared
-// float4 loads and 640 FFMA at the default (version 3: ~1,900 instructions), and never stages G_1.
+// float4 loads and 640 FFMA at the default, and never stages G_1; with index math, staging and loop
+// control ncu counts ~1,500 warp instructions per lookup (version 3: ~1,900).
 // Lanes whose columns fall past q_1 R_2 (< 128) sit idle; q_1 R_2 > 128 is not handled (skipped).
 #define TT_EMBEDDING_FORWARD_V7_COLS 128
 #define TT_EMBEDDING_FORWARD_V7_KU 8          // G_1 rows loaded per batch (unrolled)
