@@ -40,8 +40,10 @@ Zipf 1.15 / 4-core / 5-core shape, SGD): v1 11.29; v2 0.846 / 0.834 / 1.058 / 1.
 0.529 / 0.797; v4 0.441 / 0.528 / 3.158 / 2.086; v5 0.278 / 0.365 / 3.019 / 1.734; v6 (this file's
 code, the day's last run) 0.150 / 0.180 / - / -. An earlier variant of version 6 (the same kernels, but each
 chunk and final item scanning the keys itself instead of the list kernel) measured 0.146 / 0.193 / 0.599 /
-0.586, adagrad 0.151, --B 4096 1.107; the 4-core, 5-core and B=4096 shapes were not re-timed with the list
-kernel (their checks passed). Version 6's prediction is kept beside the measurement below.
+0.586, adagrad 0.151, --B 4096 1.107. A second run the same day (unchanged code; results/logs/
+2026-11-29_s2_bench_tt.log) timed this file's version 6 at every shape: 0.1500 / 0.1798 / 0.5781 / 0.5595,
+adagrad 0.1550, --B 4096 0.8284 (versions 1-5 within 2% of the numbers above; at the 4-core shape version 3,
+0.5299, is the fastest). Version 6's prediction is kept beside the measurement below.
   1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
      sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
      optimizer pass over all core elements.
@@ -109,8 +111,10 @@ kernel (their checks passed). Version 6's prediction is kept beside the measurem
      64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
      predicted 0.1 ms or less. Next steps: group by both heavy cores there (W would shrink to 1 KB per
      lookup), and the pivot products on tensor cores (3xTF32 keeps fp32 accuracy).
-     Measured: 0.150 ms at the default (block 256: 3x slower than the predicted 40-50 us), 0.180 at Zipf 1.15; the earlier variant 0.60 / 0.59 ms at the 4-/5-core
-     shapes (predicted ~0.1). Version 6 is the default: 1.9x version 5, 5.6x FBTT's pipeline (2). A full step,
+     Measured: 0.150 ms at the default (block 256: 3x slower than the predicted 40-50 us), 0.180 at Zipf 1.15,
+     0.578 / 0.560 ms at the 4-/5-core shapes (predicted ~0.1). ncu (scripts/profile.sh, second session): the
+     prep kernel 16 us, the list kernel 20 us, the chain kernel 113 us (177 registers, 10% occupancy), the
+     final kernel 23 us. Version 6 is the default: 1.9x version 5, 5.6x FBTT's pipeline (2). A full step,
      forward (tt_embedding_forward version 3, 0.044 ms) + this backward with SGD, is 0.194 ms at the default:
      the 0.1 ms target is not met; it is 10.6x PyTorch's bmm-chain forward + backward + SGD step (2.06 ms in
      the same session) and 7.2x its forward + backward (1.40 ms), and 2.7x the time per lookup of dense
