@@ -91,8 +91,9 @@ ncu on version 4 at uniform (scripts/profile.sh, second session; kernel duration
 left alone): linearize 4.8 us; CUB's sort 47 us (histogram 4.9, scan 2.2, three onesweep passes of 12-14 us
 each on only 38 blocks); the chunk kernel 160 us (688 MB through L2, 324 MB from DRAM, 69% SM throughput:
 issue-bound more than bandwidth-bound); the combines 6.5 + 2.3 us. So the 50%-by-FBGEMM's-formula target
-(~83 us) needs both a cheaper sort (fewer passes: 16-bit keys per table, or a one-pass counting sort for
-this few keys) and a leaner chunk kernel (fewer instructions per gathered row).
+(~83 us) needs both a cheaper sort (the 22-bit keys in two wider digit passes instead of three, or a
+counting sort by row when the lookups are this few) and a leaner chunk kernel (fewer instructions per
+gathered row).
 
 Launches per step (no host synchronization in any; every one stream-ordered):
   1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
