@@ -2392,6 +2392,8 @@ struct TtEmbeddingForwardWorkspace {
     int num_sms = 1;
     int* work9 = nullptr;                  // version 9's item counter and finished-block counter (zero between calls)
     int per_sm9[33] = {};                  // version 9's resident blocks per SM, by warps per block
+    TtEmbeddingForwardFastDigits fd9 = {}; // version 9's division-free digits (used when fast9)
+    bool fast9 = false;
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -2466,6 +2468,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.items6 = device_alloc<int4>(nnz);
     ws.work9 = device_alloc<int>(2);
     cudaCheck(cudaMemset(ws.work9, 0, 2 * sizeof(int)));
+    ws.fast9 = tt_embedding_forward_make_fast_digits(s, ws.fd9);
     for (int w = 1; w <= 32 && s.T == 3; w++) {
         const size_t smem = tt_embedding_forward_smem9_bytes(s, w);
         if (32 * w > ws.max_threads[9] || smem > ws.max_smem) break;
@@ -2628,13 +2631,11 @@ void tt_embedding_forward9(floatX* out, const int64_t* indices, const int64_t* o
     if (s.nnz > 0) {
         const int segments = tt_embedding_forward_v9_segments(s);
         const int64_t grid = (int64_t)s.tables * s.p[1] * segments;
-        TtEmbeddingForwardFastDigits fd = {};
-        const bool fast = tt_embedding_forward_make_fast_digits(s, fd);
         const size_t smem = tt_embedding_forward_smem9_bytes(s, block_size / 32);
         const int per_sm = ws.per_sm9[block_size / 32];     // persistent blocks: as many as fit at once
         const int64_t blocks = std::min<int64_t>(grid, (int64_t)std::max(per_sm, 1) * ws.num_sms);
         tt_embedding_forward_kernel9<4, 4><<<(unsigned)blocks, block_size, smem>>>(ws.rowbuf, indices, offsets, cores, s,
-                                                                                 segments, fd, fast, ws.work9);
+                                                                                 segments, ws.fd9, ws.fast9, ws.work9);
     }
     const int64_t n = nbags * s.D;
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
