@@ -2101,8 +2101,10 @@ TT_EMBEDDING_FORWARD_UNROLL
 // ---- version 9: grouped by core 1 without a sort: each block finds its key's lookups itself
 
 // Versions 3, 7 and 8 are three different ways to stream each lookup's own 16 KB slice of G_1 from L2, and
-// all three land at 44-53 us at the default (174 MB at 3.3-4 TB/s): the L2 -> SM path is the limit, so the
-// slice must be shared between lookups. Versions 4-6 grouped by sorting first and paid for it in launches
+// all three land at 44-53 us at the default (174 MB at 3.3-4 TB/s). The hypothesis behind version 9: the
+// L2 -> SM path is the limit, so the slice must be shared between lookups (measured: it was not the limit;
+// version 9 moves a quarter of the bytes in about the same time; see the header). Versions 4-6 grouped by
+// sorting first and paid for it in launches
 // (CUB: 6 launches) or in a one-block planner (version 6: 44 us of its 88). Version 9 does no planning: block
 // (key, segment) owns one value (table, i_1) of core 1 and one contiguous segment of that table's lookups; it
 // reads every index of its segment, keeps the lookups whose i_1 matches (a shared-memory list), and computes
@@ -2121,8 +2123,8 @@ TT_EMBEDDING_FORWARD_UNROLL
 #define TT_EMBEDDING_FORWARD_V9_TARGET 16     // lookups per item (key, segment) the host aims at
 #endif
 
-// Digits without a 64-bit division (version 9 reads every index of its segment, so the division mattered:
-// with int64 '/' and '%' the scan was half of the kernel's 18.4M instructions in ncu). For x < 2^32 and a
+// Digits without a 64-bit division (version 9 reads every index of its segment: with int64 '/' and '%' its
+// kernel executed 18.4M warp instructions in ncu, 16.2M with these). For x < 2^32 and a
 // divisor d <= 2^32, q = mulhi64(x, floor(2^64 / d) + 1) is exactly floor(x / d): the multiplier's excess adds
 // less than 2^-32 <= 1/d to x / d, whose fractional part is at most 1 - 1/d. Used when prod p < 2^32.
 struct TtEmbeddingForwardFastDigits {
