@@ -141,7 +141,7 @@ kept beside its measurement, as a lesson in what the counts missed.
      (block 256); Zipf 0.0406 (the fastest there: 1.3x version 3); B=4096 0.2341 (the fastest there). ncu:
      the chain kernel is 47 us with 16.9M warp instructions (1,650 per lookup: the lane function ~900, the
      segment scans ~200, reductions, staging), 0.34 issued per scheduler per cycle; the pooling 4.3 us. TARGET 8 / 32 lookups per
-     item (sweep script): 0.0493 / 0.0493 at uniform, 0.0363 / 0.0429 at Zipf, 0.255 / 0.231 at B=4096.
+     item (sweep script): 0.0492 / 0.0493 at uniform, 0.0363 / 0.0429 at Zipf, 0.255 / 0.231 at B=4096.
   The lesson of 7-9: at B=512 every design lands at 45-53 us whether it moves 137 MB through L2 (version 3)
   or ~45 MB (version 9): it is the issue rate per lookup chain (latency-bound warps doing ~900-1,900
   instructions per lookup), not L2 bandwidth, that sets the time. The next step is fewer instructions per
