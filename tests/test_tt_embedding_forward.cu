@@ -5,7 +5,8 @@
 // and 4 (a warp emulated lane by lane), version 2's pointer arrays through a column-major reference GEMM
 // with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode; version 6 end to end
 // (its planning kernel's and chain kernel's phases thread by thread, rows bitwise against version 3's engine);
-// version 7's lane split and shuffle tree on whole bags, and its shape filter.
+// version 7's lane split and shuffle tree on whole bags, and its shape filter; version 10's tensor-core tile
+// (fragment layouts, 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane, and its filter.
 #define NO_MAIN
 #include "../dev/cuda/tt_embedding_forward.cu"
 
@@ -1031,6 +1032,130 @@ static void test_fast_digits() {
     report(why.empty() && !tt_embedding_forward_make_fast_digits(big, f), "fast digits refused when prod p >= 2^32 (int64 division then)");
 }
 
+// version 10's tile, lane by lane: G_1 in fragment order (hi and lo), each lane's A values from its KL contiguous
+// k of G_0's rows, the 3xTF32 mma per n-tile (emulate_mma, by the PTX layouts), step 2 on the accumulators, the
+// quad sums and the writes shared out over the quad; every element of the 4 rows must be written once and match
+// the double chain. Also: the fragment-order positions are a permutation, and the k mapping is one too.
+static void test_v10(int KS, int nlookups, Rng& rng) {
+    const int Q1 = 4, JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = 4 * Q1 * 4;
+    const std::string name = "version 10 tile (R_1 = R_2 = " + std::to_string(R1) + ", " + std::to_string(nlookups) + " lookups)";
+    std::vector<float> g1 = make_random_floats((size_t)R1 * NCOLS, rng, -1.0f, 1.0f);
+    std::vector<float> g0 = make_random_floats((size_t)4 * 4 * R1, rng, -1.0f, 1.0f);    // [lookup][a_0][k_1]
+    std::vector<float> g2 = make_random_floats((size_t)4 * R2 * 4, rng, -1.0f, 1.0f);    // [lookup][k_2][a_2]
+    // the fragment-order arrays (and the permutation checks)
+    std::vector<float> bhi((size_t)R1 * NCOLS, NAN), blo((size_t)R1 * NCOLS, NAN);
+    std::vector<int> hits((size_t)R1 * NCOLS, 0);
+    for (int k = 0; k < R1; k++)
+        for (int n = 0; n < NCOLS; n++) {
+            const int pos = tt_embedding_forward_v10_b_pos(KS, k, n);
+            if (pos < 0 || pos >= R1 * NCOLS) { report(false, name, "b_pos out of range"); return; }
+            hits[pos]++;
+            float hi, lo;
+            tt_embedding_forward_v10_split(g1[(size_t)k * NCOLS + n], hi, lo);
+            bhi[pos] = hi;
+            blo[pos] = lo;
+        }
+    for (int h : hits) if (h != 1) { report(false, name, "fragment positions are not a permutation"); return; }
+    std::vector<int> khits(R1, 0);
+    for (int st = 0; st < KS; st++)
+        for (int c = 0; c < 8; c++) khits[tt_embedding_forward_v10_k(KS, st, c)]++;
+    for (int h : khits) if (h != 1) { report(false, name, "the k of (k-step, column) is not a permutation"); return; }
+    // the lanes
+    float x[32][2][16] = {}, acc[32][4][2][4] = {};
+    for (int lane = 0; lane < 32; lane++) {
+        const int group = lane >> 2, tig = lane & 3;
+        for (int h = 0; h < 2; h++) {
+            const int slot = (group >> 2) + 2 * h;
+            for (int e = 0; e < KL; e++) x[lane][h][e] = slot < nlookups ? g0[((size_t)slot * 4 + (group & 3)) * R1 + KL * tig + e] : 0.0f;
+        }
+    }
+    for (int jj = 0; jj < JT; jj++)
+        for (int b = 0; b < Q1; b++) {
+            const int j = b * JT + jj;
+            float big[32][4] = {}, small[32][4] = {};
+            for (int st = 0; st < KS; st++) {
+                float ahi[32][4], alo[32][4], bh[32][2], bl[32][2];
+                for (int lane = 0; lane < 32; lane++) {
+                    for (int r = 0; r < 4; r++) tt_embedding_forward_v10_split(x[lane][r & 1][2 * st + (r >> 1)], ahi[lane][r], alo[lane][r]);
+                    for (int e = 0; e < 2; e++) {
+                        bh[lane][e] = bhi[(size_t)(j * 32 + lane) * KL + 2 * st + e];
+                        bl[lane][e] = blo[(size_t)(j * 32 + lane) * KL + 2 * st + e];
+                    }
+                }
+                emulate_mma(small, alo, bh);
+                emulate_mma(small, ahi, bl);
+                emulate_mma(big, ahi, bh);
+            }
+            for (int lane = 0; lane < 32; lane++) {
+                const int group = lane >> 2, tig = lane & 3;
+                for (int h = 0; h < 2; h++) {
+                    const int slot = (group >> 2) + 2 * h;
+                    for (int e = 0; e < 2; e++) {
+                        const int k2 = 8 * jj + 2 * tig + e;
+                        const float m1 = big[lane][2 * h + e] + small[lane][2 * h + e];
+                        for (int c = 0; c < 4; c++)
+                            acc[lane][b][h][c] = fmaf(m1, slot < nlookups ? g2[((size_t)slot * R2 + k2) * 4 + c] : 0.0f, acc[lane][b][h][c]);
+                    }
+                }
+            }
+        }
+    // quad sums and the writes
+    std::vector<float> rows((size_t)4 * D, NAN);
+    std::vector<int> written((size_t)4 * D, 0);
+    for (int lane = 0; lane < 32; lane++) {
+        const int group = lane >> 2, tig = lane & 3, q0 = lane & ~3;
+        for (int h = 0; h < 2; h++) {
+            const int slot = (group >> 2) + 2 * h;
+            if (slot >= nlookups) continue;
+            for (int b = 0; b < Q1; b++) {
+                if (((2 * b + h) & 3) != tig) continue;
+                for (int c = 0; c < 4; c++) {
+                    const float sum = (acc[q0][b][h][c] + acc[q0 + 1][b][h][c]) + (acc[q0 + 2][b][h][c] + acc[q0 + 3][b][h][c]);
+                    const int d = ((group & 3) * Q1 + b) * 4 + c;
+                    rows[(size_t)slot * D + d] = sum;
+                    written[(size_t)slot * D + d]++;
+                }
+            }
+        }
+    }
+    std::string bad;
+    for (int slot = 0; slot < nlookups; slot++)
+        for (int a0 = 0; a0 < 4; a0++)
+            for (int a1 = 0; a1 < Q1; a1++)
+                for (int a2 = 0; a2 < 4; a2++) {
+                    double want = 0.0;
+                    for (int k2 = 0; k2 < R2; k2++) {
+                        double m1 = 0.0;
+                        for (int k1 = 0; k1 < R1; k1++)
+                            m1 += (double)g0[((size_t)slot * 4 + a0) * R1 + k1] * (double)g1[(size_t)k1 * NCOLS + a1 * R2 + k2];
+                        want += m1 * (double)g2[((size_t)slot * R2 + k2) * 4 + a2];
+                    }
+                    const size_t i = (size_t)slot * D + (a0 * Q1 + a1) * 4 + a2;
+                    if (written[i] != 1 || !close(rows[i], want, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL)) {
+                        if (bad.size() < 200) bad += " lookup " + std::to_string(slot) + " d " + std::to_string(i % D) + " written " +
+                                                     std::to_string(written[i]) + " got " + std::to_string(rows[i]) + " want " + std::to_string(want);
+                    }
+                }
+    for (size_t i = (size_t)nlookups * D; i < rows.size(); i++)
+        if (written[i] != 0 && bad.size() < 200) bad += " a padding slot was written";
+    report(bad.empty(), name + ": every element written once, within the FP32 tolerance of the double chain", bad);
+}
+
+static void test_v10_filter() {
+    TtEmbeddingForwardShape s;
+    tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    report(tt_embedding_forward_v10_reason(s).empty(), "version 10 runs FBTT's default");
+    tt_embedding_forward_make_shape(s, {30, 40, 50}, {4, 4, 4}, {16, 16}, 0, 0, 1, 1, 3, 0.0);
+    report(tt_embedding_forward_v10_reason(s).empty(), "version 10 runs ranks 16,16");
+    const struct { std::vector<int> p, q, r; } no[] = {{{20, 22, 25}, {4, 4, 4}, {32, 16}}, {{20, 22, 25}, {4, 2, 4}, {32, 32}},
+                                                      {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}}, {{20, 22, 25}, {2, 4, 8}, {32, 32}}};
+    for (const auto& c : no) {
+        tt_embedding_forward_make_shape(s, c.p, c.q, c.r, 0, 0, 1, 1, 1, 0.0);
+        const std::string why = tt_embedding_forward_v10_reason(s);
+        report(!why.empty() && why.find("version 10 is compiled for") != std::string::npos, "version 10 refuses an uncompiled shape: " + why);
+    }
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -1057,6 +1182,14 @@ int main() {
     test_v6_runs();
     test_v7();
     test_fast_digits();
+    {
+        Rng rng(101);
+        test_v10(4, 4, rng);
+        test_v10(4, 3, rng);        // a partial tile: slot 3's rows are zeros and not written
+        test_v10(2, 4, rng);
+        test_v10(2, 1, rng);
+    }
+    test_v10_filter();
     printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
     return failures ? 1 : 0;
 }

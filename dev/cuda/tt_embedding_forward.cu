@@ -195,7 +195,7 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 static const float TT_EMBEDDING_FORWARD_TF32_ATOL = 2e-2f, TT_EMBEDDING_FORWARD_TF32_RTOL = 1e-2f;
 
 #define TT_EMBEDDING_FORWARD_MAX_CORES 6
-#define TT_EMBEDDING_FORWARD_NUM_KERNELS 9
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 11
 // version 4: lookups per warp in a block's window of the sorted order
 #define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
@@ -2164,13 +2164,42 @@ __device__ __forceinline__ const float* tt_embedding_forward_v9_slice(const TtEm
     return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
 }
 
+// A block's list of the lookups its item matched (shared memory, cap entries each), and the counters
+struct TtEmbeddingForwardV9List {
+    int64_t* idx;     // the lookup's index
+    int64_t* pos;     // the lookup's position (its row of rowbuf)
+    int* first;       // the first entry with the same index (itself if none before it)
+    int* uniq;        // the entries that compute (first[e] == e), in no particular order
+    int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] version 11's overflow
+                      // position; [4 ..] version 11's matches per (chunk, warp) of a scan pass
+    int* slots;       // version 11's hash set of indices (2 cap entries; null for 9 and 10)
+};
+
+#define TT_EMBEDDING_FORWARD_V11_CHUNKS 4    // version 11: 16-byte loads of 8 digits each thread makes per pass
+__host__ __device__ inline int tt_embedding_forward_v11_slots(int cap) { return 2 * cap; }
+inline size_t tt_embedding_forward_v9_list_bytes(int cap, bool slots = false) {
+    return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_V11_CHUNKS * 32) * sizeof(int) +
+           (slots ? (size_t)tt_embedding_forward_v11_slots(cap) * sizeof(int) : 0);
+}
+
+__device__ __forceinline__ TtEmbeddingForwardV9List tt_embedding_forward_v9_list(void* base, int cap) {
+    TtEmbeddingForwardV9List l;
+    l.idx = reinterpret_cast<int64_t*>(base);
+    l.pos = l.idx + cap;
+    l.first = reinterpret_cast<int*>(l.pos + cap);
+    l.uniq = l.first + cap;
+    l.counters = l.uniq + cap;
+    l.slots = l.counters + 4 + TT_EMBEDDING_FORWARD_V11_CHUNKS * 32;
+    return l;
+}
+
 // per-block list capacity: two passes of the scan (a pass starts only while one more pass fits)
 __host__ __device__ inline int tt_embedding_forward_v9_cap(int threads) { return 2 * TT_EMBEDDING_FORWARD_V9_UNROLL * threads; }
 
 // segments per key: about TARGET lookups per block at uniform indices
-inline int tt_embedding_forward_v9_segments(const TtEmbeddingForwardShape& s) {
+inline int tt_embedding_forward_v9_segments(const TtEmbeddingForwardShape& s, int target = TT_EMBEDDING_FORWARD_V9_TARGET) {
     const int64_t per_table = s.tables > 0 ? s.nnz / s.tables : 0;
-    const int64_t segs = (per_table + (int64_t)s.p[1] * TT_EMBEDDING_FORWARD_V9_TARGET - 1) / ((int64_t)s.p[1] * TT_EMBEDDING_FORWARD_V9_TARGET);
+    const int64_t segs = (per_table + (int64_t)s.p[1] * target - 1) / ((int64_t)s.p[1] * target);
     return (int)std::min<int64_t>(std::max<int64_t>(segs, 1), 1024);
 }
 
@@ -2181,7 +2210,7 @@ inline size_t tt_embedding_forward_smem9_bytes(const TtEmbeddingForwardShape& s,
     const int R1p = tt_embedding_forward_v7_r1_pad(s.R[1]);
     const size_t cap = (size_t)tt_embedding_forward_v9_cap(32 * warps);
     return sizeof(float) * ((size_t)s.R[1] * s.q[1] * s.R[2] + (size_t)warps * 2 * (R1p * 4 + s.R[2] * 4)) +
-           cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + 4 * sizeof(int);
+           tt_embedding_forward_v9_list_bytes(cap);
 }
 
 // the staged part of one lookup (G_0 transposed into t0, G_2 into t0 + R_1p * 4), by one warp
@@ -2199,6 +2228,228 @@ __device__ __forceinline__ void tt_embedding_forward_v9_fetch(float* t0, const T
     tt_embedding_forward_async_commit();
 }
 
+// ---- version 11's scan (used by the item loop below): a digit array and one ordered pass
+
+// Version 10 measured no faster than version 9 (ncu: its kernel issues 9.6M instructions against 16.9M, in the
+// same 47 us, with 12% of the warp slots active): the chain was not what held an item up. What does: the scan, 7
+// dependent passes of 512 int64 indices per item at 128 threads (each an L2 round trip, a 64-bit digit and two
+// barriers), 2.5 items per block in series. Version 11 computes every lookup's i_1 ONCE (a small kernel writes
+// them as uint16: 20 KB at the default instead of 80 KB of indices re-read by every key) and scans them with
+// 16-byte loads of 8 digits, CHUNKS loads per thread in flight: 4,096 lookups per pass at 128 threads, one pass
+// per item at the default. The list is filled in position order by a ballot-free prefix count (each thread's
+// 8-bit match mask, a warp scan of the counts, per-(chunk, warp) totals in shared memory): no atomics, so a
+// pass may overfill the list: the entries past `cap` are dropped and the next round restarts at the first of
+// them (its position is known exactly: the entry whose slot is cap).
+__global__ void tt_embedding_forward_kernel11_digits(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+                                                     const __grid_constant__ TtEmbeddingForwardShape s,
+                                                     const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
+    const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (l >= s.nnz) return;
+    const int64_t idx = indices[l];
+    digits1[l] = (uint16_t)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
+}
+
+__host__ __device__ inline int tt_embedding_forward_v11_cap(int threads) { return 4 * threads; }
+
+// One pass over positions [cursor, seg_hi) (at most CHUNKS x 8 x blockDim of them) into the list, which holds
+// counters[0] entries before it. Every thread calls it; returns the next cursor (block-uniform) and leaves the
+// list length in counters[0].
+__device__ __forceinline__ int64_t tt_embedding_forward_v11_pass(const TtEmbeddingForwardV9List& list, int cap,
+                                                                const uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+                                                                int64_t cursor, int64_t seg_hi, int i1) {
+    constexpr int U = TT_EMBEDDING_FORWARD_V11_CHUNKS;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int64_t v0 = cursor / 8;                           // 16-byte vectors of 8 digits (the array is padded)
+    const int count0 = list.counters[0];
+    unsigned mask[U];
+    int incl[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t v = v0 + (int64_t)u * blockDim.x + threadIdx.x;
+        mask[u] = 0;
+        if (v * 8 < seg_hi) {
+            const uint4 d = __ldg(reinterpret_cast<const uint4*>(digits1) + v);
+            const uint32_t w[4] = {d.x, d.y, d.z, d.w}, key2 = (uint32_t)i1 * 0x10001u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {                    // two digits per compare: 0xffff in each equal half
+                const uint32_t eq = __vcmpeq2(w[k], key2);
+                mask[u] |= ((eq & 1u) | ((eq >> 15) & 2u)) << (2 * k);
+            }
+            const int64_t lo_e = cursor - v * 8, hi_e = seg_hi - v * 8;   // positions [cursor, seg_hi) only
+            if (lo_e > 0) mask[u] &= ~0u << lo_e;
+            if (hi_e < 8) mask[u] &= (1u << hi_e) - 1u;
+        }
+        int c = __popc(mask[u]);                             // inclusive warp scan of the counts
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const int o = __shfl_up_sync(0xffffffffu, c, off);
+            if (lane >= off) c += o;
+        }
+        incl[u] = c;
+        if (lane == 31) list.counters[4 + u * 32 + warp] = c;
+    }
+    __syncthreads();
+    int total = 0;                                           // matches in the chunks before u
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int chunk_before = 0, chunk_total = 0;
+        for (int w = 0; w < W; w++) {
+            const int t = list.counters[4 + u * 32 + w];
+            chunk_total += t;
+            if (w < warp) chunk_before += t;
+        }
+        int slot = count0 + total + chunk_before + incl[u] - __popc(mask[u]);
+        for (unsigned m = mask[u]; m; m &= m - 1, slot++) {  // this thread's matches, in position order
+            const int64_t p = (v0 + (int64_t)u * blockDim.x + threadIdx.x) * 8 + (__ffs(m) - 1);
+            if (slot < cap) {
+                list.pos[slot] = p;
+                list.idx[slot] = indices[p];
+            } else if (slot == cap) {
+                list.counters[3] = (int)(p - cursor);        // the first position that did not fit
+            }
+        }
+        total += chunk_total;
+    }
+    __syncthreads();
+    const bool overflow = count0 + total > cap;
+    const int64_t next = overflow ? cursor + list.counters[3] : (v0 + (int64_t)U * blockDim.x) * 8;
+    __syncthreads();                                         // counters read by all before they change
+    if (threadIdx.x == 0) list.counters[0] = overflow ? cap : count0 + total;
+    __syncthreads();
+    return overflow ? next : min(next, seg_hi);
+}
+
+// passes until the segment ends or the list is full; returns the cursor for the next round
+__device__ __forceinline__ int64_t tt_embedding_forward_v11_scan(const TtEmbeddingForwardV9List& list, int cap,
+                                                                const uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+                                                                int64_t cursor, int64_t seg_hi, int i1) {
+    while (cursor < seg_hi) {
+        cursor = tt_embedding_forward_v11_pass(list, cap, digits1, indices, cursor, seg_hi, i1);
+        if (list.counters[0] >= cap) break;                  // block-uniform (written before the pass's last barrier)
+    }
+    return cursor;
+}
+
+// The item loop of versions 9 and 10: a persistent block takes items (key = (table, i_1), segment) from the
+// global counter work[0], reads every index of the segment, lists the lookups whose i_1 matches, marks equal
+// indices, and hands the list to the version's engine; the last block out resets the counters. The engine's
+// hooks, each called by every thread of the block:
+//   on_item(tbl, i1)   at the start of an item (version 10 starts the copy of G_1's slice here)
+//   on_work(tbl, i1)   once per item, at its first round with matches (version 9 starts its copy here)
+//   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
+//   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
+// after which the entries equal to an earlier one copy its row.
+template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
+__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+                                                                   const uint16_t* __restrict__ digits1,
+                                                                   const int64_t* __restrict__ offsets, const TtEmbeddingForwardShape& s,
+                                                                   int segments, const TtEmbeddingForwardFastDigits& fd, bool fast,
+                                                                   int* __restrict__ work, const TtEmbeddingForwardV9List& list, int cap,
+                                                                   OnItem on_item, OnWork on_work, OnReady on_ready, Compute compute) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    int* counters = list.counters;
+    const int64_t stride1 = s.stride[1];
+    const int p1 = s.p[1];
+    const int n_items = s.tables * p1 * segments;
+  for (;;) {                                                // items (key, segment) from a global counter
+    if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
+    __syncthreads();
+    const int item = counters[2];
+    __syncthreads();                                        // read by all before thread 0 takes the next
+    if (item >= n_items) break;
+    const int key = item / segments, seg = item % segments;
+    const int tbl = key / p1, i1 = key % p1;
+    on_item(tbl, i1);
+    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
+    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
+    bool worked = false;
+    int64_t cursor = seg_lo;
+    while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
+        if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
+        __syncthreads();
+        if constexpr (DIGITS) cursor = tt_embedding_forward_v11_scan(list, cap, digits1, indices, cursor, seg_hi, i1);
+        // scan: passes of blockDim * UNROLL indices while one more pass fits the list
+        else for (;;) {
+            int64_t idx[TT_EMBEDDING_FORWARD_V9_UNROLL];
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
+                const int64_t p = cursor + (int64_t)u * blockDim.x + threadIdx.x;
+                idx[u] = p < seg_hi ? indices[p] : -1;
+            }
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
+                const int64_t d = fast ? (int64_t)tt_embedding_forward_fast_digit(fd, (uint64_t)idx[u], 1)
+                                       : (int64_t)tt_embedding_forward_digit(idx[u], stride1, p1);
+                if (idx[u] >= 0 && d == i1) {
+                    const int slot = atomicAdd(&counters[0], 1);
+                    list.idx[slot] = idx[u];
+                    list.pos[slot] = cursor + (int64_t)u * blockDim.x + threadIdx.x;
+                }
+            }
+            cursor += (int64_t)TT_EMBEDDING_FORWARD_V9_UNROLL * blockDim.x;
+            __syncthreads();
+            const int count = counters[0];
+            __syncthreads();                                // read by all before the next pass adds to it
+            if (cursor >= seg_hi || count + TT_EMBEDDING_FORWARD_V9_UNROLL * (int)blockDim.x > cap) break;
+        }
+        const int m = counters[0];
+        if (m == 0) continue;                               // block-uniform
+        const bool fresh = !worked;
+        if (fresh) { on_work(tbl, i1); worked = true; }
+        // equal indices: one entry computes, the others copy its row
+        if constexpr (DIGITS) {                             // version 11: a shared-memory hash set, O(m) (9, 10: O(m^2))
+            const int HS = tt_embedding_forward_v11_slots(cap);
+            for (int h = threadIdx.x; h < HS; h += blockDim.x) list.slots[h] = -1;
+            __syncthreads();
+            for (int i = threadIdx.x; i < m; i += blockDim.x) {
+                const int64_t v = list.idx[i];
+                int h = (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (HS - 1), f;
+                for (;;) {                                  // linear probing; the table is at most half full
+                    const int prev = atomicCAS(&list.slots[h], -1, i);
+                    if (prev == -1) { f = i; break; }
+                    if (list.idx[prev] == v) { f = prev; break; }
+                    h = (h + 1) & (HS - 1);
+                }
+                list.first[i] = f;                          // any entry of the index will do: rows depend on it alone
+                if (f == i) list.uniq[atomicAdd(&counters[1], 1)] = i;
+            }
+        } else {
+            for (int i = threadIdx.x; i < m; i += blockDim.x) {
+                const int64_t v = list.idx[i];
+                int f = i;
+                for (int j = 0; j < i; j++)
+                    if (list.idx[j] == v) { f = j; break; }
+                list.first[i] = f;
+                if (f == i) list.uniq[atomicAdd(&counters[1], 1)] = i;
+            }
+        }
+        tt_embedding_forward_async_wait_group<0>();          // this thread's copies of G_1
+        __syncthreads();
+        on_ready(fresh);
+        compute(tbl, counters[1]);
+        __syncthreads();                                    // the block's rows are written (visible to the block)
+        for (int i = warp; i < m; i += W) {                 // copies for equal indices
+            const int f = list.first[i];
+            if (f == i) continue;
+            const float* src = rowbuf + (int64_t)list.pos[f] * s.D;
+            float* dst = rowbuf + (int64_t)list.pos[i] * s.D;
+            for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
+        }
+        __syncthreads();                                    // before the list is reused
+    }
+  }
+    tt_embedding_forward_async_wait_group<0>();             // nothing may be in flight at exit
+    // the last block out resets the two counters for the next call (every block took its last item before)
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&work[1], 1) == (int)gridDim.x - 1) {
+            work[0] = 0;
+            work[1] = 0;
+            __threadfence();
+        }
+    }
+}
+
 template <int Q0, int Q2>
 __global__ void tt_embedding_forward_kernel9(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets,
@@ -2214,84 +2465,26 @@ __global__ void tt_embedding_forward_kernel9(float* __restrict__ rowbuf, const i
     const int stage_floats = R1p * 4 + R2 * 4;
     float* g1s = reinterpret_cast<float*>(tt_embedding_forward_smem9);
     float* stages = g1s + R1 * ncols;                       // [W][2][stage_floats]
-    int64_t* list_idx = reinterpret_cast<int64_t*>(stages + W * 2 * stage_floats);
-    int64_t* list_pos = list_idx + cap;
-    int* first = reinterpret_cast<int*>(list_pos + cap);
-    int* uniq = first + cap;
-    int* counters = uniq + cap;                             // [0] list length, [1] unique entries, [2] item
+    const TtEmbeddingForwardV9List list = tt_embedding_forward_v9_list(stages + W * 2 * stage_floats, cap);
 
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * 4 + threadIdx.x; e < R1p * 4; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
     const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
-    const int64_t stride1 = s.stride[1];
-    const int p1 = s.p[1];
-    const int n_items = s.tables * p1 * segments;
-  for (;;) {                                                // items (key, segment) from a global counter
-    if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
-    __syncthreads();
-    const int item = counters[2];
-    __syncthreads();                                        // read by all before thread 0 takes the next
-    if (item >= n_items) break;
-    const int key = item / segments, seg = item % segments;
-    const int tbl = key / p1, i1 = key % p1;
-    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
-    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
-    bool g1_loaded = false;
-    int64_t cursor = seg_lo;
-    while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
-        if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
-        __syncthreads();
-        // scan: passes of blockDim * UNROLL indices while one more pass fits the list
-        for (;;) {
-            int64_t idx[TT_EMBEDDING_FORWARD_V9_UNROLL];
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
-                const int64_t p = cursor + (int64_t)u * blockDim.x + threadIdx.x;
-                idx[u] = p < seg_hi ? indices[p] : -1;
-            }
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int u = 0; u < TT_EMBEDDING_FORWARD_V9_UNROLL; u++) {
-                const int64_t d = fast ? (int64_t)tt_embedding_forward_fast_digit(fd, (uint64_t)idx[u], 1)
-                                       : (int64_t)tt_embedding_forward_digit(idx[u], stride1, p1);
-                if (idx[u] >= 0 && d == i1) {
-                    const int slot = atomicAdd(&counters[0], 1);
-                    list_idx[slot] = idx[u];
-                    list_pos[slot] = cursor + (int64_t)u * blockDim.x + threadIdx.x;
-                }
-            }
-            cursor += (int64_t)TT_EMBEDDING_FORWARD_V9_UNROLL * blockDim.x;
-            __syncthreads();
-            const int count = counters[0];
-            __syncthreads();                                // read by all before the next pass adds to it
-            if (cursor >= seg_hi || count + TT_EMBEDDING_FORWARD_V9_UNROLL * (int)blockDim.x > cap) break;
-        }
-        const int m = counters[0];
-        if (m == 0) continue;                               // block-uniform
-        if (!g1_loaded) {                                   // G_1's slice, once, only for a block with work
-            const float* g1 = cores.c[1] + ((int64_t)tbl * p1 + i1) * s.slice[1];
-            for (int c = threadIdx.x; c < R1 * ncols / 4; c += blockDim.x) tt_embedding_forward_async_copy(g1s + 4 * c, g1 + 4 * c, true);
-            tt_embedding_forward_async_commit();
-            g1_loaded = true;
-        }
-        // equal indices: the first entry computes, the others copy its row
-        for (int i = threadIdx.x; i < m; i += blockDim.x) {
-            const int64_t v = list_idx[i];
-            int f = i;
-            for (int j = 0; j < i; j++)
-                if (list_idx[j] == v) { f = j; break; }
-            first[i] = f;
-            if (f == i) uniq[atomicAdd(&counters[1], 1)] = i;
-        }
-        tt_embedding_forward_async_wait_group<0>();          // G_1 (this thread's pieces)
-        __syncthreads();
-        const int nu = counters[1];
+    auto on_item = [](int, int) {};
+    auto on_work = [&](int tbl, int i1) {                   // G_1's slice, once, only for a block with work
+        const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + i1) * s.slice[1];
+        for (int c = threadIdx.x; c < R1 * ncols / 4; c += blockDim.x) tt_embedding_forward_async_copy(g1s + 4 * c, g1 + 4 * c, true);
+        tt_embedding_forward_async_commit();
+    };
+    auto on_ready = [](bool) {};
+    auto compute = [&](int tbl, int nu) {
         // warp w computes unique entries w, w+W, ...; the next one's G_0/G_2 are staged while this one runs
         float* my_stages = stages + warp * 2 * stage_floats;
         int buf = 0;
-        if (warp < nu) tt_embedding_forward_v9_fetch<Q0>(my_stages, cores, s, fd, fast, tbl, list_idx[uniq[warp]], lane);
+        if (warp < nu) tt_embedding_forward_v9_fetch<Q0>(my_stages, cores, s, fd, fast, tbl, list.idx[list.uniq[warp]], lane);
         for (int u = warp; u < nu; u += W) {                // warp-uniform
             if (u + W < nu) {
-                tt_embedding_forward_v9_fetch<Q0>(my_stages + (buf ^ 1) * stage_floats, cores, s, fd, fast, tbl, list_idx[uniq[u + W]], lane);
+                tt_embedding_forward_v9_fetch<Q0>(my_stages + (buf ^ 1) * stage_floats, cores, s, fd, fast, tbl, list.idx[list.uniq[u + W]], lane);
                 tt_embedding_forward_async_wait_group<1>();
             } else {
                 tt_embedding_forward_async_wait_group<0>();
@@ -2306,7 +2499,7 @@ TT_EMBEDDING_FORWARD_UNROLL
             tt_embedding_forward_v7_lane<Q0, Q2, false>(part, t0, g1s, t0 + R1p * 4, R1, R2, ncols, lane);
             tt_embedding_forward_v7_reduce<Q0, Q2>(part, R2);
             if (k2 == 0 && col < ncols) {
-                float* row = rowbuf + (int64_t)list_pos[uniq[u]] * s.D;
+                float* row = rowbuf + (int64_t)list.pos[list.uniq[u]] * s.D;
 TT_EMBEDDING_FORWARD_UNROLL
                 for (int a0 = 0; a0 < Q0; a0++)
                     *reinterpret_cast<float4*>(row + (a0 * q1 + a1) * 4) = make_float4(part[a0][0], part[a0][1], part[a0][2], part[a0][3]);
@@ -2314,26 +2507,228 @@ TT_EMBEDDING_FORWARD_UNROLL
             __syncwarp();                                   // the stage is refilled two lookups on
             buf ^= 1;
         }
-        __syncthreads();                                    // the block's rows are written (visible to the block)
-        for (int i = warp; i < m; i += W) {                 // copies for equal indices
-            const int f = first[i];
-            if (f == i) continue;
-            const float* src = rowbuf + (int64_t)list_pos[f] * s.D;
-            float* dst = rowbuf + (int64_t)list_pos[i] * s.D;
-            for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
+    };
+    tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
+                                              on_ready, compute);
+}
+
+// ---- version 10: version 9's groups, the chain on tensor cores in 3xTF32
+
+// ncu on version 9 (second session): 1,650 warp instructions per lookup, ~900 of them the lane function's FP32
+// step 1 (16,384 FMAs a lookup, 512 per lane, each with its share of shared-memory loads). Version 10 keeps
+// version 9's items and lists and runs the chain of four unique lookups at a time as one 16-row tile of
+// mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
+//   step 1  [4 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
+//           R_1 / 8 k-steps. In 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi); the product is
+//           hi.hi + hi.lo + lo.hi (lo.lo, ~2^-22 relative, dropped): three mma per tile and k-step, accurate to
+//           about FP32's rounding, so version 10 is checked at the FP32 tolerance, not version 5's.
+//   step 2  each n-tile's accumulators are, per lane, M_1 at (row, a_1, two consecutive k_2): the lane multiplies
+//           them by the matching rows of G_2 (FP32 FMAs, 16 per tile) into its (a_1, row, a_2) partial sums, and
+//           the four lanes of a quad, which hold the other k_2 of the same rows, add theirs at the end.
+// Per 4 lookups at FBTT's default: 192 mma, 64 shared loads of B fragments, 256 FFMA, 64 shuffles (version 9:
+// ~2,800 FFMA and ~700 other instructions per lookup and warp... of which 512 FFMA per lane).
+// Layout tricks, both free because K's order inside a GEMM is arbitrary as long as A and B agree:
+//   - the fragment column c of k-step s is k = KL * (c % 4) + 2 s + c / 4 (KL = R_1 / 4 values per lane), so a lane
+//     needs KL CONTIGUOUS values of each G_0 row (float4 loads from L2) and KL contiguous rows of B;
+//   - G_1's slice is stored once per item in fragment order, hi and lo: lane l's KL values of n-tile j at
+//     (j * 32 + l) * KL, so each k-step's B fragment comes from float4 loads that are 512 contiguous bytes per warp.
+// The slice is copied (cp.async, rows padded by 4 floats) at the start of the item, under the index scan, and
+// converted (split and scattered to fragment order; conflict-free in both directions) once the list is ready.
+// A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 9.
+// Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default) and (2, 4, 2) (ranks 16).
+#ifndef TT_EMBEDDING_FORWARD_V10_TARGET      // lookups per item the host aims at (version 9's TARGET is 16)
+#define TT_EMBEDDING_FORWARD_V10_TARGET 16
+#endif
+#ifndef TT_EMBEDDING_FORWARD_V11_TARGET
+#define TT_EMBEDDING_FORWARD_V11_TARGET 64
+#endif
+
+// fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
+__host__ __device__ __forceinline__ int tt_embedding_forward_v10_k(int KS, int s, int c) { return 2 * KS * (c & 3) + 2 * s + (c >> 2); }
+// where element (k, n) of G_1's slice goes in the fragment-order arrays: n-tile n / 8, lane 4 (n % 8) + k / KL
+__host__ __device__ __forceinline__ int tt_embedding_forward_v10_b_pos(int KS, int k, int n) {
+    const int KL = 2 * KS;
+    return ((n >> 3) * 32 + (n & 7) * 4 + k / KL) * KL + k % KL;
+}
+// the G_1 rows padded by 4 floats in the raw copy: lanes reading one column at 32 rows k fall in different banks
+__host__ __device__ __forceinline__ int tt_embedding_forward_v10_raw_ld(int ncols) { return ncols + 4; }
+
+inline size_t tt_embedding_forward_smem10_bytes(const TtEmbeddingForwardShape& s, int warps, bool v11 = false) {
+    if (s.T != 3) return 0;
+    const size_t g1 = (size_t)s.R[1] * s.q[1] * s.R[2], raw = (size_t)s.R[1] * tt_embedding_forward_v10_raw_ld(s.q[1] * s.R[2]);
+    const int cap = v11 ? tt_embedding_forward_v11_cap(32 * warps) : tt_embedding_forward_v9_cap(32 * warps);
+    return sizeof(float) * (2 * g1 + raw) + tt_embedding_forward_v9_list_bytes(cap, v11);
+}
+
+// one mma without `volatile`, so the compiler may interleave independent tiles
+__device__ __forceinline__ void tt_embedding_forward_v10_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x = hi + lo, both TF32 (host-callable: the CPU test checks the split)
+__host__ __device__ __forceinline__ void tt_embedding_forward_v10_split(float x, float& hi, float& lo) {
+    hi = tt_embedding_forward_tf32(x);
+    lo = tt_embedding_forward_tf32(x - hi);
+}
+
+// One 16-row tile: unique entries 4 mt .. 4 mt + 3 of the list (fewer at the end: their rows are zeros and not
+// written). Lane (group g, tig t) holds tile rows g and g + 8: entry 4 mt + g / 4 (+ 2), row a_0 = g % 4 of M_0.
+template <int KS, int Q1, int JT>
+__device__ __forceinline__ void tt_embedding_forward_v10_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardV9List& list,
+                                                              int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
+                                                              const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                                                              const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    constexpr int KL = 2 * KS, R1 = 8 * KS;
+    const int group = lane >> 2, tig = lane & 3, a0 = group & 3;
+    int entry[2];
+    bool valid[2];
+    const float* g2s[2];
+    float x[2][KL];                                         // this lane's KL values of K in each of its two rows
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        entry[h] = 4 * mt + (group >> 2) + 2 * h;
+        valid[h] = entry[h] < nu;
+        g2s[h] = nullptr;
+        if (valid[h]) {
+            const int64_t idx = list.idx[list.uniq[entry[h]]];
+            const float* g0 = tt_embedding_forward_v9_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
+            g2s[h] = tt_embedding_forward_v9_slice(cores, s, fd, fast, tbl, idx, 2) + 8 * tig;   // row k_2 = 2 tig
+#pragma unroll
+            for (int v = 0; v < KL / 4; v++) {
+                const float4 f = __ldg(reinterpret_cast<const float4*>(g0) + v);
+                x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
         }
-        __syncthreads();                                    // before the list is reused
     }
-  }
-    // the last block out resets the two counters for the next call (every block took its last item before)
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(&work[1], 1) == (int)gridDim.x - 1) {
-            work[0] = 0;
-            work[1] = 0;
-            __threadfence();
+    // A fragments: a0 (row g, col t) a1 (row g+8, col t) a2 (row g, col t+4) a3 (row g+8, col t+4) -> k = KL t + 2 s (+1)
+    uint32_t ahi[KS][4], alo[KS][4];
+#pragma unroll
+    for (int st = 0; st < KS; st++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float hi, lo;
+            tt_embedding_forward_v10_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
+            ahi[st][r] = __float_as_uint(hi);
+            alo[st][r] = __float_as_uint(lo);
+        }
+    float acc[Q1][2][4];                                    // (a_1, row, a_2) partial sums over this lane's k_2
+#pragma unroll
+    for (int b = 0; b < Q1; b++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[b][h][c] = 0.0f;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int jj = 0; jj < JT; jj++) {                       // k_2 = 8 jj + 2 tig + e of every a_1
+        float4 w[2][2];                                     // G_2 rows k_2 of each row's lookup
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) w[h][e] = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + 32 * jj + 4 * e)) : zero4;
+#pragma unroll
+        for (int b = 0; b < Q1; b++) {
+            const int j = b * JT + jj;                      // n-tile: columns a_1 = b, k_2 = 8 jj .. 8 jj + 7
+            uint32_t bh[KL], bl[KL];
+#pragma unroll
+            for (int v = 0; v < KL / 4; v++) {
+                const uint4 fh = reinterpret_cast<const uint4*>(bhi + (j * 32 + lane) * KL)[v];
+                const uint4 fl = reinterpret_cast<const uint4*>(blo + (j * 32 + lane) * KL)[v];
+                bh[4 * v] = fh.x; bh[4 * v + 1] = fh.y; bh[4 * v + 2] = fh.z; bh[4 * v + 3] = fh.w;
+                bl[4 * v] = fl.x; bl[4 * v + 1] = fl.y; bl[4 * v + 2] = fl.z; bl[4 * v + 3] = fl.w;
+            }
+            float big[4] = {0.0f, 0.0f, 0.0f, 0.0f}, small[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int st = 0; st < KS; st++) {
+                tt_embedding_forward_v10_mma(small, alo[st], bh[2 * st], bh[2 * st + 1]);
+                tt_embedding_forward_v10_mma(small, ahi[st], bl[2 * st], bl[2 * st + 1]);
+                tt_embedding_forward_v10_mma(big, ahi[st], bh[2 * st], bh[2 * st + 1]);
+            }
+            // C: c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col 2t+1)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float m1 = big[2 * h + e] + small[2 * h + e];
+                    acc[b][h][0] = fmaf(m1, w[h][e].x, acc[b][h][0]);
+                    acc[b][h][1] = fmaf(m1, w[h][e].y, acc[b][h][1]);
+                    acc[b][h][2] = fmaf(m1, w[h][e].z, acc[b][h][2]);
+                    acc[b][h][3] = fmaf(m1, w[h][e].w, acc[b][h][3]);
+                }
         }
     }
+    // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
+#pragma unroll
+    for (int b = 0; b < Q1; b++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                acc[b][h][c] += __shfl_xor_sync(0xffffffffu, acc[b][h][c], 1);
+                acc[b][h][c] += __shfl_xor_sync(0xffffffffu, acc[b][h][c], 2);
+            }
+    // the quad's 2 x Q1 float4s, shared out over its lanes: element (a_0, a_1 = b, a_2) of the row
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!valid[h]) continue;
+        float* row = rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + a0 * Q1 * 4;
+#pragma unroll
+        for (int b = 0; b < Q1; b++)
+            if (((2 * b + h) & 3) == tig) *reinterpret_cast<float4*>(row + 4 * b) = make_float4(acc[b][h][0], acc[b][h][1], acc[b][h][2], acc[b][h][3]);
+    }
+}
+
+template <int KS, int Q1, int JT, bool DIGITS>
+__global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel10(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+                                              const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
+                                              const __grid_constant__ TtEmbeddingForwardCores cores,
+                                              const __grid_constant__ TtEmbeddingForwardShape s, int segments,
+                                              const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
+                                              int* __restrict__ work) {
+    constexpr int R1 = 8 * KS, NCOLS = Q1 * 8 * JT, KL = 2 * KS, RAW_LD = NCOLS + 4;
+    extern __shared__ float4 tt_embedding_forward_smem10[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    const int cap = DIGITS ? tt_embedding_forward_v11_cap(blockDim.x) : tt_embedding_forward_v9_cap(blockDim.x);
+    float* bhi = reinterpret_cast<float*>(tt_embedding_forward_smem10);     // [n-tile][lane][KL], TF32 hi parts
+    float* blo = bhi + R1 * NCOLS;                                           // ... and lo parts
+    float* raw = blo + R1 * NCOLS;                                           // [R1][RAW_LD]: the slice as copied
+    const TtEmbeddingForwardV9List list = tt_embedding_forward_v9_list(raw + R1 * RAW_LD, cap);
+    auto on_item = [&](int tbl, int i1) {                   // G_1's slice under the scan (even if no lookup matches)
+        tt_embedding_forward_async_wait_group<0>();          // the last item's copy, if it had no work
+        const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + i1) * s.slice[1];
+        for (int c = threadIdx.x; c < R1 * NCOLS / 4; c += blockDim.x) {
+            const int k = c / (NCOLS / 4);
+            tt_embedding_forward_async_copy(raw + k * RAW_LD + 4 * (c - k * (NCOLS / 4)), g1 + 4 * c, true);
+        }
+        tt_embedding_forward_async_commit();
+    };
+    auto on_work = [](int, int) {};
+    auto on_ready = [&](bool fresh) {                       // split and scatter to fragment order, once per item
+        if (!fresh) return;
+        for (int i = threadIdx.x; i < R1 * NCOLS / 4; i += blockDim.x) {
+            const int k = i % R1, n4 = i / R1;              // a warp: 32 values of k (rows), one float4 of columns
+            const float4 v = *reinterpret_cast<const float4*>(raw + k * RAW_LD + 4 * n4);
+            const float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int pos = tt_embedding_forward_v10_b_pos(KS, k, 4 * n4 + c);
+                tt_embedding_forward_v10_split(xs[c], bhi[pos], blo[pos]);
+            }
+        }
+        __syncthreads();
+    };
+    auto compute = [&](int tbl, int nu) {
+        for (int mt = warp; 4 * mt < nu; mt += W)           // warp-uniform
+            tt_embedding_forward_v10_tile<KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
+    };
+    static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
+    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
+                                               on_ready, compute);
 }
 
 // the shapes version 7 is written and compiled for; "" when it runs
@@ -2354,6 +2749,33 @@ inline std::string tt_embedding_forward_v7_reason(const TtEmbeddingForwardShape&
                  TT_EMBEDDING_FORWARD_V7_COLS, R2, s.q[1]);
         return buf;
     }
+    return "";
+}
+
+// version 10's compiled shapes (T = 3, q = 4,4,4; ranks 32,32 or 16,16): the kernel (version 11's with
+// digits), null for any other
+typedef void (*TtEmbeddingForwardKernel10)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
+                                           const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
+inline TtEmbeddingForwardKernel10 tt_embedding_forward_v10_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
+    if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4) return nullptr;
+    if (s.R[1] == 32 && s.R[2] == 32) return digits ? tt_embedding_forward_kernel10<4, 4, 4, true> : tt_embedding_forward_kernel10<4, 4, 4, false>;
+    if (s.R[1] == 16 && s.R[2] == 16) return digits ? tt_embedding_forward_kernel10<2, 4, 2, true> : tt_embedding_forward_kernel10<2, 4, 2, false>;
+    return nullptr;
+}
+
+inline std::string tt_embedding_forward_v10_reason(const TtEmbeddingForwardShape& s) {
+    if (tt_embedding_forward_v10_kernel(s)) return "";
+    std::string got = "T = " + std::to_string(s.T);
+    if (s.T == 3)
+        got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
+               std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
+    return "version 10 is compiled for T = 3, q = 4,4,4 and ranks 32,32 or 16,16 (" + got + "); add an instantiation for others";
+}
+
+inline std::string tt_embedding_forward_v11_reason(const TtEmbeddingForwardShape& s) {
+    const std::string why = tt_embedding_forward_v10_reason(s);
+    if (!why.empty()) return "as " + why;
+    if (s.p[1] > 65536) return "version 11 stores i_1 as uint16: p_1 (" + std::to_string(s.p[1]) + ") must be <= 65536";
     return "";
 }
 
@@ -2396,6 +2818,9 @@ struct TtEmbeddingForwardWorkspace {
     int per_sm9[33] = {};                  // version 9's resident blocks per SM, by warps per block
     TtEmbeddingForwardFastDigits fd9 = {}; // version 9's division-free digits (used when fast9)
     bool fast9 = false;
+    int per_sm10[33] = {};                 // version 10's resident blocks per SM, by warps per block
+    int per_sm11[33] = {};                 // version 11's
+    uint16_t* digits11 = nullptr;          // version 11: i_1 of every lookup [nnz rounded up to 8]
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -2476,6 +2901,20 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         if (32 * w > ws.max_threads[9] || smem > ws.max_smem) break;
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.per_sm9[w], tt_embedding_forward_kernel9<4, 4>, 32 * w, smem));
     }
+    for (int v = 10; v <= 11; v++) {
+        TtEmbeddingForwardKernel10 k10 = tt_embedding_forward_v10_kernel(s, v == 11);
+        if (!k10) continue;
+        cudaCheck(cudaFuncSetAttribute(k10, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        cudaCheck(cudaFuncGetAttributes(&attr, k10));
+        ws.max_threads[v] = attr.maxThreadsPerBlock;
+        for (int w = 1; w <= 32; w++) {
+            const size_t smem = tt_embedding_forward_smem10_bytes(s, w, v == 11);
+            if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(v == 10 ? &ws.per_sm10[w] : &ws.per_sm11[w], k10, 32 * w, smem));
+        }
+    }
+    ws.digits11 = device_alloc<uint16_t>((size_t)(nnz + 7) / 8 * 8 + 8);
+    cudaCheck(cudaMemset(ws.digits11, 0, ((size_t)(nnz + 7) / 8 * 8 + 8) * sizeof(uint16_t)));   // the padding
 }
 
 void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
@@ -2492,6 +2931,8 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(ws.keys6)); cudaCheck(cudaFree(ws.perm6));
     cudaCheck(cudaFree(ws.sidx6)); cudaCheck(cudaFree(ws.items6));
     cudaCheck(cudaFree(ws.work9));
+    cudaCheck(cudaFree(ws.digits11));
+
 }
 
 // NaN into every intermediate a version reads back, so a row or buffer it forgot to write fails the check
@@ -2643,6 +3084,25 @@ void tt_embedding_forward9(floatX* out, const int64_t* indices, const int64_t* o
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
+// Versions 10 and 11: version 9's items with the chain on tensor cores (11: after the digit kernel), then
+// version 4's pooling
+void tt_embedding_forward10(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                            const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size, bool v11) {
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    if (s.nnz > 0) {
+        if (v11) tt_embedding_forward_kernel11_digits<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.digits11, indices, s, ws.fd9, ws.fast9);
+        const int segments = tt_embedding_forward_v9_segments(s, v11 ? TT_EMBEDDING_FORWARD_V11_TARGET : TT_EMBEDDING_FORWARD_V10_TARGET);
+        const int64_t grid = (int64_t)s.tables * s.p[1] * segments;
+        const size_t smem = tt_embedding_forward_smem10_bytes(s, block_size / 32, v11);
+        const int per_sm = (v11 ? ws.per_sm11 : ws.per_sm10)[block_size / 32];
+        const int64_t blocks = std::min<int64_t>(grid, (int64_t)std::max(per_sm, 1) * ws.num_sms);
+        tt_embedding_forward_v10_kernel(s, v11)<<<(unsigned)blocks, block_size, smem>>>(ws.rowbuf, indices, ws.digits11, offsets, cores,
+                                                                                    s, segments, ws.fd9, ws.fast9, ws.work9);
+    }
+    const int64_t n = nbags * s.D;
+    tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+}
+
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                           TtEmbeddingForwardWorkspace& ws, int block_size) {
@@ -2656,6 +3116,8 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 7: tt_embedding_forward7(out, indices, offsets, cores, s, block_size); break;
         case 8: tt_embedding_forward8(out, indices, offsets, cores, s, ws, block_size); break;
         case 9: tt_embedding_forward9(out, indices, offsets, cores, s, ws, block_size); break;
+        case 10: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, false); break;
+        case 11: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, true); break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -2737,6 +3199,21 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
             return buf;
         }
     }
+    if (kernel_num == 10 || kernel_num == 11) {
+        std::string why = kernel_num == 10 ? tt_embedding_forward_v10_reason(s) : tt_embedding_forward_v11_reason(s);
+        if (!why.empty()) return why;
+        const double reads = (double)s.p[1] * (double)s.nnz;          // as version 9
+        const int target = kernel_num == 10 ? TT_EMBEDDING_FORWARD_V10_TARGET : TT_EMBEDDING_FORWARD_V11_TARGET;
+        if ((double)s.tables * s.p[1] * tt_embedding_forward_v9_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
+            snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
+            return buf;
+        }
+        if (tt_embedding_forward_smem10_bytes(s, 1, kernel_num == 11) > ws.max_smem) {
+            snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                     tt_embedding_forward_smem10_bytes(s, 1, kernel_num == 11), ws.max_smem);
+            return buf;
+        }
+    }
     return "";
 }
 
@@ -2755,7 +3232,8 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
                              : kernel_num == 6 ? tt_embedding_forward_smem6_bytes(s, ws.plan6, b / 32)
                              : kernel_num == 7 ? tt_embedding_forward_smem7_bytes(s, b / 32)
                              : kernel_num == 8 ? tt_embedding_forward_smem8_bytes(s, b / 32)
-                                               : tt_embedding_forward_smem9_bytes(s, b / 32);
+                             : kernel_num == 9 ? tt_embedding_forward_smem9_bytes(s, b / 32)
+                                               : tt_embedding_forward_smem10_bytes(s, b / 32, kernel_num == 11);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
     return out;
@@ -2884,7 +3362,7 @@ int main(int argc, char** argv) {
     r.launch = [&](int k, int block) {
         tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, fitted[k] ? fitted[k] : block);
     };
-    // versions 6 and 9 claim bitwise the same output at every block size (rows do not depend on where they
+    // versions 6 and 9-11 claim bitwise the same output at every block size (rows do not depend on where they
     // are computed, bags are summed in lookup order): the first block's output is kept and the others compared
     std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
     int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
@@ -2893,7 +3371,7 @@ int main(int argc, char** argv) {
         bool ok = validate_device(tf32 ? "out (TF32)" : "out", d_out, ref.data(), (size_t)nbags * s.D,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_ATOL, TT_EMBEDDING_FORWARD_ATOL) : TT_EMBEDDING_FORWARD_ATOL,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_RTOL, TT_EMBEDDING_FORWARD_RTOL) : TT_EMBEDDING_FORWARD_RTOL);
-        if (k == 6 || k == 9) {
+        if (k == 6 || k >= 9) {
             std::vector<floatX> got = device_download(d_out, (size_t)nbags * s.D);
             if (first_out[k].empty()) {
                 first_out[k] = got;
