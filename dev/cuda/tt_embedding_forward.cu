@@ -147,16 +147,48 @@ kept beside its measurement, as a lesson in what the counts missed.
   instructions per lookup), not L2 bandwidth, that sets the time. The next step is fewer instructions per
   lookup: the heavy step on tensor cores in 3xTF32 (fp32-accurate), or two lookups per warp sharing the G_1
   reads in version 9 (halves the shared-memory loads per FMA).
+  Versions 10-12 (third session) keep version 9's items and are compiled for q = 4,4,4 with ranks 32,32
+  (FBTT's default) or 16,16. Their numbers: one run of scripts/gpu_check.sh --only tt_embedding
+  (results/logs/2026-11-29_s3_bench_tt.log; versions 2 and 3 in it: 0.3811 and 0.0457 ms); knobs and ncu from
+  scripts/tt_forward_sweep.sh 10-12 (results/logs/2026-11-29_s3_tt_forward_sweep.txt, a later run).
+  10 version 9 with the chain of four unique lookups at a time on tensor cores: step 1 as one 16-row tile of
+     mma.sync.m16n8k8 in 3xTF32 (split hi + lo, three mma per tile and k-step: FP32 accuracy, checked at the
+     FP32 tolerance), G_1's slice split and stored in fragment order once per item, step 2 as FP32 FMAs on the
+     accumulators in registers. measured: 0.0465 ms (block 128); Zipf 0.0491; B=4096 0.230. ncu (first
+     build, before the register cap): 9.6M warp instructions against version 9's 16.9M, in the same 47 us,
+     with 12% of the warp slots active: the chain was not what held an item up.
+  11 version 10 with the item's serial path cut: a first small kernel writes every lookup's i_1 as uint16
+     (computed once instead of by all 220 keys), and an item scans them in one pass of 16-byte loads (a
+     prefix count in position order, no atomics; a pass that overfills the list restarts at the first entry
+     that did not fit); equal indices found with a shared-memory hash set (O(m), versions 9-10 compare all
+     pairs); 64 lookups per item at uniform indices, so the 220 items of the default run in one wave on 2
+     blocks of 256 threads per SM; the chain and pooling kernels launched with programmatic dependent launch
+     (PDL: their launch and start-up overlap the kernel before). measured: 0.0333 ms (block 256; 11.3
+     TFLOP/s, 19.9% of the FMA peak); Zipf 0.0428; B=4096 0.146 (the fastest there: 19.4x version 2).
+     Sweep: without PDL 0.0352 / 0.0450 / 0.149; 16 or 32 lookups per item 0.0408 / 0.0389 at uniform.
+     ncu: digits 2.9 us, chains 28.7 us (7.3M warp instructions, 21% of warp slots active, 0.32 issued per
+     scheduler per cycle; stalls per issue: L2 loads 2.1, fixed-latency dependencies 2.0, barriers 1.8,
+     shared memory 1.7), pooling 4.4 us. The time is now one item's path: its scan, the copy of G_1, the split,
+     then ~2 tiles per warp (Poisson keys of up to ~70 lookups set the wave's end).
+  12 version 11 with items sized by count: the digit kernel also counts each key's lookups, every block
+     builds the item table (ceil(count / 48) items per key, none for a key without lookups) in shared memory,
+     and the last block to have read the counts zeroes them. Zipf's hot keys no longer make one long item.
+     measured: Zipf 0.0319 ms (block 128; the fastest there, 11.9x version 2); uniform 0.0422; B=4096 0.172.
+     Uniform pays the counting (atomics on 220 counters) and the table, and its ~300 items are more than
+     the 264 resident blocks. Sweep: 64 per item 0.0369 / 0.0326 / 0.164; 32 per item 0.0422 / 0.0382 / 0.182.
 Block sizes: versions 3-9 run 32..1024 threads (filtered by their shared memory and the compiled kernel's
-register budget, read with cudaFuncGetAttributes); version 1 runs 64 and 256; version 2's block is that of
+register budget, read with cudaFuncGetAttributes); versions 10-12 32..256 (__launch_bounds__(256, 2): 128
+registers, two blocks per SM; ptxas reports 4-20 bytes of spill stores); version 1 runs 64 and 256; version 2's block is that of
 its small helper kernels (256); version 6's planner always runs one block of 1024. Versions 3-5, 7 and 8 are
-deterministic for a given block size; versions 6 and 9 for any (main compares every block size bitwise).
+deterministic for a given block size; versions 6 and 9-12 for any (main compares every block size bitwise).
 Measured: version 2 pays ~46 launches (11 chunks x (pointers + 2 GEMMs + reduce)); version 3 is bound by the
-latency of its chains; versions 4-9 were slower than version 3 at the default, version 9 faster at Zipf 1.15
-and at B=4096. The default KERNEL is 3. Against the targets (second session's run): version 3 is 8.5x version
-2 in the same run (0.0446 against 0.3799 ms; target 10x: not met), 11.7x faster than PyTorch's bmm chain
-(0.5227 ms, same run), and 5.8x the time per lookup of the dense embedding-bag forward on an 11,000,000 x 64
-table (0.0077 ms, embedding_bag_forward version 5, first session) at 734x less memory.
+latency of its chains; versions 4-10 were slower than version 3 at the default (9 faster at Zipf 1.15 and at
+B=4096); version 11 is the fastest at the default and at B=4096, version 12 at Zipf 1.15. The default KERNEL
+is 11 (3 runs every shape). Against the targets (third session's run): version 11 is 11.4x version 2 in the
+same run (0.0333 against 0.3811 ms; target 10x: met), 16.4x faster than PyTorch's bmm chain (0.5466 ms, same
+run), and 4.3x the time per lookup of the dense embedding-bag forward on an 11,000,000 x 64 table (0.0077 ms,
+embedding_bag_forward version 5, first session) at 734x less memory. The 4-core and 5-core shapes still
+run best on version 3 (0.0572, 0.118 ms).
 
 Why the 4-core bench shape --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32 is sensible: same D = 64 and rank
 32 as FBTT's default, so per-step costs compare; T = 4 is FBTT's longest supported chain; E = 220,000 rows
@@ -195,7 +227,7 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 static const float TT_EMBEDDING_FORWARD_TF32_ATOL = 2e-2f, TT_EMBEDDING_FORWARD_TF32_RTOL = 1e-2f;
 
 #define TT_EMBEDDING_FORWARD_MAX_CORES 6
-#define TT_EMBEDDING_FORWARD_NUM_KERNELS 11
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 12
 // version 4: lookups per warp in a block's window of the sorted order
 #define TT_EMBEDDING_FORWARD_LOOKUPS_PER_WARP 4
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
@@ -942,9 +974,37 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const u
     }
 }
 
+// Programmatic dependent launch (sm_90; versions 11 and 12): a kernel launched with the attribute may start
+// while the kernel before it in the stream still runs, once that one's blocks have all executed
+// launch_dependents (or exited); it must execute griddepcontrol.wait before reading what that kernel wrote (the
+// wait returns when the earlier grid has completed and its writes are visible). Both instructions are no-ops in a
+// kernel launched without the attribute. What overlaps is the launch itself and each block's start-up.
+__device__ __forceinline__ void tt_embedding_forward_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void tt_embedding_forward_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+template <typename... Params, typename... Args>
+void tt_embedding_forward_launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = 0;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+#ifdef TT_EMBEDDING_FORWARD_NO_PDL          // scripts/tt_forward_sweep.sh: the same launches without the attribute
+    cfg.numAttrs = 0;
+#else
+    cfg.numAttrs = 1;
+#endif
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 // Version 4, the pooling: one thread per (bag, element), the bag's rows summed in lookup order
 __global__ void tt_embedding_forward_kernel4_pool(floatX* __restrict__ out, const float* __restrict__ rowbuf,
                                                   const int64_t* __restrict__ offsets, int64_t nbags, int D) {
+    tt_embedding_forward_wait_prior();                      // the rows (versions 11 and 12 launch this with PDL)
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nbags * D) return;
     const int64_t bag = i / D;
@@ -1987,7 +2047,7 @@ TT_EMBEDDING_FORWARD_UNROLL
 // across its block's bags (grid-stride over bags, a block keeps its warps' bags in step), so the ring does not
 // drain at a bag's end. The arithmetic is version 7's, from shared memory: the same lane function. S = 2
 // (17 KB per stage at the default; S = 3 and 4 measured no faster at B = 512 and slower at B = 4096).
-#ifndef TT_EMBEDDING_FORWARD_V8_STAGES       // scripts/tt_forward_sweep.sh builds 2 and 4 beside the default
+#ifndef TT_EMBEDDING_FORWARD_V8_STAGES       // scripts/tt_forward_sweep.sh 7-9 builds 3 beside the default
 #define TT_EMBEDDING_FORWARD_V8_STAGES 2
 #endif
 
@@ -2119,7 +2179,7 @@ TT_EMBEDDING_FORWARD_UNROLL
 // global counter (the last block out resets it), so a Poisson-heavy key does not set the kernel's tail; the
 // host sizes segments for about TARGET = 16 lookups per item.
 #define TT_EMBEDDING_FORWARD_V9_UNROLL 4      // indices each thread loads per pass of the scan
-#ifndef TT_EMBEDDING_FORWARD_V9_TARGET       // scripts/tt_forward_sweep.sh builds 8 and 32 beside the default
+#ifndef TT_EMBEDDING_FORWARD_V9_TARGET       // scripts/tt_forward_sweep.sh 7-9 builds 8 and 32 beside the default
 #define TT_EMBEDDING_FORWARD_V9_TARGET 16     // lookups per item (key, segment) the host aims at
 #endif
 
@@ -2176,6 +2236,12 @@ struct TtEmbeddingForwardV9List {
 };
 
 #define TT_EMBEDDING_FORWARD_V11_CHUNKS 4    // version 11: 16-byte loads of 8 digits each thread makes per pass
+#ifndef TT_EMBEDDING_FORWARD_V11_TARGET       // version 11: lookups per item at uniform indices (version 9's TARGET)
+#define TT_EMBEDDING_FORWARD_V11_TARGET 64
+#endif
+#ifndef TT_EMBEDDING_FORWARD_V12_TARGET       // version 12: the most lookups an item gets (its items are sized by counts)
+#define TT_EMBEDDING_FORWARD_V12_TARGET 48
+#endif
 __host__ __device__ inline int tt_embedding_forward_v11_slots(int cap) { return 2 * cap; }
 inline size_t tt_embedding_forward_v9_list_bytes(int cap, bool slots = false) {
     return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_V11_CHUNKS * 32) * sizeof(int) +
@@ -2231,22 +2297,75 @@ __device__ __forceinline__ void tt_embedding_forward_v9_fetch(float* t0, const T
 // ---- version 11's scan (used by the item loop below): a digit array and one ordered pass
 
 // Version 10 measured no faster than version 9 (ncu: its kernel issues 9.6M instructions against 16.9M, in the
-// same 47 us, with 12% of the warp slots active): the chain was not what held an item up. What does: the scan, 7
-// dependent passes of 512 int64 indices per item at 128 threads (each an L2 round trip, a 64-bit digit and two
-// barriers), 2.5 items per block in series. Version 11 computes every lookup's i_1 ONCE (a small kernel writes
-// them as uint16: 20 KB at the default instead of 80 KB of indices re-read by every key) and scans them with
-// 16-byte loads of 8 digits, CHUNKS loads per thread in flight: 4,096 lookups per pass at 128 threads, one pass
-// per item at the default. The list is filled in position order by a ballot-free prefix count (each thread's
-// 8-bit match mask, a warp scan of the counts, per-(chunk, warp) totals in shared memory): no atomics, so a
-// pass may overfill the list: the entries past `cap` are dropped and the next round restarts at the first of
-// them (its position is known exactly: the entry whose slot is cap).
-__global__ void tt_embedding_forward_kernel11_digits(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+// same 47 us, with 12% of the warp slots active): the chain was not what held an item up. What does is the
+// item's serial path: the scan (7 dependent passes of 512 int64 indices per item at 128 threads, each an L2
+// round trip, a 64-bit digit and two barriers), the all-pairs search for equal indices, and 2.5 items per block
+// in series. Version 11 computes every lookup's i_1 ONCE (a small kernel writes them as uint16: 20 KB at the
+// default instead of 80 KB of indices re-read by every key) and scans them with 16-byte loads of 8 digits
+// (two per 32-bit compare, __vcmpeq2), CHUNKS loads per thread in flight: 8,192 lookups per pass at 256
+// threads. The list is filled in position order by a prefix count (each thread's 8-bit match mask, a warp scan
+// of the counts, per-(chunk, warp) totals in shared memory): no atomics, so a pass may overfill the list: the
+// entries past `cap` are dropped and the next round restarts at the first of them (its position is known
+// exactly: the entry whose slot is cap). With 64 lookups per item the default's 220 items are one wave.
+__global__ void tt_embedding_forward_kernel11_digits(uint16_t* __restrict__ digits1, int* __restrict__ key_count,
+                                                     const int64_t* __restrict__ indices, const int64_t* __restrict__ offsets,
                                                      const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
+    tt_embedding_forward_allow_next();                      // the chain kernel's blocks may start (and wait)
     const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (l >= s.nnz) return;
     const int64_t idx = indices[l];
-    digits1[l] = (uint16_t)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
+    const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
+    digits1[l] = (uint16_t)d;
+    if (key_count) {                                        // the lookup's table: the last t with offsets[t * B] <= l
+        int lo = 0, hi = s.tables - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (offsets[(int64_t)mid * s.B] <= l) lo = mid; else hi = mid - 1;
+        }
+        atomicAdd(&key_count[lo * s.p[1] + d], 1);
+    }
+}
+
+// Version 12's items, sized by the counts (tables x p_1 <= MAX_KEYS; version 11 covers more keys): ceil(count /
+// TARGET) items for a key, none for a key no lookup has, so no item holds more than TARGET lookups whatever the
+// distribution (version 11's one wave lasts as long as its biggest item: Poisson keys of up to ~70 lookups at
+// uniform, and Zipf's hot keys in one item each). Every block computes the item table (an exclusive scan of
+// the item counts) into shared memory; the last block to have read the counts zeroes them for the next call.
+#define TT_EMBEDDING_FORWARD_V12_MAX_KEYS 2048
+// scratch: 33 ints of shared memory (the list's counters, free before the first item)
+__device__ __forceinline__ void tt_embedding_forward_v11_items(int* seg_start, int* __restrict__ key_count, int nkeys, int* __restrict__ work,
+                                                               int* scratch) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int per = (nkeys + blockDim.x - 1) / blockDim.x, k0 = min(nkeys, (int)threadIdx.x * per), k1 = min(nkeys, k0 + per);
+    int mine = 0;
+    for (int k = k0; k < k1; k++) mine += (__ldcg(key_count + k) + TT_EMBEDDING_FORWARD_V12_TARGET - 1) / TT_EMBEDDING_FORWARD_V12_TARGET;
+    int incl = mine;                                        // block scan: warps, then the warp totals
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += o;
+    }
+    int* warp_total = scratch + 1;
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    int base = incl - mine;
+    for (int w = 0; w < warp; w++) base += warp_total[w];
+    for (int k = k0; k < k1; k++) {
+        seg_start[k] = base;
+        base += (__ldcg(key_count + k) + TT_EMBEDDING_FORWARD_V12_TARGET - 1) / TT_EMBEDDING_FORWARD_V12_TARGET;
+    }
+    if (threadIdx.x == blockDim.x - 1) seg_start[nkeys] = base;   // the last thread's keys end the table
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        scratch[0] = atomicAdd(&work[2], 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (scratch[0]) {                                       // block-uniform: every block has its table, the counts may go
+        for (int k = threadIdx.x; k < nkeys; k += blockDim.x) key_count[k] = 0;
+        if (threadIdx.x == 0) work[2] = 0;
+    }
 }
 
 __host__ __device__ inline int tt_embedding_forward_v11_cap(int threads) { return 4 * threads; }
@@ -2345,23 +2464,35 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
                                                                    const int64_t* __restrict__ offsets, const TtEmbeddingForwardShape& s,
                                                                    int segments, const TtEmbeddingForwardFastDigits& fd, bool fast,
                                                                    int* __restrict__ work, const TtEmbeddingForwardV9List& list, int cap,
-                                                                   OnItem on_item, OnWork on_work, OnReady on_ready, Compute compute) {
+                                                                   const int* seg_start, OnItem on_item, OnWork on_work, OnReady on_ready,
+                                                                   Compute compute) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     int* counters = list.counters;
     const int64_t stride1 = s.stride[1];
-    const int p1 = s.p[1];
-    const int n_items = s.tables * p1 * segments;
+    const int p1 = s.p[1], nkeys = s.tables * p1;
+    // items: `segments` per key, or (seg_start, shared memory) key k's items seg_start[k] .. seg_start[k + 1] - 1
+    const int n_items = seg_start ? seg_start[nkeys] : nkeys * segments;
   for (;;) {                                                // items (key, segment) from a global counter
     if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
     __syncthreads();
     const int item = counters[2];
     __syncthreads();                                        // read by all before thread 0 takes the next
     if (item >= n_items) break;
-    const int key = item / segments, seg = item % segments;
+    int key = item / segments, seg = item % segments, nseg = segments;
+    if (seg_start) {                                        // the last key whose first item is <= item
+        int lo = 0, hi = nkeys - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (seg_start[mid] <= item) lo = mid; else hi = mid - 1;
+        }
+        key = lo;
+        seg = item - seg_start[key];
+        nseg = seg_start[key + 1] - seg_start[key];
+    }
     const int tbl = key / p1, i1 = key % p1;
     on_item(tbl, i1);
     const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
-    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / segments, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / segments;
+    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / nseg, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / nseg;
     bool worked = false;
     int64_t cursor = seg_lo;
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
@@ -2508,8 +2639,8 @@ TT_EMBEDDING_FORWARD_UNROLL
             buf ^= 1;
         }
     };
-    tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
-                                              on_ready, compute);
+    tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, nullptr, on_item,
+                                              on_work, on_ready, compute);
 }
 
 // ---- version 10: version 9's groups, the chain on tensor cores in 3xTF32
@@ -2525,8 +2656,8 @@ TT_EMBEDDING_FORWARD_UNROLL
 //   step 2  each n-tile's accumulators are, per lane, M_1 at (row, a_1, two consecutive k_2): the lane multiplies
 //           them by the matching rows of G_2 (FP32 FMAs, 16 per tile) into its (a_1, row, a_2) partial sums, and
 //           the four lanes of a quad, which hold the other k_2 of the same rows, add theirs at the end.
-// Per 4 lookups at FBTT's default: 192 mma, 64 shared loads of B fragments, 256 FFMA, 64 shuffles (version 9:
-// ~2,800 FFMA and ~700 other instructions per lookup and warp... of which 512 FFMA per lane).
+// Per tile of 4 lookups at FBTT's default, per lane: 192 mma, 64 16-byte shared loads of B fragments, 256 FFMA
+// (step 2), 64 shuffles; version 9's lane function issues 576 FFMA per lookup per lane (512 of them step 1).
 // Layout tricks, both free because K's order inside a GEMM is arbitrary as long as A and B agree:
 //   - the fragment column c of k-step s is k = KL * (c % 4) + 2 s + c / 4 (KL = R_1 / 4 values per lane), so a lane
 //     needs KL CONTIGUOUS values of each G_0 row (float4 loads from L2) and KL contiguous rows of B;
@@ -2538,9 +2669,6 @@ TT_EMBEDDING_FORWARD_UNROLL
 // Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default) and (2, 4, 2) (ranks 16).
 #ifndef TT_EMBEDDING_FORWARD_V10_TARGET      // lookups per item the host aims at (version 9's TARGET is 16)
 #define TT_EMBEDDING_FORWARD_V10_TARGET 16
-#endif
-#ifndef TT_EMBEDDING_FORWARD_V11_TARGET
-#define TT_EMBEDDING_FORWARD_V11_TARGET 64
 #endif
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
@@ -2557,7 +2685,8 @@ inline size_t tt_embedding_forward_smem10_bytes(const TtEmbeddingForwardShape& s
     if (s.T != 3) return 0;
     const size_t g1 = (size_t)s.R[1] * s.q[1] * s.R[2], raw = (size_t)s.R[1] * tt_embedding_forward_v10_raw_ld(s.q[1] * s.R[2]);
     const int cap = v11 ? tt_embedding_forward_v11_cap(32 * warps) : tt_embedding_forward_v9_cap(32 * warps);
-    return sizeof(float) * (2 * g1 + raw) + tt_embedding_forward_v9_list_bytes(cap, v11);
+    return sizeof(float) * (2 * g1 + raw) + tt_embedding_forward_v9_list_bytes(cap, v11) +
+           (v11 ? (TT_EMBEDDING_FORWARD_V12_MAX_KEYS + 1) * sizeof(int) : 0);   // the item table
 }
 
 // one mma without `volatile`, so the compiler may interleave independent tiles
@@ -2685,7 +2814,8 @@ __device__ __forceinline__ void tt_embedding_forward_v10_tile(float* __restrict_
 
 template <int KS, int Q1, int JT, bool DIGITS>
 __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel10(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
-                                              const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
+                                              const uint16_t* __restrict__ digits1, int* __restrict__ key_count,
+                                              const int64_t* __restrict__ offsets,
                                               const __grid_constant__ TtEmbeddingForwardCores cores,
                                               const __grid_constant__ TtEmbeddingForwardShape s, int segments,
                                               const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
@@ -2727,8 +2857,17 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel10(float* _
             tt_embedding_forward_v10_tile<KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
-    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
-                                               on_ready, compute);
+    int* seg_start = nullptr;
+    if constexpr (DIGITS) {
+        tt_embedding_forward_wait_prior();                  // the digit kernel's output (launched with PDL)
+        tt_embedding_forward_allow_next();
+        if (key_count) {                                    // version 11's items sized by the counts (see above)
+            seg_start = list.slots + tt_embedding_forward_v11_slots(cap);
+            tt_embedding_forward_v11_items(seg_start, key_count, s.tables * s.p[1], work, list.counters + 3);
+        }
+    }
+    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, seg_start, on_item,
+                                               on_work, on_ready, compute);
 }
 
 // the shapes version 7 is written and compiled for; "" when it runs
@@ -2754,7 +2893,7 @@ inline std::string tt_embedding_forward_v7_reason(const TtEmbeddingForwardShape&
 
 // version 10's compiled shapes (T = 3, q = 4,4,4; ranks 32,32 or 16,16): the kernel (version 11's with
 // digits), null for any other
-typedef void (*TtEmbeddingForwardKernel10)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
+typedef void (*TtEmbeddingForwardKernel10)(float*, const int64_t*, const uint16_t*, int*, const int64_t*, const TtEmbeddingForwardCores,
                                            const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
 inline TtEmbeddingForwardKernel10 tt_embedding_forward_v10_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
     if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4) return nullptr;
@@ -2814,13 +2953,15 @@ struct TtEmbeddingForwardWorkspace {
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};   // per version, from cudaFuncGetAttributes
     int num_sms = 1;
-    int* work9 = nullptr;                  // version 9's item counter and finished-block counter (zero between calls)
+    int* work9 = nullptr;                  // versions 9-11: item counter, finished blocks, (11) blocks that read the counts;
+                                           // zero between calls
     int per_sm9[33] = {};                  // version 9's resident blocks per SM, by warps per block
     TtEmbeddingForwardFastDigits fd9 = {}; // version 9's division-free digits (used when fast9)
     bool fast9 = false;
     int per_sm10[33] = {};                 // version 10's resident blocks per SM, by warps per block
-    int per_sm11[33] = {};                 // version 11's
+    int per_sm11[33] = {};                 // versions 11 and 12's (one kernel)
     uint16_t* digits11 = nullptr;          // version 11: i_1 of every lookup [nnz rounded up to 8]
+    int* key_count11 = nullptr;            // version 11: lookups per key [tables * p_1] when <= MAX_KEYS, zero between calls
 };
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
@@ -2893,8 +3034,12 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.perm6 = device_alloc<int>(nnz);
     ws.sidx6 = device_alloc<int64_t>(nnz);
     ws.items6 = device_alloc<int4>(nnz);
-    ws.work9 = device_alloc<int>(2);
-    cudaCheck(cudaMemset(ws.work9, 0, 2 * sizeof(int)));
+    ws.work9 = device_alloc<int>(3);
+    cudaCheck(cudaMemset(ws.work9, 0, 3 * sizeof(int)));
+    if ((int64_t)s.tables * s.p[1] <= TT_EMBEDDING_FORWARD_V12_MAX_KEYS) {
+        ws.key_count11 = device_alloc<int>((size_t)s.tables * s.p[1]);
+        cudaCheck(cudaMemset(ws.key_count11, 0, (size_t)s.tables * s.p[1] * sizeof(int)));
+    }
     ws.fast9 = tt_embedding_forward_make_fast_digits(s, ws.fd9);
     for (int w = 1; w <= 32 && s.T == 3; w++) {
         const size_t smem = tt_embedding_forward_smem9_bytes(s, w);
@@ -2913,6 +3058,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(v == 10 ? &ws.per_sm10[w] : &ws.per_sm11[w], k10, 32 * w, smem));
         }
     }
+    ws.max_threads[12] = ws.max_threads[11];               // version 12 runs version 11's kernel
     ws.digits11 = device_alloc<uint16_t>((size_t)(nnz + 7) / 8 * 8 + 8);
     cudaCheck(cudaMemset(ws.digits11, 0, ((size_t)(nnz + 7) / 8 * 8 + 8) * sizeof(uint16_t)));   // the padding
 }
@@ -2932,6 +3078,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(ws.sidx6)); cudaCheck(cudaFree(ws.items6));
     cudaCheck(cudaFree(ws.work9));
     cudaCheck(cudaFree(ws.digits11));
+    if (ws.key_count11) cudaCheck(cudaFree(ws.key_count11));
 
 }
 
@@ -3084,23 +3231,38 @@ void tt_embedding_forward9(floatX* out, const int64_t* indices, const int64_t* o
     tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
-// Versions 10 and 11: version 9's items with the chain on tensor cores (11: after the digit kernel), then
-// version 4's pooling
+// Versions 10-12: version 9's items with the chain on tensor cores, then version 4's pooling. 11 and 12 run the
+// digit kernel first (12 also counts each key's lookups) and launch the chain and pooling kernels with PDL.
 void tt_embedding_forward10(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
-                            const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size, bool v11) {
+                            const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size, int version) {
     const int64_t nbags = (int64_t)s.tables * s.B;
+    const bool digits = version >= 11, counts = version == 12;
     if (s.nnz > 0) {
-        if (v11) tt_embedding_forward_kernel11_digits<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.digits11, indices, s, ws.fd9, ws.fast9);
-        const int segments = tt_embedding_forward_v9_segments(s, v11 ? TT_EMBEDDING_FORWARD_V11_TARGET : TT_EMBEDDING_FORWARD_V10_TARGET);
+        if (digits)
+            tt_embedding_forward_kernel11_digits<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(
+                ws.digits11, counts ? ws.key_count11 : nullptr, indices, offsets, s, ws.fd9, ws.fast9);
+        const int segments = tt_embedding_forward_v9_segments(s, digits ? TT_EMBEDDING_FORWARD_V11_TARGET : TT_EMBEDDING_FORWARD_V10_TARGET);
         const int64_t grid = (int64_t)s.tables * s.p[1] * segments;
-        const size_t smem = tt_embedding_forward_smem10_bytes(s, block_size / 32, v11);
-        const int per_sm = (v11 ? ws.per_sm11 : ws.per_sm10)[block_size / 32];
-        const int64_t blocks = std::min<int64_t>(grid, (int64_t)std::max(per_sm, 1) * ws.num_sms);
-        tt_embedding_forward_v10_kernel(s, v11)<<<(unsigned)blocks, block_size, smem>>>(ws.rowbuf, indices, ws.digits11, offsets, cores,
-                                                                                    s, segments, ws.fd9, ws.fast9, ws.work9);
+        const size_t smem = tt_embedding_forward_smem10_bytes(s, block_size / 32, digits);
+        const int per_sm = (digits ? ws.per_sm11 : ws.per_sm10)[block_size / 32];
+        // (version 12: the items are known on the device only; blocks without one exit at once)
+        const unsigned blocks = (unsigned)std::min<int64_t>(counts ? INT32_MAX : grid, (int64_t)std::max(per_sm, 1) * ws.num_sms);
+        TtEmbeddingForwardKernel10 kernel = tt_embedding_forward_v10_kernel(s, digits);
+        int* key_count = counts ? ws.key_count11 : nullptr;
+        if (digits)
+            tt_embedding_forward_launch_pdl(kernel, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.digits11,
+                                            key_count, offsets, cores, s, segments, ws.fd9, ws.fast9, ws.work9);
+        else
+            kernel<<<blocks, block_size, smem>>>(ws.rowbuf, indices, ws.digits11, key_count, offsets, cores, s, segments, ws.fd9, ws.fast9,
+                                                 ws.work9);
     }
     const int64_t n = nbags * s.D;
-    tt_embedding_forward_kernel4_pool<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+    const unsigned pool_blocks = (unsigned)ceil_div<int64_t>(n, 256);
+    if (digits && s.nnz > 0)
+        tt_embedding_forward_launch_pdl(tt_embedding_forward_kernel4_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
+                                        nbags, s.D);
+    else
+        tt_embedding_forward_kernel4_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
@@ -3116,8 +3278,9 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 7: tt_embedding_forward7(out, indices, offsets, cores, s, block_size); break;
         case 8: tt_embedding_forward8(out, indices, offsets, cores, s, ws, block_size); break;
         case 9: tt_embedding_forward9(out, indices, offsets, cores, s, ws, block_size); break;
-        case 10: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, false); break;
-        case 11: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, true); break;
+        case 10:
+        case 11:
+        case 12: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -3199,18 +3362,23 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
             return buf;
         }
     }
-    if (kernel_num == 10 || kernel_num == 11) {
+    if (kernel_num >= 10) {
         std::string why = kernel_num == 10 ? tt_embedding_forward_v10_reason(s) : tt_embedding_forward_v11_reason(s);
-        if (!why.empty()) return why;
+        if (!why.empty()) return kernel_num == 12 ? "as version 11: " + why : why;
+        if (kernel_num == 12 && (int64_t)s.tables * s.p[1] > TT_EMBEDDING_FORWARD_V12_MAX_KEYS) {
+            snprintf(buf, sizeof buf, "its item table holds tables x p_1 <= %d keys (%lld); version 11 covers this shape",
+                     TT_EMBEDDING_FORWARD_V12_MAX_KEYS, (long long)s.tables * s.p[1]);
+            return buf;
+        }
         const double reads = (double)s.p[1] * (double)s.nnz;          // as version 9
-        const int target = kernel_num == 10 ? TT_EMBEDDING_FORWARD_V10_TARGET : TT_EMBEDDING_FORWARD_V11_TARGET;
+        const int target = kernel_num == 10 ? TT_EMBEDDING_FORWARD_V10_TARGET : TT_EMBEDDING_FORWARD_V11_TARGET;   // (12: at most)
         if ((double)s.tables * s.p[1] * tt_embedding_forward_v9_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
             snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
             return buf;
         }
-        if (tt_embedding_forward_smem10_bytes(s, 1, kernel_num == 11) > ws.max_smem) {
+        if (tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11) > ws.max_smem) {
             snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
-                     tt_embedding_forward_smem10_bytes(s, 1, kernel_num == 11), ws.max_smem);
+                     tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11), ws.max_smem);
             return buf;
         }
     }
@@ -3233,7 +3401,7 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
                              : kernel_num == 7 ? tt_embedding_forward_smem7_bytes(s, b / 32)
                              : kernel_num == 8 ? tt_embedding_forward_smem8_bytes(s, b / 32)
                              : kernel_num == 9 ? tt_embedding_forward_smem9_bytes(s, b / 32)
-                                               : tt_embedding_forward_smem10_bytes(s, b / 32, kernel_num == 11);
+                                               : tt_embedding_forward_smem10_bytes(s, b / 32, kernel_num >= 11);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
     return out;
@@ -3250,7 +3418,7 @@ int main(int argc, char** argv) {
     bool ragged = false;
     Cli cli("tt_embedding_forward",
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
-            TT_EMBEDDING_FORWARD_NUM_KERNELS, 3);
+            TT_EMBEDDING_FORWARD_NUM_KERNELS, 11);
     cli.add_int_list("p", &p, "row factors p_0..p_{T-1} (T = len(p) cores)");
     cli.add_int_list("q", &q, "column factors q_0..q_{T-1}");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
