@@ -6,7 +6,8 @@
 // with the launcher's exact cuBLAS arguments, and version 4's sort key / slice decode; version 6 end to end
 // (its planning kernel's and chain kernel's phases thread by thread, rows bitwise against version 3's engine);
 // version 7's lane split and shuffle tree on whole bags, and its shape filter; version 10's tensor-core tile
-// (fragment layouts, 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane, and its filter.
+// (fragment layouts, 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane, and its filter;
+// version 11's scan mask.
 #define NO_MAIN
 #include "../dev/cuda/tt_embedding_forward.cu"
 
@@ -1156,6 +1157,35 @@ static void test_v10_filter() {
     }
 }
 
+// version 11's scan mask: 8 uint16 digits per vector, two per 32-bit compare, positions clipped to [cursor,
+// seg_hi); against a per-position check on random digits (keys 0, 65535 and a middle one planted often) and
+// every clipping case (cursor and seg_hi inside, before and after the vector)
+static void test_v11_mask() {
+    Rng rng(111);
+    std::string bad;
+    int checked = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+        const int keys[3] = {0, 65535, 1234};
+        const int i1 = keys[trial % 3];
+        uint16_t d[8];
+        for (int e = 0; e < 8; e++) d[e] = rng.randint(0, 3) == 0 ? (uint16_t)i1 : (uint16_t)rng.randint(0, 65536);
+        uint32_t w[4];
+        for (int k = 0; k < 4; k++) w[k] = (uint32_t)d[2 * k] | ((uint32_t)d[2 * k + 1] << 16);
+        const int64_t v = rng.randint(0, 1000);
+        const int64_t cursor = v * 8 + rng.randint(-10, 11), seg_hi = v * 8 + rng.randint(-2, 14);
+        unsigned want = 0;
+        for (int e = 0; e < 8; e++) {
+            const int64_t p = v * 8 + e;
+            if (d[e] == i1 && p >= cursor && p < seg_hi) want |= 1u << e;
+        }
+        const unsigned got = tt_embedding_forward_v11_match_mask(w, i1, v, cursor, seg_hi);
+        checked++;
+        if (got != want && bad.size() < 200)
+            bad += " trial " + std::to_string(trial) + ": got " + std::to_string(got) + " want " + std::to_string(want);
+    }
+    report(bad.empty(), "version 11's scan mask = a per-position check (" + std::to_string(checked) + " vectors)", bad);
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -1190,6 +1220,7 @@ int main() {
         test_v10(2, 1, rng);
     }
     test_v10_filter();
+    test_v11_mask();
     printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
     return failures ? 1 : 0;
 }

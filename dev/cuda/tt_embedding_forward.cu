@@ -2228,11 +2228,12 @@ __device__ __forceinline__ const float* tt_embedding_forward_v9_slice(const TtEm
 struct TtEmbeddingForwardV9List {
     int64_t* idx;     // the lookup's index
     int64_t* pos;     // the lookup's position (its row of rowbuf)
-    int* first;       // the first entry with the same index (itself if none before it)
+    int* first;       // the entry whose row this one copies: the first with the same index (9, 10), any one
+                      // that computes (11, 12's hash set); itself when it computes
     int* uniq;        // the entries that compute (first[e] == e), in no particular order
     int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] version 11's overflow
                       // position; [4 ..] version 11's matches per (chunk, warp) of a scan pass
-    int* slots;       // version 11's hash set of indices (2 cap entries; null for 9 and 10)
+    int* slots;       // versions 11 and 12: hash set of indices (2 cap entries; unused by 9 and 10), then 12's item table
 };
 
 #define TT_EMBEDDING_FORWARD_V11_CHUNKS 4    // version 11: 16-byte loads of 8 digits each thread makes per pass
@@ -2334,7 +2335,7 @@ __global__ void tt_embedding_forward_kernel11_digits(uint16_t* __restrict__ digi
 // the item counts) into shared memory; the last block to have read the counts zeroes them for the next call.
 #define TT_EMBEDDING_FORWARD_V12_MAX_KEYS 2048
 // scratch: 33 ints of shared memory (the list's counters, free before the first item)
-__device__ __forceinline__ void tt_embedding_forward_v11_items(int* seg_start, int* __restrict__ key_count, int nkeys, int* __restrict__ work,
+__device__ __forceinline__ void tt_embedding_forward_v12_items(int* seg_start, int* __restrict__ key_count, int nkeys, int* __restrict__ work,
                                                                int* scratch) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int per = (nkeys + blockDim.x - 1) / blockDim.x, k0 = min(nkeys, (int)threadIdx.x * per), k1 = min(nkeys, k0 + per);
@@ -2370,6 +2371,27 @@ __device__ __forceinline__ void tt_embedding_forward_v11_items(int* seg_start, i
 
 __host__ __device__ inline int tt_embedding_forward_v11_cap(int threads) { return 4 * threads; }
 
+// Bit e set when digit e of vector v (8 uint16 in 4 words, little-endian) equals i1 and its position 8 v + e
+// lies in [cursor, seg_hi). Host-callable: the CPU test compares it with a per-position check.
+__host__ __device__ __forceinline__ unsigned tt_embedding_forward_v11_match_mask(const uint32_t (&w)[4], int i1, int64_t v, int64_t cursor,
+                                                                               int64_t seg_hi) {
+    const uint32_t key2 = (uint32_t)i1 * 0x10001u;
+    unsigned mask = 0;
+    for (int k = 0; k < 4; k++) {                           // two digits per compare: 0xffff in each equal half
+#ifdef __CUDA_ARCH__
+        const uint32_t eq = __vcmpeq2(w[k], key2);
+#else
+        const uint32_t x = w[k] ^ key2, eq = ((x & 0xffffu) ? 0u : 0xffffu) | ((x >> 16) ? 0u : 0xffff0000u);
+#endif
+        mask |= ((eq & 1u) | ((eq >> 15) & 2u)) << (2 * k);
+    }
+    const int64_t lo_e = cursor - v * 8, hi_e = seg_hi - v * 8;
+    if (lo_e >= 8 || hi_e <= 0) return 0;
+    if (lo_e > 0) mask &= ~0u << lo_e;
+    if (hi_e < 8) mask &= (1u << hi_e) - 1u;
+    return mask;
+}
+
 // One pass over positions [cursor, seg_hi) (at most CHUNKS x 8 x blockDim of them) into the list, which holds
 // counters[0] entries before it. Every thread calls it; returns the next cursor (block-uniform) and leaves the
 // list length in counters[0].
@@ -2388,15 +2410,8 @@ __device__ __forceinline__ int64_t tt_embedding_forward_v11_pass(const TtEmbeddi
         mask[u] = 0;
         if (v * 8 < seg_hi) {
             const uint4 d = __ldg(reinterpret_cast<const uint4*>(digits1) + v);
-            const uint32_t w[4] = {d.x, d.y, d.z, d.w}, key2 = (uint32_t)i1 * 0x10001u;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {                    // two digits per compare: 0xffff in each equal half
-                const uint32_t eq = __vcmpeq2(w[k], key2);
-                mask[u] |= ((eq & 1u) | ((eq >> 15) & 2u)) << (2 * k);
-            }
-            const int64_t lo_e = cursor - v * 8, hi_e = seg_hi - v * 8;   // positions [cursor, seg_hi) only
-            if (lo_e > 0) mask[u] &= ~0u << lo_e;
-            if (hi_e < 8) mask[u] &= (1u << hi_e) - 1u;
+            const uint32_t w[4] = {d.x, d.y, d.z, d.w};
+            mask[u] = tt_embedding_forward_v11_match_mask(w, i1, v, cursor, seg_hi);
         }
         int c = __popc(mask[u]);                             // inclusive warp scan of the counts
 #pragma unroll
@@ -2863,7 +2878,7 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel10(float* _
         tt_embedding_forward_allow_next();
         if (key_count) {                                    // version 11's items sized by the counts (see above)
             seg_start = list.slots + tt_embedding_forward_v11_slots(cap);
-            tt_embedding_forward_v11_items(seg_start, key_count, s.tables * s.p[1], work, list.counters + 3);
+            tt_embedding_forward_v12_items(seg_start, key_count, s.tables * s.p[1], work, list.counters + 3);
         }
     }
     tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, seg_start, on_item,
