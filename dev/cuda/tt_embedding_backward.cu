@@ -2367,6 +2367,480 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
         tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids, sums, &flag);
 }
 
+// ---- version 7: FBTT's default shape on tensor cores, grouped by core 1 without a sort, in one wave ----
+
+// Version 6's ncu profile (second session): prep 16 us (its last block plans serially), lists 20 us, chunks
+// 113 us (177 registers: one block of 8 warps per SM, 220 chunks in two waves, 36M warp instructions), final
+// 23 us. Version 7 keeps the sandwich form at the pivot core 1 (T = 3) and changes how it is run:
+//   - the three products with G_1 are GEMMs over the lookups of a slice, on tensor cores in 3xTF32
+//     (x = hi + lo, hi = tf32(x), lo = tf32(x - hi); hi.hi + hi.lo + lo.hi, FP32-accurate like
+//     tt_embedding_forward's version 10), per segment of NB = 16 lookups:
+//       (II)  dG_0 rows: [16 (lookup, a_0) rows per m-tile] Y (4 x 128 per lookup) . G_1^T (128 x 32)
+//       (III) dG_2 rows: [16 (lookup, a_2) rows] L^T (4 x 128 per lookup) . G_1 viewed (k_1 a_1) x k_2
+//       (I)   dG_1 += G_0^T (32 x (lookup, a_0)) . Y ((lookup, a_0) x 128), in registers across the item
+//     Y = g x G_2 and L = G_0^T x g (the small steps) run in FP32 on the CUDA cores. Per lookup: 144 mma and
+//     ~130 FFMA per warp-equivalent instead of version 6's 1,660 FFMA warp instructions.
+//   - the lookups of an item come from an ordered scan of the core-1 keys (no list kernel): a block scan per
+//     tile of 16 keys per thread, written in lookup order; an item is a slice or an even part of one
+//     (<= PART = 64 lookups: 220 items at the default, every block resident at once at two per SM);
+//     each block finds its item from the counts by a block scan (no planning block);
+//   - the parts of a long slice add their dG_1 partials in part order (the last to finish, by an int
+//     counter); a one-part slice applies the optimizer from its registers;
+//   - core 0's and core 2's per-lookup gradients go to W (1 KB per lookup); the side kernel, one block per
+//     slice, scans its core's keys and adds its rows in lookup order (groups of RG rows, groups in order:
+//     the bits do not depend on the block size) and applies the optimizer;
+//   - the chain and side kernels are launched with programmatic dependent launch (griddepcontrol).
+// No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
+// default family: any p, tables, bags); other shapes are skipped with the reason.
+// The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
+// Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
+// puts a fragment's 4 k values (tig) 8 banks apart, LS = 4 (mod 32) the two lookups of its 8 rows (group)
+// 4 banks apart, GS = 4 (mod 32) the 8 rows of G_1; (III) takes K in the order (k_1 block of 8 per 4 k-steps,
+// a_1 = ks % 4) so that its B loads vary k_1 (rows) with tig, and L^T is stored (a_2, a_1, k_1) to match.
+static const int TT_BWD7_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
+static const int TT_BWD7_PART = 64;          // lookups per item (longer slices split evenly into parts)
+static const int TT_BWD7_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
+static const int TT_BWD7_SIDE_BLOCK = 256;   // side kernel
+static const int TT_BWD7_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
+static const int TT_BWD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
+enum : int {
+    TT_BWD7_R = 32, TT_BWD7_Q = 4, TT_BWD7_S1 = 4096, TT_BWD7_S0 = 128,      // the compiled shape: slices of cores 1 and 0, 2
+    TT_BWD7_GS = 132, TT_BWD7_YS = 136, TT_BWD7_G0S = 40,                  // row strides of G_1, Y / L^T, G_0
+    TT_BWD7_Y = 0, TT_BWD7_LT = 544, TT_BWD7_G0 = 1088, TT_BWD7_G = 1248, TT_BWD7_G2 = 1312, TT_BWD7_LS = 1444,
+    TT_BWD7_SEG = TT_BWD7_NB * TT_BWD7_LS,                                // floats of a segment
+    TT_BWD7_G1F = TT_BWD7_R * TT_BWD7_GS,                                 // floats of the G_1 copy
+};
+static_assert(TT_BWD7_LS % 32 == 4 && TT_BWD7_YS % 32 == 8 && TT_BWD7_G0S % 32 == 8 && TT_BWD7_GS % 32 == 4, "conflict-free strides");
+static_assert(TT_BWD7_LT >= 4 * TT_BWD7_YS && TT_BWD7_G0 >= TT_BWD7_LT + 4 * TT_BWD7_YS && TT_BWD7_G >= TT_BWD7_G0 + 4 * TT_BWD7_G0S &&
+              TT_BWD7_G2 >= TT_BWD7_G + 64 && TT_BWD7_LS >= TT_BWD7_G2 + 128, "segment regions overlap");
+static_assert(TT_BWD7_SIDE_CAP % TT_BWD7_SIDE_RG == 0, "side groups must not straddle passes");
+// chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4]
+inline size_t tt_embedding_backward_smem7_bytes() {
+    return sizeof(float) * (TT_BWD7_G1F + TT_BWD7_SEG) + sizeof(int) * (TT_BWD7_PART * 4 + 8 + 4);
+}
+
+// the shapes version 7 is compiled for; "" when it runs
+inline std::string tt_embedding_backward_v7_reason(const TtEmbeddingBackwardShape& s) {
+    char buf[256];
+    if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != 32 || s.R[2] != 32) {
+        snprintf(buf, sizeof buf, "version 7 is compiled for T = 3, q = 4,4,4 and ranks 32,32 (FBTT's default family); this shape has T = %d",
+                 s.T);
+        std::string r = buf;
+        if (s.T == 3) {
+            snprintf(buf, sizeof buf, ", q = %d,%d,%d, ranks %d,%d", s.q[0], s.q[1], s.q[2], s.R[1], s.R[2]);
+            r += buf;
+        }
+        return r;
+    }
+    return "";
+}
+
+// The mma.sync.m16n8k8 fragments (PTX ISA, TF32; lane = 4 group + tig): A register r holds (row, col) =
+// (group + 8 (r & 1), tig + 4 (r >> 1)); B register r holds (k, n) = (tig + 4 r, group); C register r holds
+// (group + 8 (r >> 1), 2 tig + (r & 1)).
+__host__ __device__ __forceinline__ int tt_bwd7_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ __forceinline__ int tt_bwd7_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_bwd7_bk(int lane, int r) { return (lane & 3) + 4 * r; }
+__host__ __device__ __forceinline__ int tt_bwd7_crow(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_bwd7_ccol(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+
+// Where each fragment value lives (floats). (II) and (III): relative to the m-tile's first lookup region;
+// row m of the tile is lookup m / 4, row a = m % 4 (a_0 for (II), a_2 for (III)). (I): relative to the
+// segment; k-column c of k-step kp is lookup 2 kp + c / 4, a_0 = c % 4.
+//   (II)  A(m, c; ks) = Y[a_0][kappa], kappa = a_1 R + k_2 = 8 ks + c;   B(c, n; ks, nt) = G_1[k_1 = 8 nt + n][kappa]
+//   (III) A(m, c; ks) = L^T[a_2][a_1 R + k_1];  B(c, n; ks, nt) = G_1[k_1][a_1][k_2 = 8 nt + n], with
+//         a_1 = ks % 4, k_1 = 8 (ks / 4) + c
+//   (I)   A(m, c; kp, mi) = G_0[a_0][k_1 = 16 mi + m];   B(c, n; kp, w, ni) = Y[a_0][kappa = 16 w + 8 ni + n]
+__host__ __device__ __forceinline__ int tt_bwd7_II_a(int m, int c, int ks) {
+    return (m >> 2) * TT_BWD7_LS + TT_BWD7_Y + (m & 3) * TT_BWD7_YS + 8 * ks + c;
+}
+__host__ __device__ __forceinline__ int tt_bwd7_II_b(int c, int n, int ks, int nt) { return (8 * nt + n) * TT_BWD7_GS + 8 * ks + c; }
+__host__ __device__ __forceinline__ int tt_bwd7_III_a(int m, int c, int ks) {
+    return (m >> 2) * TT_BWD7_LS + TT_BWD7_LT + (m & 3) * TT_BWD7_YS + (ks & 3) * TT_BWD7_R + 8 * (ks >> 2) + c;
+}
+__host__ __device__ __forceinline__ int tt_bwd7_III_b(int c, int n, int ks, int nt) {
+    return (8 * (ks >> 2) + c) * TT_BWD7_GS + (ks & 3) * TT_BWD7_R + 8 * nt + n;
+}
+__host__ __device__ __forceinline__ int tt_bwd7_I_a(int m, int c, int kp, int mi) {
+    return (2 * kp + (c >> 2)) * TT_BWD7_LS + TT_BWD7_G0 + (c & 3) * TT_BWD7_G0S + 16 * mi + m;
+}
+__host__ __device__ __forceinline__ int tt_bwd7_I_b(int c, int n, int kp, int w, int ni) {
+    return (2 * kp + (c >> 2)) * TT_BWD7_LS + TT_BWD7_Y + (c & 3) * TT_BWD7_YS + 16 * w + 8 * ni + n;
+}
+// where the C values go: (II) row m, column n of n-tile nt -> lookup m / 4 of the tile, element a_0 R + k_1 of
+// its core-0 gradient; (III) -> element k_2 q_2 + a_2 of its core-2 gradient; (I) -> element k_1 (q_1 R) + kappa
+// of the slice's gradient
+__host__ __device__ __forceinline__ int tt_bwd7_II_c(int m, int n, int nt) { return (m & 3) * TT_BWD7_R + 8 * nt + n; }
+__host__ __device__ __forceinline__ int tt_bwd7_III_c(int m, int n, int nt) { return (8 * nt + n) * TT_BWD7_Q + (m & 3); }
+__host__ __device__ __forceinline__ int tt_bwd7_I_c(int m, int n, int w, int mi, int ni) {
+    return (16 * mi + m) * (TT_BWD7_Q * TT_BWD7_R) + 16 * w + 8 * ni + n;
+}
+
+// The small steps of one lookup, thread u of its 16 (the segment's 256 threads: 16 per lookup), FP32 in a
+// fixed order: Y[a_0][a_1 R + k_2] = sum_a2 g[a_0, a_1, a_2] G_2[k_2][a_2] for (a_0, a_1) = (u / 4, u % 4),
+// and L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2] for (a_1, a_2) = (u / 4, u % 4).
+__host__ __device__ inline void tt_bwd7_small_steps(float* region, int u) {
+    const float* g = region + TT_BWD7_G;
+    const float* g2 = region + TT_BWD7_G2;
+    const float* g0 = region + TT_BWD7_G0;
+    {
+        const int a0 = u >> 2, a1 = u & 3;
+        const float4 gv = tt_embedding_backward6_ld4(g + a0 * 16 + a1 * 4);
+        float* y = region + TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * TT_BWD7_R;
+        for (int k2 = 0; k2 < TT_BWD7_R; k2 += 4) {
+            float r[4];
+TT_BWD_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const float4 w = tt_embedding_backward6_ld4(g2 + (k2 + e) * 4);
+                r[e] = fmaf(gv.w, w.w, fmaf(gv.z, w.z, fmaf(gv.y, w.y, gv.x * w.x)));
+            }
+            y[k2] = r[0]; y[k2 + 1] = r[1]; y[k2 + 2] = r[2]; y[k2 + 3] = r[3];
+        }
+    }
+    {
+        const int a1 = u >> 2, a2 = u & 3;
+        float gs[4];
+TT_BWD_UNROLL
+        for (int a0 = 0; a0 < 4; a0++) gs[a0] = g[a0 * 16 + a1 * 4 + a2];
+        float* lt = region + TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * TT_BWD7_R;
+        for (int k1 = 0; k1 < TT_BWD7_R; k1 += 4) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+TT_BWD_UNROLL
+            for (int a0 = 0; a0 < 4; a0++) {
+                const float4 v = tt_embedding_backward6_ld4(g0 + a0 * TT_BWD7_G0S + k1);
+                acc.x = fmaf(gs[a0], v.x, acc.x); acc.y = fmaf(gs[a0], v.y, acc.y);
+                acc.z = fmaf(gs[a0], v.z, acc.z); acc.w = fmaf(gs[a0], v.w, acc.w);
+            }
+            lt[k1] = acc.x; lt[k1 + 1] = acc.y; lt[k1 + 2] = acc.z; lt[k1 + 3] = acc.w;
+        }
+    }
+}
+
+// float4 f (0 .. 79) of a lookup's inputs -> its place in the region: g (16), G_0's 4 rows (32), G_2 (32)
+__host__ __device__ inline int tt_bwd7_input_dst(int f) {
+    if (f < 16) return TT_BWD7_G + 4 * f;
+    if (f < 48) return TT_BWD7_G0 + ((f - 16) >> 3) * TT_BWD7_G0S + 4 * ((f - 16) & 7);
+    return TT_BWD7_G2 + 4 * (f - 48);
+}
+
+// the chain kernel's item `item`: which slice and part; items are numbered slice by slice, a slice with n
+// lookups taking ceil(n / PART) of them (host-callable: the test checks it against a direct enumeration)
+__host__ __device__ inline int tt_bwd7_parts(int n) { return (n + TT_BWD7_PART - 1) / TT_BWD7_PART; }
+
+#ifdef __CUDA_ARCH__
+// inclusive sum of v over the block (8 warps); total = the block's sum. Two barriers.
+__device__ __forceinline__ int tt_bwd7_block_scan(int v, int* warp_sums, int& total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    int before = 0;
+    total = 0;
+    for (int w = 0; w < nw; w++) {
+        const int c = warp_sums[w];
+        before += w < warp ? c : 0;
+        total += c;
+    }
+    __syncthreads();
+    return before + x;
+}
+
+// The positions j (increasing) with keys[j] == key whose rank among them is in [lo, hi), to list[rank - lo]:
+// per tile, every thread counts the matches among its 16 contiguous keys (four 16-byte loads in flight), a
+// block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads.
+__device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
+    int base = 0;
+    for (int t0 = 0; t0 < len && base < hi; t0 += 16 * (int)blockDim.x) {
+        const int j0 = t0 + 16 * threadIdx.x;
+        int v[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int4 x = j0 + 4 * q < len ? __ldg(reinterpret_cast<const int4*>(keys + j0) + q) : make_int4(-1, -1, -1, -1);
+            v[4 * q] = x.x; v[4 * q + 1] = x.y; v[4 * q + 2] = x.z; v[4 * q + 3] = x.w;
+        }
+        int c = 0;
+#pragma unroll
+        for (int e = 0; e < 16; e++) c += v[e] == key;
+        int total;
+        int r = base + tt_bwd7_block_scan(c, warp_sums, total) - c;
+        if (c)
+#pragma unroll
+            for (int e = 0; e < 16; e++)
+                if (v[e] == key) {
+                    if (r >= lo && r < hi) list[r - lo] = j0 + e;
+                    r++;
+                }
+        base += total;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void tt_bwd7_split(float x, uint32_t& hi, uint32_t& lo) {
+    uint32_t h, l;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(x - __uint_as_float(h)));
+    hi = h;
+    lo = l;
+}
+// d += a . b in 3xTF32 (the small products first, into the same accumulator)
+__device__ __forceinline__ void tt_bwd7_mma3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                             uint32_t bl0, uint32_t bl1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(al[0]), "r"(al[1]), "r"(al[2]), "r"(al[3]), "r"(bh0), "r"(bh1));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(ah[0]), "r"(ah[1]), "r"(ah[2]), "r"(ah[3]), "r"(bl0), "r"(bl1));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(ah[0]), "r"(ah[1]), "r"(ah[2]), "r"(ah[3]), "r"(bh0), "r"(bh1));
+}
+
+// (II) or (III) for warp w of a segment of ns lookups: m-tile w / 2 (4 lookups), n-tiles 2 (w % 2) and +1,
+// 16 k-steps; rows of absent lookups are not written. out: W rows of core 0 (II) or 2 (III).
+template <bool III>
+__device__ __forceinline__ void tt_bwd7_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
+                                                      int warp, int lane) {
+    const int mt = warp >> 1, nt0 = 2 * (warp & 1);
+    if (4 * mt >= ns) return;
+    const float* base = seg + 4 * mt * TT_BWD7_LS;
+    float acc[2][4] = {};
+#pragma unroll 4
+    for (int ks = 0; ks < 16; ks++) {
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int m = tt_bwd7_arow(lane, r), c = tt_bwd7_acol(lane, r);
+            tt_bwd7_split(base[III ? tt_bwd7_III_a(m, c, ks) : tt_bwd7_II_a(m, c, ks)], ah[r], al[r]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++) {
+            uint32_t bh[2], bl[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int c = tt_bwd7_bk(lane, r), n = lane >> 2;
+                tt_bwd7_split(g1s[III ? tt_bwd7_III_b(c, n, ks, nt0 + ni) : tt_bwd7_II_b(c, n, ks, nt0 + ni)], bh[r], bl[r]);
+            }
+            tt_bwd7_mma3(acc[ni], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int m = tt_bwd7_crow(lane, r), n = tt_bwd7_ccol(lane, r), l = 4 * mt + (m >> 2);
+            if (l < ns)
+                out[(int64_t)ids[l] * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt0 + ni) : tt_bwd7_II_c(m, n, nt0 + ni))] = acc[ni][r];
+        }
+}
+
+// (I) for warp w: dG_1 columns 16 w .. 16 w + 15, all 32 rows, over the segment's lookup pairs
+__device__ __forceinline__ void tt_bwd7_pivot_product(float (&acc)[2][2][4], const float* seg, int ns, int warp, int lane) {
+    for (int kp = 0; 2 * kp < ns; kp++) {
+        uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                tt_bwd7_split(seg[tt_bwd7_I_a(tt_bwd7_arow(lane, r), tt_bwd7_acol(lane, r), kp, mi)], ah[mi][r], al[mi][r]);
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) tt_bwd7_split(seg[tt_bwd7_I_b(tt_bwd7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r], bl[ni][r]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma3(acc[mi][ni], ah[mi], al[mi], bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
+    }
+}
+#endif
+
+// Programmatic dependent launch (sm_90): a kernel launched with the attribute may start once every block of the
+// kernel before it has executed launch_dependents (or exited); griddepcontrol.wait returns when that kernel has
+// completed and its writes are visible. Both are no-ops in a kernel launched without the attribute.
+__device__ __forceinline__ void tt_bwd7_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void tt_bwd7_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+template <typename... Params, typename... Args>
+void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// kernel 1 is version 6's prep_lookup (keys, bags, counts of every slice), without the planning block
+__global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
+tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* offsets,
+                                   const int64_t* indices, int* keys, int* bag_of, int* counts) {
+    tt_bwd7_allow_next();
+    tt_embedding_backward6_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, keys, bag_of, counts);
+}
+
+// Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
+// slice of G_1 copied (rows padded to GS) while the keys are scanned for the item's lookups; their bags and
+// side keys; then segments of NB lookups: inputs, small steps, (II) and (III) to W, (I) into registers.
+// Finally the optimizer on dG_1 (one part), or the part's partial and, for the last part to finish, the sum
+// of the parts in part order and the optimizer.
+__global__ void __launch_bounds__(TT_BWD7_BLOCK, 2)
+tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+                                    const int* __restrict__ bag_of, const int* __restrict__ counts, int* __restrict__ ctr,
+                                    float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2,
+                                    const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+#ifdef __CUDA_ARCH__
+    float* g1s = reinterpret_cast<float*>(tt_embedding_backward_smem);
+    float* seg = g1s + TT_BWD7_G1F;
+    int* list = reinterpret_cast<int*>(seg + TT_BWD7_SEG);
+    int* meta = list + TT_BWD7_PART;            // [PART][3]: bag, core-0 key, core-2 key
+    int* warp_sums = meta + 3 * TT_BWD7_PART;
+    int* info = warp_sums + 8;                  // slice, part, parts, lookups
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    tt_bwd7_wait_prior();                       // kernel 1's keys and counts
+    tt_bwd7_allow_next();
+    // the item: a block scan of the parts per slice
+    const int Kc = s.tables * s.p[1], item = blockIdx.x;
+    if (tid == 0) info[0] = -1;
+    int base = 0;
+    for (int k0 = 0; k0 < Kc; k0 += blockDim.x) {
+        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_bwd7_parts(n);
+        int total;
+        const int incl = base + tt_bwd7_block_scan(np, warp_sums, total);
+        if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
+        base += total;
+        if (item < base) break;                 // the same in every thread
+    }
+    __syncthreads();
+    const int k = info[0];
+    if (k < 0) return;                          // past the last item
+    const int part = info[1], np = info[2], n = info[3];
+    const int lo = (int)((int64_t)part * n / np), hi = (int)((int64_t)(part + 1) * n / np), cnt = hi - lo;
+    // G_1's slice (read-only until this item's last part has finished: the optimizer runs after every part's reads)
+    const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_BWD7_S1;
+    for (int i = tid; i < TT_BWD7_S1 / 4; i += blockDim.x) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(g1) + i);
+        *reinterpret_cast<float4*>(g1s + (i >> 5) * TT_BWD7_GS + 4 * (i & 31)) = v;
+    }
+    tt_bwd7_collect(keys + key_stride, key_stride, k, lo, hi, list, warp_sums);
+    for (int e = tid; e < cnt; e += blockDim.x) {
+        const int j = list[e];
+        meta[3 * e] = bag_of[j];
+        meta[3 * e + 1] = keys[j];
+        meta[3 * e + 2] = keys[2 * key_stride + j];
+    }
+    __syncthreads();
+    float acc[2][2][4] = {};
+    const float* core0 = io.cores + s.core_off[0];
+    const float* core2 = io.cores + s.core_off[2];
+    for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
+        const int ns = min(TT_BWD7_NB, cnt - e0);
+        for (int i = tid; i < TT_BWD7_NB * 80; i += blockDim.x) {
+            const int l = i / 80, f = i - 80 * l;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);    // absent lookups: zeros, so (I) adds nothing
+            if (l < ns) {
+                const int* m = meta + 3 * (e0 + l);
+                const float* src = f < 16 ? io.dY + (int64_t)m[0] * 64 + 4 * f
+                                 : f < 48 ? core0 + (int64_t)m[1] * TT_BWD7_S0 + 4 * (f - 16)
+                                          : core2 + (int64_t)m[2] * TT_BWD7_S0 + 4 * (f - 48);
+                v = __ldg(reinterpret_cast<const float4*>(src));
+            }
+            *reinterpret_cast<float4*>(seg + l * TT_BWD7_LS + tt_bwd7_input_dst(f)) = v;
+        }
+        __syncthreads();
+        tt_bwd7_small_steps(seg + (tid >> 4) * TT_BWD7_LS, tid & 15);
+        __syncthreads();
+        const int* ids = list + e0;
+        tt_bwd7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
+        tt_bwd7_side_products<true>(seg, g1s, ids, ns, W2, warp, lane);
+        tt_bwd7_pivot_product(acc, seg, ns, warp, lane);
+        __syncthreads();                        // the segment is refilled
+    }
+    const int64_t off = s.core_off[1] + (int64_t)k * TT_BWD7_S1;
+    auto apply_all = [&](const float (&v)[2][2][4]) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG,
+                                                off + tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), warp, mi, ni), v[mi][ni][r]);
+    };
+    if (np == 1) {
+        apply_all(acc);
+        return;
+    }
+    float4* mine = reinterpret_cast<float4*>(partial + (int64_t)item * TT_BWD7_S1) + 4 * tid;
+#pragma unroll
+    for (int q = 0; q < 4; q++) mine[q] = make_float4(acc[q >> 1][q & 1][0], acc[q >> 1][q & 1][1], acc[q >> 1][q & 1][2], acc[q >> 1][q & 1][3]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) info[0] = atomicAdd(ctr + k, 1) == np - 1;
+    __syncthreads();
+    if (!info[0]) return;
+    __threadfence();
+    float sum[2][2][4] = {};
+    for (int q = 0; q < np; q++) {              // part order: the same bits whichever part finishes last
+        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_BWD7_S1) + 4 * tid;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float4 v = __ldcg(src + c);
+            float* d = sum[c >> 1][c & 1];
+            d[0] += v.x; d[1] += v.y; d[2] += v.z; d[3] += v.w;
+        }
+    }
+    apply_all(sum);
+#endif
+}
+
+// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (a scan of its core's keys, CAP
+// per pass), their W rows added per column in groups of RG rows (each group in order, the groups in order:
+// the same bits at any block size), then the optimizer. Untouched slices are left alone.
+__global__ void __launch_bounds__(TT_BWD7_SIDE_BLOCK)
+tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+                                   const int* __restrict__ counts, const float* __restrict__ W0, const float* __restrict__ W2,
+                                   const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+#ifdef __CUDA_ARCH__
+    __shared__ int list[TT_BWD7_SIDE_CAP];
+    __shared__ int warp_sums[8];
+    __shared__ float part[TT_BWD7_SIDE_BLOCK];
+    tt_bwd7_wait_prior();                       // kernel 2's W rows (and kernel 1's keys)
+    const int K0 = s.tables * s.p[0];
+    const int t = (int)blockIdx.x < K0 ? 0 : 2, k = t == 0 ? blockIdx.x : blockIdx.x - K0;
+    const int n = counts[s.key_base[t] + k];
+    if (n == 0) return;
+    const float* W = t == 0 ? W0 : W2;
+    const int S = TT_BWD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
+    float total = 0.0f;
+    for (int lo = 0; lo < n; lo += TT_BWD7_SIDE_CAP) {
+        const int hi = min(n, lo + TT_BWD7_SIDE_CAP), rows = hi - lo, groups = (rows + TT_BWD7_SIDE_RG - 1) / TT_BWD7_SIDE_RG;
+        tt_bwd7_collect(keys + (int64_t)t * key_stride, key_stride, k, lo, hi, list, warp_sums);
+        for (int g0 = 0; g0 < groups; g0 += slots) {
+            const int gi = g0 + slot;
+            float sum = 0.0f;
+            if (slot < slots && gi < groups) {
+                const int r1 = min(rows, (gi + 1) * TT_BWD7_SIDE_RG);
+#pragma unroll 8
+                for (int r = gi * TT_BWD7_SIDE_RG; r < r1; r++) sum += W[(int64_t)list[r] * S + c];
+            }
+            part[threadIdx.x] = sum;
+            __syncthreads();
+            if (slot == 0)
+                for (int q = 0; q < slots && g0 + q < groups; q++) total += part[q * S + c];
+            __syncthreads();
+        }
+    }
+    if (slot == 0) tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, s.core_off[t] + (int64_t)k * S + c, total);
+#endif
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -2503,6 +2977,28 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK>>>(s, P, a.ws6, io);
 }
 
+// version 7: memsets of the counters (and of dG in dense mode), then three kernels, the last two with PDL
+void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
+    (void)block_size;   // 256: the skip reason refuses any other
+    const TtEmbeddingBackwardShape& s = a.s;
+    if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (s.nnz == 0) return;
+    const TtEmbeddingBackwardWs6& w = a.ws6;
+    const int key_stride = (int)tt_embedding_backward_round4(s.nnz);
+    cudaCheck(cudaMemsetAsync(w.zeroed, 0, w.zeroed_bytes));
+    const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    float* W0 = a.W + a.pv.W_off[0];
+    float* W2 = a.W + a.pv.W_off[2];
+    tt_embedding_backward_kernel7_prep<<<ceil_div(key_stride, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(s, key_stride, a.offsets, a.indices,
+                                                                                                        w.keys, w.bag_of, w.counts);
+    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_BWD7_PART) + (int64_t)s.tables * s.p[1]);
+    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_chain, items, (unsigned)TT_BWD7_BLOCK, tt_embedding_backward_smem7_bytes(), s,
+                                     key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, w.ctr, w.partial, W0, W2, io);
+    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_side, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_BWD7_SIDE_BLOCK,
+                                     (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const float*)W0, (const float*)W2, io);
+}
+static_assert(TT_BWD7_PART >= TT_BWD6_CHUNK, "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
+
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
@@ -2511,6 +3007,7 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 4: tt_embedding_backward4(a, block_size); break;
         case 5: tt_embedding_backward5(a, block_size); break;
         case 6: tt_embedding_backward6(a, block_size); break;
+        case 7: tt_embedding_backward7(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
 }
@@ -2526,6 +3023,20 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
                      TT_BWD_NAIVE_MAX_TERMS);
             return buf;
         }
+    }
+    if (k == 7) {
+        const std::string why = tt_embedding_backward_v7_reason(s);
+        if (!why.empty()) return why;
+        if (block && block != TT_BWD7_BLOCK) {
+            snprintf(buf, sizeof buf, "version 7 is written for %d threads per block (--block %d)", TT_BWD7_BLOCK, block);
+            return buf;
+        }
+        if (tt_embedding_backward_smem7_bytes() > smem_limit) {
+            snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory, more than the %zu a block can have",
+                     tt_embedding_backward_smem7_bytes(), smem_limit);
+            return buf;
+        }
+        return "";
     }
     if (k >= 3 && block > TT_BWD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_BWD_MAX_FUSED_BLOCK, block);
@@ -2573,7 +3084,7 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            6, 6);
+            7, 6);
     cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
     cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
@@ -2720,6 +3231,9 @@ int main(int argc, char** argv) {
         for (const void* kern : {(const void*)tt_embedding_backward_kernel6<0>, (const void*)tt_embedding_backward_kernel6<1>,
                                  (const void*)tt_embedding_backward_kernel6<2>})
             cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit));
+        if (tt_embedding_backward_smem7_bytes() <= smem_limit)
+            cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel7_chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)tt_embedding_backward_smem7_bytes()));
         cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel6_lists, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)(TT_BWD6_LIST_STAGE * sizeof(int))));
     }
@@ -2800,6 +3314,7 @@ int main(int argc, char** argv) {
     r.blocks_for = [&](int k) -> std::vector<int> {
         if (k == 1) return {64, 128, 256, 512};
         if (k == 2) return {256};
+        if (k == 7) return {TT_BWD7_BLOCK};
         return {128, 256, 512};
     };
     r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, a, smem_limit, cli.block); };
