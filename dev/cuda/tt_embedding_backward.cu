@@ -2552,7 +2552,8 @@ __device__ __forceinline__ int tt_bwd7_block_scan(int v, int* warp_sums, int& to
 
 // The positions j (increasing) with keys[j] == key whose rank among them is in [lo, hi), to list[rank - lo]:
 // per tile, every thread counts the matches among its 16 contiguous keys (four 16-byte loads in flight), a
-// block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads.
+// block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads;
+// read from L2 (ld.cg): they come from kernel 1, and the side kernel reads them before its griddepcontrol.wait.
 __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
     int base = 0;
     for (int t0 = 0; t0 < len && base < hi; t0 += 16 * (int)blockDim.x) {
@@ -2560,7 +2561,7 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
         int v[16];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            const int4 x = j0 + 4 * q < len ? __ldg(reinterpret_cast<const int4*>(keys + j0) + q) : make_int4(-1, -1, -1, -1);
+            const int4 x = j0 + 4 * q < len ? __ldcg(reinterpret_cast<const int4*>(keys + j0) + q) : make_int4(-1, -1, -1, -1);
             v[4 * q] = x.x; v[4 * q + 1] = x.y; v[4 * q + 2] = x.z; v[4 * q + 3] = x.w;
         }
         int c = 0;
@@ -2580,12 +2581,14 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
     __syncthreads();
 }
 
+// x = hi + lo: hi is x rounded to TF32 (10 explicit mantissa bits, half-way cases away from zero, as
+// cvt.rna.tf32.f32 rounds, but in two integer instructions instead of cvt's longer sequence: ncu showed the
+// splits were half of the kernel's instructions), lo = x - hi exactly (|lo| <= 2^-11 |x|); the mma reads lo's
+// top 10 mantissa bits, an error of at most 2^-21 |x|.
 __device__ __forceinline__ void tt_bwd7_split(float x, uint32_t& hi, uint32_t& lo) {
-    uint32_t h, l;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(x - __uint_as_float(h)));
+    const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     hi = h;
-    lo = l;
+    lo = __float_as_uint(x - __uint_as_float(h));
 }
 // d += a . b in 3xTF32 (the small products first, into the same accumulator)
 __device__ __forceinline__ void tt_bwd7_mma3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
@@ -2677,12 +2680,30 @@ void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, 
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-// kernel 1 is version 6's prep_lookup (keys, bags, counts of every slice), without the planning block
+// Kernel 1: one warp per bag, its lookups over the lanes (no search for the bag: version 6's per-lookup binary
+// search over the offsets was most of its 16 us), each written as version 6's prep does: the slice key of every
+// core, the bag, and the slice counts (int atomics: exact). Warp 0 also writes the key rows' pad (-1).
 __global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
-tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* offsets,
-                                   const int64_t* indices, int* keys, int* bag_of, int* counts) {
+tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
+                                   const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
+                                   int* __restrict__ counts) {
     tt_bwd7_allow_next();
-    tt_embedding_backward6_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, keys, bag_of, counts);
+    const int bag = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (bag == 0 && s.nnz + lane < key_stride)
+        for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + s.nnz + lane] = -1;
+    if (bag >= s.num_bags) return;
+    const int tbl = bag / s.B;
+    const int64_t j1 = offsets[bag + 1];
+    for (int64_t j = offsets[bag] + lane; j < j1; j += 32) {
+        int idx[TT_BWD_MAX_T];
+        tt_embedding_backward_decode_row(s, indices[j], idx);
+        bag_of[j] = bag;
+        for (int t = 0; t < s.T; t++) {
+            const int row = tbl * s.p[t] + idx[t];
+            keys[(int64_t)t * key_stride + j] = row;
+            atomicAdd(counts + s.key_base[t] + row, 1);
+        }
+    }
 }
 
 // Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
@@ -2731,31 +2752,47 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     tt_bwd7_collect(keys + key_stride, key_stride, k, lo, hi, list, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
-        meta[3 * e] = bag_of[j];
-        meta[3 * e + 1] = keys[j];
-        meta[3 * e + 2] = keys[2 * key_stride + j];
+        meta[3 * e] = __ldcg(bag_of + j);
+        meta[3 * e + 1] = __ldcg(keys + j);
+        meta[3 * e + 2] = __ldcg(keys + 2 * key_stride + j);
     }
     __syncthreads();
     float acc[2][2][4] = {};
     const float* core0 = io.cores + s.core_off[0];
     const float* core2 = io.cores + s.core_off[2];
-    for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
+    // a segment's inputs: g, G_0 and G_2 of each lookup, 80 float4 per lookup, 5 per thread; absent lookups
+    // (the last segment) get zeros, so (I) adds nothing for them. Loaded into registers one segment ahead:
+    // the loads of the next segment fly under this segment's products.
+    constexpr int PER = TT_BWD7_NB * 80 / TT_BWD7_BLOCK;
+    static_assert(TT_BWD7_NB * 80 % TT_BWD7_BLOCK == 0, "whole float4s per thread");
+    float4 in[PER];
+    auto load_inputs = [&](int e0) {
         const int ns = min(TT_BWD7_NB, cnt - e0);
-        for (int i = tid; i < TT_BWD7_NB * 80; i += blockDim.x) {
-            const int l = i / 80, f = i - 80 * l;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);    // absent lookups: zeros, so (I) adds nothing
+#pragma unroll
+        for (int q = 0; q < PER; q++) {
+            const int i = tid + q * TT_BWD7_BLOCK, l = i / 80, f = i - 80 * l;
+            in[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (l < ns) {
                 const int* m = meta + 3 * (e0 + l);
                 const float* src = f < 16 ? io.dY + (int64_t)m[0] * 64 + 4 * f
                                  : f < 48 ? core0 + (int64_t)m[1] * TT_BWD7_S0 + 4 * (f - 16)
                                           : core2 + (int64_t)m[2] * TT_BWD7_S0 + 4 * (f - 48);
-                v = __ldg(reinterpret_cast<const float4*>(src));
+                in[q] = __ldg(reinterpret_cast<const float4*>(src));
             }
-            *reinterpret_cast<float4*>(seg + l * TT_BWD7_LS + tt_bwd7_input_dst(f)) = v;
+        }
+    };
+    if (cnt > 0) load_inputs(0);
+    for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
+        const int ns = min(TT_BWD7_NB, cnt - e0);
+#pragma unroll
+        for (int q = 0; q < PER; q++) {
+            const int i = tid + q * TT_BWD7_BLOCK, l = i / 80, f = i - 80 * l;
+            *reinterpret_cast<float4*>(seg + l * TT_BWD7_LS + tt_bwd7_input_dst(f)) = in[q];
         }
         __syncthreads();
         tt_bwd7_small_steps(seg + (tid >> 4) * TT_BWD7_LS, tid & 15);
         __syncthreads();
+        if (e0 + TT_BWD7_NB < cnt) load_inputs(e0 + TT_BWD7_NB);
         const int* ids = list + e0;
         tt_bwd7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
         tt_bwd7_side_products<true>(seg, g1s, ids, ns, W2, warp, lane);
@@ -2811,24 +2848,29 @@ tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardSh
     __shared__ int list[TT_BWD7_SIDE_CAP];
     __shared__ int warp_sums[8];
     __shared__ float part[TT_BWD7_SIDE_BLOCK];
-    tt_bwd7_wait_prior();                       // kernel 2's W rows (and kernel 1's keys)
+    // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
+    // it only after their own griddepcontrol.wait), so the first scan runs under kernel 2's tail; the W rows
+    // are read only after this kernel's wait.
     const int K0 = s.tables * s.p[0];
     const int t = (int)blockIdx.x < K0 ? 0 : 2, k = t == 0 ? blockIdx.x : blockIdx.x - K0;
-    const int n = counts[s.key_base[t] + k];
+    const int n = __ldcg(counts + s.key_base[t] + k);
     if (n == 0) return;
+    bool waited = false;
     const float* W = t == 0 ? W0 : W2;
     const int S = TT_BWD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
     float total = 0.0f;
     for (int lo = 0; lo < n; lo += TT_BWD7_SIDE_CAP) {
         const int hi = min(n, lo + TT_BWD7_SIDE_CAP), rows = hi - lo, groups = (rows + TT_BWD7_SIDE_RG - 1) / TT_BWD7_SIDE_RG;
         tt_bwd7_collect(keys + (int64_t)t * key_stride, key_stride, k, lo, hi, list, warp_sums);
+        if (!waited) tt_bwd7_wait_prior();      // kernel 2's W rows
+        waited = true;
         for (int g0 = 0; g0 < groups; g0 += slots) {
             const int gi = g0 + slot;
             float sum = 0.0f;
             if (slot < slots && gi < groups) {
                 const int r1 = min(rows, (gi + 1) * TT_BWD7_SIDE_RG);
 #pragma unroll 8
-                for (int r = gi * TT_BWD7_SIDE_RG; r < r1; r++) sum += W[(int64_t)list[r] * S + c];
+                for (int r = gi * TT_BWD7_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
             }
             part[threadIdx.x] = sum;
             __syncthreads();
@@ -2989,8 +3031,8 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     float* W0 = a.W + a.pv.W_off[0];
     float* W2 = a.W + a.pv.W_off[2];
-    tt_embedding_backward_kernel7_prep<<<ceil_div(key_stride, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(s, key_stride, a.offsets, a.indices,
-                                                                                                        w.keys, w.bag_of, w.counts);
+    tt_embedding_backward_kernel7_prep<<<(unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(
+        s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts);
     const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_BWD7_PART) + (int64_t)s.tables * s.p[1]);
     tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_chain, items, (unsigned)TT_BWD7_BLOCK, tt_embedding_backward_smem7_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, w.ctr, w.partial, W0, W2, io);
