@@ -2403,6 +2403,7 @@ static const int TT_BWD7_NB = 16;            // lookups per segment: 4 m-tiles o
 static const int TT_BWD7_SIDE_BLOCK = 256;   // side kernel
 static const int TT_BWD7_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
 static const int TT_BWD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
+static const int TT_BWD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
     TT_BWD7_R = 32, TT_BWD7_Q = 4, TT_BWD7_S1 = 4096, TT_BWD7_S0 = 128,      // the compiled shape: slices of cores 1 and 0, 2
     TT_BWD7_GS = 132, TT_BWD7_YS = 136, TT_BWD7_G0S = 40,                  // row strides of G_1, Y / L^T, G_0
@@ -2414,9 +2415,9 @@ static_assert(TT_BWD7_LS % 32 == 4 && TT_BWD7_YS % 32 == 8 && TT_BWD7_G0S % 32 =
 static_assert(TT_BWD7_LT >= 4 * TT_BWD7_YS && TT_BWD7_G0 >= TT_BWD7_LT + 4 * TT_BWD7_YS && TT_BWD7_G >= TT_BWD7_G0 + 4 * TT_BWD7_G0S &&
               TT_BWD7_G2 >= TT_BWD7_G + 64 && TT_BWD7_LS >= TT_BWD7_G2 + 128, "segment regions overlap");
 static_assert(TT_BWD7_SIDE_CAP % TT_BWD7_SIDE_RG == 0, "side groups must not straddle passes");
-// chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4]
+// chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
 inline size_t tt_embedding_backward_smem7_bytes() {
-    return sizeof(float) * (TT_BWD7_G1F + TT_BWD7_SEG) + sizeof(int) * (TT_BWD7_PART * 4 + 8 + 4);
+    return sizeof(float) * (TT_BWD7_G1F + TT_BWD7_SEG) + sizeof(int) * (TT_BWD7_PART * 4 + 8 + 4 + TT_BWD7_BUCKET);
 }
 
 // the shapes version 7 is compiled for; "" when it runs
@@ -2476,6 +2477,14 @@ __host__ __device__ __forceinline__ int tt_bwd7_I_c(int m, int n, int w, int mi,
     return (16 * mi + m) * (TT_BWD7_Q * TT_BWD7_R) + 16 * w + 8 * ni + n;
 }
 
+__host__ __device__ __forceinline__ void tt_bwd7_st4(float* p, float4 v) {
+#ifdef __CUDA_ARCH__
+    *reinterpret_cast<float4*>(p) = v;
+#else
+    p[0] = v.x; p[1] = v.y; p[2] = v.z; p[3] = v.w;
+#endif
+}
+
 // The small steps of one lookup, thread u of its 16 (the segment's 256 threads: 16 per lookup), FP32 in a
 // fixed order: Y[a_0][a_1 R + k_2] = sum_a2 g[a_0, a_1, a_2] G_2[k_2][a_2] for (a_0, a_1) = (u / 4, u % 4),
 // and L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2] for (a_1, a_2) = (u / 4, u % 4).
@@ -2487,6 +2496,7 @@ __host__ __device__ inline void tt_bwd7_small_steps(float* region, int u) {
         const int a0 = u >> 2, a1 = u & 3;
         const float4 gv = tt_embedding_backward6_ld4(g + a0 * 16 + a1 * 4);
         float* y = region + TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * TT_BWD7_R;
+TT_BWD_UNROLL
         for (int k2 = 0; k2 < TT_BWD7_R; k2 += 4) {
             float r[4];
 TT_BWD_UNROLL
@@ -2494,7 +2504,7 @@ TT_BWD_UNROLL
                 const float4 w = tt_embedding_backward6_ld4(g2 + (k2 + e) * 4);
                 r[e] = fmaf(gv.w, w.w, fmaf(gv.z, w.z, fmaf(gv.y, w.y, gv.x * w.x)));
             }
-            y[k2] = r[0]; y[k2 + 1] = r[1]; y[k2 + 2] = r[2]; y[k2 + 3] = r[3];
+            tt_bwd7_st4(y + k2, make_float4(r[0], r[1], r[2], r[3]));
         }
     }
     {
@@ -2503,6 +2513,7 @@ TT_BWD_UNROLL
 TT_BWD_UNROLL
         for (int a0 = 0; a0 < 4; a0++) gs[a0] = g[a0 * 16 + a1 * 4 + a2];
         float* lt = region + TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * TT_BWD7_R;
+TT_BWD_UNROLL
         for (int k1 = 0; k1 < TT_BWD7_R; k1 += 4) {
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 TT_BWD_UNROLL
@@ -2511,7 +2522,7 @@ TT_BWD_UNROLL
                 acc.x = fmaf(gs[a0], v.x, acc.x); acc.y = fmaf(gs[a0], v.y, acc.y);
                 acc.z = fmaf(gs[a0], v.z, acc.z); acc.w = fmaf(gs[a0], v.w, acc.w);
             }
-            lt[k1] = acc.x; lt[k1 + 1] = acc.y; lt[k1 + 2] = acc.z; lt[k1 + 3] = acc.w;
+            tt_bwd7_st4(lt + k1, acc);
         }
     }
 }
@@ -2585,57 +2596,76 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
 // cvt.rna.tf32.f32 rounds, but in two integer instructions instead of cvt's longer sequence: ncu showed the
 // splits were half of the kernel's instructions), lo = x - hi exactly (|lo| <= 2^-11 |x|); the mma reads lo's
 // top 10 mantissa bits, an error of at most 2^-21 |x|.
+// The lookups of a slice with n lookups whose rank (place in lookup order) is in [lo, hi), to list[rank - lo].
+// Kernel 1 wrote each lookup into its slice's bucket at the slot its atomic count returned (arrival order,
+// which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting (each
+// entry's rank = the entries smaller than it: O(n^2) compares, n <= 128), a longer one by the ordered scan of
+// its core's keys. Either way the list is the same.
+__device__ void tt_bwd7_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
+                                int* list, int* stage, int* warp_sums) {
+    if (n > TT_BWD7_BUCKET) {
+        tt_bwd7_collect(keys, key_stride, row, lo, hi, list, warp_sums);
+        return;
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) stage[i] = __ldcg(bucket + i);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int v = stage[i];
+        int r = 0;
+        for (int m = 0; m < n; m++) r += stage[m] < v;
+        if (r >= lo && r < hi) list[r - lo] = v;
+    }
+    __syncthreads();
+}
+
 __device__ __forceinline__ void tt_bwd7_split(float x, uint32_t& hi, uint32_t& lo) {
     const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     hi = h;
     lo = __float_as_uint(x - __uint_as_float(h));
 }
-// d += a . b in 3xTF32 (the small products first, into the same accumulator)
-__device__ __forceinline__ void tt_bwd7_mma3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
-                                             uint32_t bl0, uint32_t bl1) {
+// d += a . b, one TF32 mma (not volatile, and one instruction per asm: the compiler interleaves the tiles)
+__device__ __forceinline__ void tt_bwd7_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(al[0]), "r"(al[1]), "r"(al[2]), "r"(al[3]), "r"(bh0), "r"(bh1));
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(ah[0]), "r"(ah[1]), "r"(ah[2]), "r"(ah[3]), "r"(bl0), "r"(bl1));
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(ah[0]), "r"(ah[1]), "r"(ah[2]), "r"(ah[3]), "r"(bh0), "r"(bh1));
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// (II) or (III) for warp w of a segment of ns lookups: m-tile w / 2 (4 lookups), n-tiles 2 (w % 2) and +1,
-// 16 k-steps; rows of absent lookups are not written. out: W rows of core 0 (II) or 2 (III).
+// (II) (warps 0-3) or (III) (warps 4-7) for a segment of ns lookups: m-tile w % 4 (4 lookups), all four n-tiles
+// (each A value split once per warp), 16 k-steps; in 3xTF32 the small products of every tile first, then the
+// big ones, into the same accumulator. Rows of absent lookups are not written. Out: W rows of core 0 (II) or 2 (III).
 template <bool III>
 __device__ __forceinline__ void tt_bwd7_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
-                                                      int warp, int lane) {
-    const int mt = warp >> 1, nt0 = 2 * (warp & 1);
+                                                      int mt, int lane) {
     if (4 * mt >= ns) return;
     const float* base = seg + 4 * mt * TT_BWD7_LS;
-    float acc[2][4] = {};
-#pragma unroll 4
+    float acc[4][4] = {};
+#pragma unroll 2
     for (int ks = 0; ks < 16; ks++) {
-        uint32_t ah[4], al[4];
+        uint32_t ah[4], al[4], bh[4][2], bl[4][2];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int m = tt_bwd7_arow(lane, r), c = tt_bwd7_acol(lane, r);
             tt_bwd7_split(base[III ? tt_bwd7_III_a(m, c, ks) : tt_bwd7_II_a(m, c, ks)], ah[r], al[r]);
         }
 #pragma unroll
-        for (int ni = 0; ni < 2; ni++) {
-            uint32_t bh[2], bl[2];
+        for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int c = tt_bwd7_bk(lane, r), n = lane >> 2;
-                tt_bwd7_split(g1s[III ? tt_bwd7_III_b(c, n, ks, nt0 + ni) : tt_bwd7_II_b(c, n, ks, nt0 + ni)], bh[r], bl[r]);
+                tt_bwd7_split(g1s[III ? tt_bwd7_III_b(c, n, ks, nt) : tt_bwd7_II_b(c, n, ks, nt)], bh[nt][r], bl[nt][r]);
             }
-            tt_bwd7_mma3(acc[ni], ah, al, bh[0], bh[1], bl[0], bl[1]);
-        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], al, bh[nt][0], bh[nt][1]);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], ah, bl[nt][0], bl[nt][1]);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
     }
 #pragma unroll
-    for (int ni = 0; ni < 2; ni++)
+    for (int nt = 0; nt < 4; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int m = tt_bwd7_crow(lane, r), n = tt_bwd7_ccol(lane, r), l = 4 * mt + (m >> 2);
-            if (l < ns)
-                out[(int64_t)ids[l] * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt0 + ni) : tt_bwd7_II_c(m, n, nt0 + ni))] = acc[ni][r];
+            if (l < ns) out[(int64_t)ids[l] * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt) : tt_bwd7_II_c(m, n, nt))] = acc[nt][r];
         }
 }
 
@@ -2655,7 +2685,15 @@ __device__ __forceinline__ void tt_bwd7_pivot_product(float (&acc)[2][2][4], con
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma3(acc[mi][ni], ah[mi], al[mi], bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
+            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
     }
 }
 #endif
@@ -2682,11 +2720,12 @@ void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, 
 
 // Kernel 1: one warp per bag, its lookups over the lanes (no search for the bag: version 6's per-lookup binary
 // search over the offsets was most of its 16 us), each written as version 6's prep does: the slice key of every
-// core, the bag, and the slice counts (int atomics: exact). Warp 0 also writes the key rows' pad (-1).
+// core, the bag, and the slice counts (int atomics: exact); and into its slice's bucket at the slot the count
+// returned. Warp 0 also writes the key rows' pad (-1).
 __global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
 tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
-                                   int* __restrict__ counts) {
+                                   int* __restrict__ counts, int* __restrict__ bucket) {
     tt_bwd7_allow_next();
     const int bag = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (bag == 0 && s.nnz + lane < key_stride)
@@ -2701,19 +2740,20 @@ tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardSh
         for (int t = 0; t < s.T; t++) {
             const int row = tbl * s.p[t] + idx[t];
             keys[(int64_t)t * key_stride + j] = row;
-            atomicAdd(counts + s.key_base[t] + row, 1);
+            const int key = s.key_base[t] + row, slot = atomicAdd(counts + key, 1);
+            if (slot < TT_BWD7_BUCKET) bucket[(int64_t)key * TT_BWD7_BUCKET + slot] = (int)j;
         }
     }
 }
 
 // Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
-// slice of G_1 copied (rows padded to GS) while the keys are scanned for the item's lookups; their bags and
+// slice of G_1 copied (rows padded to GS) while the item's lookups are listed (tt_bwd7_lookups); their bags and
 // side keys; then segments of NB lookups: inputs, small steps, (II) and (III) to W, (I) into registers.
 // Finally the optimizer on dG_1 (one part), or the part's partial and, for the last part to finish, the sum
 // of the parts in part order and the optimizer.
 __global__ void __launch_bounds__(TT_BWD7_BLOCK, 2)
 tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
-                                    const int* __restrict__ bag_of, const int* __restrict__ counts, int* __restrict__ ctr,
+                                    const int* __restrict__ bag_of, const int* __restrict__ counts, const int* __restrict__ bucket, int* __restrict__ ctr,
                                     float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2,
                                     const __grid_constant__ TtEmbeddingBackwardIo6 io) {
 #ifdef __CUDA_ARCH__
@@ -2723,6 +2763,7 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     int* meta = list + TT_BWD7_PART;            // [PART][3]: bag, core-0 key, core-2 key
     int* warp_sums = meta + 3 * TT_BWD7_PART;
     int* info = warp_sums + 8;                  // slice, part, parts, lookups
+    int* stage = info + 4;                      // [BUCKET]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     tt_bwd7_wait_prior();                       // kernel 1's keys and counts
     tt_bwd7_allow_next();
@@ -2749,7 +2790,7 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
         const float4 v = __ldg(reinterpret_cast<const float4*>(g1) + i);
         *reinterpret_cast<float4*>(g1s + (i >> 5) * TT_BWD7_GS + 4 * (i & 31)) = v;
     }
-    tt_bwd7_collect(keys + key_stride, key_stride, k, lo, hi, list, warp_sums);
+    tt_bwd7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_BWD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi, list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
         meta[3 * e] = __ldcg(bag_of + j);
@@ -2794,21 +2835,44 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
         __syncthreads();
         if (e0 + TT_BWD7_NB < cnt) load_inputs(e0 + TT_BWD7_NB);
         const int* ids = list + e0;
-        tt_bwd7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
-        tt_bwd7_side_products<true>(seg, g1s, ids, ns, W2, warp, lane);
+        if (warp < 4) tt_bwd7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
+        else tt_bwd7_side_products<true>(seg, g1s, ids, ns, W2, warp - 4, lane);
         tt_bwd7_pivot_product(acc, seg, ns, warp, lane);
         __syncthreads();                        // the segment is refilled
     }
     const int64_t off = s.core_off[1] + (int64_t)k * TT_BWD7_S1;
+    // the optimizer on the thread's 16 elements, every load before any store (ncu: applied one element at a time,
+    // as tt_embedding_backward_apply does, the compiler kept each load behind the previous store, 16 round trips
+    // to L2, a tenth of the kernel's stall samples); the same arithmetic as tt_embedding_backward_apply
     auto apply_all = [&](const float (&v)[2][2][4]) {
+        int64_t at[16];
+        float G[16], st[16];
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int e = 0; e < 16; e++) {
+            const int mi = e >> 3, ni = (e >> 2) & 1, r = e & 3;
+            at[e] = off + tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), warp, mi, ni);
+        }
+        if (io.opt == TT_BWD_DENSE) {
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++)
+            for (int e = 0; e < 16; e++) io.dG[at[e]] = v[e >> 3][(e >> 2) & 1][e & 3];
+            return;
+        }
 #pragma unroll
-                for (int r = 0; r < 4; r++)
-                    tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG,
-                                                off + tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), warp, mi, ni), v[mi][ni][r]);
+        for (int e = 0; e < 16; e++) {
+            G[e] = io.cores[at[e]];
+            st[e] = io.opt == TT_BWD_ADAGRAD ? io.state[at[e]] : 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            const float grad = v[e >> 3][(e >> 2) & 1][e & 3];
+            if (io.opt == TT_BWD_SGD) {
+                io.cores[at[e]] = G[e] - io.lr * grad;
+            } else {
+                const float sn = st[e] + grad * grad;
+                io.state[at[e]] = sn;
+                io.cores[at[e]] = G[e] - io.lr * grad / (sqrtf(sn) + io.eps);
+            }
+        }
     };
     if (np == 1) {
         apply_all(acc);
@@ -2837,15 +2901,14 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
 #endif
 }
 
-// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (a scan of its core's keys, CAP
-// per pass), their W rows added per column in groups of RG rows (each group in order, the groups in order:
+// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_bwd7_lookups, CAP per pass), their W rows added per column in groups of RG rows (each group in order, the groups in order:
 // the same bits at any block size), then the optimizer. Untouched slices are left alone.
 __global__ void __launch_bounds__(TT_BWD7_SIDE_BLOCK)
 tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
-                                   const int* __restrict__ counts, const float* __restrict__ W0, const float* __restrict__ W2,
-                                   const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+                                   const int* __restrict__ counts, const int* __restrict__ bucket, const float* __restrict__ W0,
+                                   const float* __restrict__ W2, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
 #ifdef __CUDA_ARCH__
-    __shared__ int list[TT_BWD7_SIDE_CAP];
+    __shared__ int list[TT_BWD7_SIDE_CAP], stage[TT_BWD7_BUCKET];
     __shared__ int warp_sums[8];
     __shared__ float part[TT_BWD7_SIDE_BLOCK];
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
@@ -2861,7 +2924,8 @@ tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardSh
     float total = 0.0f;
     for (int lo = 0; lo < n; lo += TT_BWD7_SIDE_CAP) {
         const int hi = min(n, lo + TT_BWD7_SIDE_CAP), rows = hi - lo, groups = (rows + TT_BWD7_SIDE_RG - 1) / TT_BWD7_SIDE_RG;
-        tt_bwd7_collect(keys + (int64_t)t * key_stride, key_stride, k, lo, hi, list, warp_sums);
+        tt_bwd7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_BWD7_BUCKET, n, keys + (int64_t)t * key_stride, key_stride, k, lo, hi,
+                        list, stage, warp_sums);
         if (!waited) tt_bwd7_wait_prior();      // kernel 2's W rows
         waited = true;
         for (int g0 = 0; g0 < groups; g0 += slots) {
@@ -2906,8 +2970,9 @@ struct TtEmbeddingBackwardArgs {
     int sort_bits;
     TtEmbeddingBackwardPivot pv;
     TtEmbeddingBackwardLayout lay3, lay4, lay5;
-    // version 6 (its W is versions 4-5's, same pivot and layout)
+    // version 6 (its W is versions 4-5's, same pivot and layout); version 7 uses both and its buckets
     TtEmbeddingBackwardWs6 ws6;
+    int* bucket7;
 };
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -3032,12 +3097,14 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     float* W0 = a.W + a.pv.W_off[0];
     float* W2 = a.W + a.pv.W_off[2];
     tt_embedding_backward_kernel7_prep<<<(unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(
-        s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts);
+        s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket7);
     const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_BWD7_PART) + (int64_t)s.tables * s.p[1]);
     tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_chain, items, (unsigned)TT_BWD7_BLOCK, tt_embedding_backward_smem7_bytes(), s,
-                                     key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, w.ctr, w.partial, W0, W2, io);
+                                     key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket7, w.ctr, w.partial,
+                                     W0, W2, io);
     tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_side, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_BWD7_SIDE_BLOCK,
-                                     (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const float*)W0, (const float*)W2, io);
+                                     (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket7, (const float*)W0,
+                                     (const float*)W2, io);
 }
 static_assert(TT_BWD7_PART >= TT_BWD6_CHUNK, "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
@@ -3270,6 +3337,7 @@ int main(int argc, char** argv) {
         w.W = a.W;
         w.partial = device_alloc<float>((size_t)plan6.max_chunks * s.S[plan6.h]);
         w.partial3 = device_alloc<float>((size_t)plan6.max_items * TT_BWD6_CW);
+        a.bucket7 = device_alloc<int>((size_t)K_total * TT_BWD7_BUCKET);
         for (const void* kern : {(const void*)tt_embedding_backward_kernel6<0>, (const void*)tt_embedding_backward_kernel6<1>,
                                  (const void*)tt_embedding_backward_kernel6<2>})
             cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit));
@@ -3320,6 +3388,7 @@ int main(int argc, char** argv) {
         poison(w.list, std::max<int64_t>(N_sort, 1) * sizeof(int));
         poison(w.partial, (size_t)plan6.max_chunks * s.S[plan6.h] * sizeof(float));
         poison(w.partial3, (size_t)plan6.max_items * TT_BWD6_CW * sizeof(float));
+        poison(a.bucket7, (size_t)K_total * TT_BWD7_BUCKET * sizeof(int));
     };
     auto download = [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
         c = device_download(a.cores, C);
@@ -3421,7 +3490,7 @@ int main(int argc, char** argv) {
                                                   a.vals_sorted, a.seg_lo, a.seg_hi, a.chunk_count, a.chunk_off, a.W,
                                                   a.partial, a.cub_temp, a.ws6.keys, a.ws6.bag_of, a.ws6.zeroed,
                                                   a.ws6.chunk_desc, a.ws6.choff, a.ws6.totals, a.ws6.item_desc, a.ws6.partial,
-                                                  a.ws6.partial3, a.ws6.start, a.ws6.list})
+                                                  a.ws6.partial3, a.ws6.start, a.ws6.list, a.bucket7})
         cudaCheck(cudaFree(ptr));
     for (int t = 0; t < s.T; t++) {
         if (t >= 1 && t <= s.T - 2) cudaCheck(cudaFree(a.fb.P[t]));
