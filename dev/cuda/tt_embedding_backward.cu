@@ -2592,10 +2592,6 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
     __syncthreads();
 }
 
-// x = hi + lo: hi is x rounded to TF32 (10 explicit mantissa bits, half-way cases away from zero, as
-// cvt.rna.tf32.f32 rounds, but in two integer instructions instead of cvt's longer sequence: ncu showed the
-// splits were half of the kernel's instructions), lo = x - hi exactly (|lo| <= 2^-11 |x|); the mma reads lo's
-// top 10 mantissa bits, an error of at most 2^-21 |x|.
 // The lookups of a slice with n lookups whose rank (place in lookup order) is in [lo, hi), to list[rank - lo].
 // Kernel 1 wrote each lookup into its slice's bucket at the slot its atomic count returned (arrival order,
 // which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting (each
@@ -2618,8 +2614,13 @@ __device__ void tt_bwd7_lookups(const int* __restrict__ bucket, int n, const int
     __syncthreads();
 }
 
+// x = hi + lo for 3xTF32 in two instructions: hi = x with its low 13 mantissa bits cleared (a TF32 value), lo =
+// x - hi exactly (|lo| < 2^-10 |x|); the mma reads lo's top 10 mantissa bits. Per product a b the three mma
+// then miss ah (bl - bl') + (al - al') bh + al bl, at most 3 * 2^-20 |a b| (2.9e-6, against the check's 2e-5 per
+// unit of magnitude). ncu: cvt.rna.tf32.f32 compiled to a longer integer sequence, and the splits were half of
+// the chain kernel's instructions with it.
 __device__ __forceinline__ void tt_bwd7_split(float x, uint32_t& hi, uint32_t& lo) {
-    const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    const uint32_t h = __float_as_uint(x) & 0xffffe000u;
     hi = h;
     lo = __float_as_uint(x - __uint_as_float(h));
 }
@@ -2785,11 +2786,12 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     const int part = info[1], np = info[2], n = info[3];
     const int lo = (int)((int64_t)part * n / np), hi = (int)((int64_t)(part + 1) * n / np), cnt = hi - lo;
     // G_1's slice (read-only until this item's last part has finished: the optimizer runs after every part's reads)
+    // (loaded now, stored once the list is made: the loads' latency under the list's)
     const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_BWD7_S1;
-    for (int i = tid; i < TT_BWD7_S1 / 4; i += blockDim.x) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(g1) + i);
-        *reinterpret_cast<float4*>(g1s + (i >> 5) * TT_BWD7_GS + 4 * (i & 31)) = v;
-    }
+    constexpr int G1PER = TT_BWD7_S1 / 4 / TT_BWD7_BLOCK;
+    float4 g1v[G1PER];
+#pragma unroll
+    for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_BWD7_BLOCK);
     tt_bwd7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_BWD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi, list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
@@ -2823,6 +2825,11 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
         }
     };
     if (cnt > 0) load_inputs(0);
+#pragma unroll
+    for (int q = 0; q < G1PER; q++) {           // read only after the segment loop's first barrier
+        const int i = tid + q * TT_BWD7_BLOCK;
+        *reinterpret_cast<float4*>(g1s + (i >> 5) * TT_BWD7_GS + 4 * (i & 31)) = g1v[q];
+    }
     for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
         const int ns = min(TT_BWD7_NB, cnt - e0);
 #pragma unroll
