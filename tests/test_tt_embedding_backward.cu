@@ -776,6 +776,210 @@ static void test_validators() {
     result(tt_embedding_backward_check_bags(off, idx, 2, 12).empty(), "validator_bags_ok", "well-formed bags must validate");
 }
 
+// ------------------------------------------------------------------------------------------------
+// version 7: its tensor-core products through the fragment maps, by an emulated mma (the PTX layouts, in double),
+// against the direct formulas on the same shared-memory layout; every fragment load free of bank conflicts;
+// every output element written exactly once; the small steps against their formulas; its shape filter.
+
+// d (per lane, 4 C registers) += A . B, A and B given per lane in fragment registers (PTX m16n8k8 layouts)
+static void emulate_mma7(double (&d)[32][4], const double (&a)[32][4], const double (&b)[32][2]) {
+    double A[16][8], B[8][8];
+    for (int lane = 0; lane < 32; lane++) {
+        for (int r = 0; r < 4; r++) A[tt_bwd7_arow(lane, r)][tt_bwd7_acol(lane, r)] = a[lane][r];
+        for (int r = 0; r < 2; r++) B[tt_bwd7_bk(lane, r)][lane >> 2] = b[lane][r];
+    }
+    for (int lane = 0; lane < 32; lane++)
+        for (int r = 0; r < 4; r++) {
+            double sum = 0.0;
+            for (int k = 0; k < 8; k++) sum += A[tt_bwd7_crow(lane, r)][k] * B[k][tt_bwd7_ccol(lane, r)];
+            d[lane][r] += sum;
+        }
+}
+
+static void test_v7(int ns) {
+    const int R = TT_BWD7_R, Q = TT_BWD7_Q, NB = TT_BWD7_NB;
+    Rng rng(700 + ns);
+    std::vector<double> seg(TT_BWD7_SEG), g1s(TT_BWD7_G1F);
+    for (auto& v : seg) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : g1s) v = rng.uniform(-1.0f, 1.0f);
+    // the semantic views of the layout (what the formulas read)
+    auto Y = [&](int l, int a0, int a1, int k2) { return seg[l * TT_BWD7_LS + TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * R + k2]; };
+    auto Lt = [&](int l, int a2, int a1, int k1) { return seg[l * TT_BWD7_LS + TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * R + k1]; };
+    auto G0 = [&](int l, int a0, int k1) { return seg[l * TT_BWD7_LS + TT_BWD7_G0 + a0 * TT_BWD7_G0S + k1]; };
+    std::string why;
+    auto G1 = [&](int k1, int a1, int k2) { return g1s[tt_bwd7_g1(k1, a1 * R + k2)]; };
+    {   // the swizzled copy is a permutation of the slice that keeps float4s whole
+        std::vector<int> hit(TT_BWD7_S1, 0);
+        for (int k1 = 0; k1 < R; k1++)
+            for (int col = 0; col < Q * R; col++) {
+                const int at = tt_bwd7_g1(k1, col);
+                if (at < 0 || at >= TT_BWD7_S1 || (at & 3) != (col & 3)) why += " swizzle out of place";
+                else hit[at]++;
+            }
+        for (int v : hit)
+            if (v != 1 && why.size() < 300) why += " swizzle not a permutation";
+    }
+    auto conflict_free = [&](const int (&off)[32], const char* what) {
+        bool seen[32] = {};
+        for (int lane = 0; lane < 32; lane++) {
+            const int bank = ((off[lane] % 32) + 32) % 32;
+            if (seen[bank] && why.size() < 300) why += std::string(" bank conflict in ") + what;
+            seen[bank] = true;
+        }
+    };
+    // (II) and (III): per m-tile of 4 lookups, 4 n-tiles, 16 k-steps
+    std::vector<double> W0((size_t)NB * TT_BWD7_S0, 0.0), W2((size_t)NB * TT_BWD7_S0, 0.0);
+    std::vector<int> hits0((size_t)NB * TT_BWD7_S0, 0), hits2((size_t)NB * TT_BWD7_S0, 0);
+    for (int III = 0; III < 2; III++)
+        for (int mt = 0; 4 * mt < ns; mt++)
+            for (int nt = 0; nt < 4; nt++) {
+                double acc[32][4] = {};
+                for (int ks = 0; ks < 16; ks++) {
+                    double a[32][4], b[32][2];
+                    int offa[4][32], offb[2][32];
+                    for (int lane = 0; lane < 32; lane++) {
+                        for (int r = 0; r < 4; r++) {
+                            const int m = tt_bwd7_arow(lane, r), c = tt_bwd7_acol(lane, r);
+                            offa[r][lane] = 4 * mt * TT_BWD7_LS + (III ? tt_bwd7_III_a(m, c, ks) : tt_bwd7_II_a(m, c, ks));
+                            a[lane][r] = seg[offa[r][lane]];
+                        }
+                        for (int r = 0; r < 2; r++) {
+                            offb[r][lane] = III ? tt_bwd7_III_b(tt_bwd7_bk(lane, r), lane >> 2, ks, nt) : tt_bwd7_II_b(tt_bwd7_bk(lane, r), lane >> 2, ks, nt);
+                            b[lane][r] = g1s[offb[r][lane]];
+                        }
+                    }
+                    for (int r = 0; r < 4; r++) conflict_free(offa[r], III ? "(III) A" : "(II) A");
+                    for (int r = 0; r < 2; r++) conflict_free(offb[r], III ? "(III) B" : "(II) B");
+                    emulate_mma7(acc, a, b);
+                }
+                for (int lane = 0; lane < 32; lane++)
+                    for (int r = 0; r < 4; r++) {
+                        const int m = tt_bwd7_crow(lane, r), n = tt_bwd7_ccol(lane, r), l = 4 * mt + (m >> 2);
+                        if (l >= ns) continue;
+                        const size_t at = (size_t)l * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt) : tt_bwd7_II_c(m, n, nt));
+                        (III ? W2 : W0)[at] = acc[lane][r];
+                        (III ? hits2 : hits0)[at]++;
+                    }
+            }
+    // (I): warps w = 0..7, 2 x 2 tiles each, k-steps over lookup pairs
+    std::vector<double> dG1(TT_BWD7_S1, 0.0);
+    std::vector<int> hits1(TT_BWD7_S1, 0);
+    for (int w = 0; w < 8; w++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int ni = 0; ni < 2; ni++) {
+                double acc[32][4] = {};
+                for (int kp = 0; 2 * kp < ns; kp++) {
+                    double a[32][4], b[32][2];
+                    int offa[4][32], offb[2][32];
+                    for (int lane = 0; lane < 32; lane++) {
+                        for (int r = 0; r < 4; r++) {
+                            offa[r][lane] = tt_bwd7_I_a(tt_bwd7_arow(lane, r), tt_bwd7_acol(lane, r), kp, mi);
+                            // the kernel zero-fills the inputs of absent lookups (so G_0 and Y are 0 there)
+                            a[lane][r] = 2 * kp + (tt_bwd7_acol(lane, r) >> 2) < ns ? seg[offa[r][lane]] : 0.0;
+                        }
+                        for (int r = 0; r < 2; r++) {
+                            offb[r][lane] = tt_bwd7_I_b(tt_bwd7_bk(lane, r), lane >> 2, kp, w, ni);
+                            b[lane][r] = 2 * kp + (tt_bwd7_bk(lane, r) >> 2) < ns ? seg[offb[r][lane]] : 0.0;
+                        }
+                    }
+                    for (int r = 0; r < 4; r++) conflict_free(offa[r], "(I) A");
+                    for (int r = 0; r < 2; r++) conflict_free(offb[r], "(I) B");
+                    emulate_mma7(acc, a, b);
+                }
+                for (int lane = 0; lane < 32; lane++)
+                    for (int r = 0; r < 4; r++) {
+                        const int at = tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), w, mi, ni);
+                        dG1[at] = acc[lane][r];
+                        hits1[at]++;
+                    }
+            }
+    // against the formulas
+    double err = 0.0;
+    for (int l = 0; l < NB; l++)
+        for (int e = 0; e < TT_BWD7_S0; e++) {
+            const size_t at = (size_t)l * TT_BWD7_S0 + e;
+            const int want = l < ns ? 1 : 0;
+            if ((hits0[at] != want || hits2[at] != want) && why.size() < 300)
+                why += " W element (" + std::to_string(l) + "," + std::to_string(e) + ") written " + std::to_string(hits0[at]) + "/" +
+                       std::to_string(hits2[at]) + " times";
+            if (l >= ns) continue;
+            const int a0 = e / R, k1 = e % R;         // (II): W0[a_0 R + k_1] = sum_{a1,k2} Y[a0][a1][k2] G1[k1][a1][k2]
+            double r2 = 0.0;
+            for (int a1 = 0; a1 < Q; a1++)
+                for (int k2 = 0; k2 < R; k2++) r2 += Y(l, a0, a1, k2) * G1(k1, a1, k2);
+            err = std::max(err, fabs(W0[at] - r2));
+            const int k2 = e / Q, a2 = e % Q;         // (III): W2[k_2 q + a_2] = sum_{k1,a1} G1[k1][a1][k2] L^T[a2][a1][k1]
+            double r3 = 0.0;
+            for (int k1b = 0; k1b < R; k1b++)
+                for (int a1 = 0; a1 < Q; a1++) r3 += G1(k1b, a1, k2) * Lt(l, a2, a1, k1b);
+            err = std::max(err, fabs(W2[at] - r3));
+        }
+    for (int k1 = 0; k1 < R; k1++)
+        for (int a1 = 0; a1 < Q; a1++)
+            for (int k2 = 0; k2 < R; k2++) {
+                const int at = k1 * Q * R + a1 * R + k2;   // (I): dG1 = sum_l sum_a0 G0[l][a0][k1] Y[l][a0][a1][k2]
+                if (hits1[at] != 1 && why.size() < 300) why += " dG1 element " + std::to_string(at) + " written " + std::to_string(hits1[at]) + " times";
+                double r1 = 0.0;
+                for (int l = 0; l < ns; l++)
+                    for (int a0 = 0; a0 < Q; a0++) r1 += G0(l, a0, k1) * Y(l, a0, a1, k2);
+                err = std::max(err, fabs(dG1[at] - r1));
+            }
+    if (err > 1e-9) why += " max error " + std::to_string(err);
+    result(why.empty(), "version 7's products (II), (III), (I) through the fragment maps = the formulas, conflict-free, each element once (" +
+                            std::to_string(ns) + " lookups)", why);
+}
+
+// the small steps (16 threads per lookup) against Y = g x G_2 and L^T = G_0^T x g; the input map covers g, G_0, G_2
+static void test_v7_small_steps() {
+    const int R = TT_BWD7_R;
+    Rng rng(77);
+    std::vector<float> region(TT_BWD7_LS, NAN);
+    std::vector<int> hit(TT_BWD7_LS, 0);
+    std::vector<float> g(64), g0(128), g2(128);
+    for (auto& v : g) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : g0) v = rng.uniform(-1.0f, 1.0f);
+    for (auto& v : g2) v = rng.uniform(-1.0f, 1.0f);
+    std::string why;
+    for (int f = 0; f < 80; f++) {                 // the kernel's input copy: float4 f of g | G_0 | G_2
+        const float* src = f < 16 ? g.data() + 4 * f : f < 48 ? g0.data() + 4 * (f - 16) : g2.data() + 4 * (f - 48);
+        for (int c = 0; c < 4; c++) {
+            region[tt_bwd7_input_dst(f) + c] = src[c];
+            hit[tt_bwd7_input_dst(f) + c]++;
+        }
+    }
+    for (int i = 0; i < TT_BWD7_LS; i++)
+        if (hit[i] > 1) why += " input slot " + std::to_string(i) + " written twice";
+    for (int u = 0; u < 16; u++) tt_bwd7_small_steps(region.data(), u);
+    double err = 0.0;
+    for (int a0 = 0; a0 < 4; a0++)
+        for (int a1 = 0; a1 < 4; a1++)
+            for (int k = 0; k < R; k++) {
+                double y = 0.0, lt = 0.0;
+                for (int a2 = 0; a2 < 4; a2++) y += (double)g[a0 * 16 + a1 * 4 + a2] * g2[k * 4 + a2];
+                err = std::max(err, fabs(region[TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * R + k] - y));
+                const int a2 = a0;                   // L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2]
+                for (int b0 = 0; b0 < 4; b0++) lt += (double)g0[b0 * R + k] * g[b0 * 16 + a1 * 4 + a2];
+                err = std::max(err, fabs(region[TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * R + k] - lt));
+            }
+    if (!(err < 1e-5)) why += " max error " + std::to_string(err);
+    result(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
+}
+
+static void test_v7_filter() {
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
+    result(tt_embedding_backward_v7_reason(s).empty(), "version 7 runs FBTT's default");
+    s = tt_embedding_backward_make_shape({7, 300, 9}, {4, 4, 4}, {32, 32}, 0, 2, 45);
+    result(tt_embedding_backward_v7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
+    s = tt_embedding_backward_make_shape({20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 1, 512);
+    std::string why = tt_embedding_backward_v7_reason(s);
+    result(why.find("T = 4") != std::string::npos, "version 7 refuses the 4-core shape naming T", why);
+    s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
+    why = tt_embedding_backward_v7_reason(s);
+    result(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
+    result(tt_bwd7_parts(0) == 0 && tt_bwd7_parts(1) == 1 && tt_bwd7_parts(TT_BWD7_PART) == 1 && tt_bwd7_parts(TT_BWD7_PART + 1) == 2,
+           "version 7's parts per slice: ceil(n / PART)");
+}
+
 int main() {
     test_decode_and_counts();
     test_validators();
@@ -830,6 +1034,13 @@ int main() {
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);
+
+    // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
+    test_v7(TT_BWD7_NB);
+    test_v7(13);                // a partial last segment: the absent lookups' rows not written, their k-steps zeros
+    test_v7(1);
+    test_v7_small_steps();
+    test_v7_filter();
 
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;

@@ -44,6 +44,9 @@ chunk and final item scanning the keys itself instead of the list kernel) measur
 2026-11-29_s2_bench_tt.log) timed this file's version 6 at every shape: 0.1500 / 0.1798 / 0.5781 / 0.5595,
 adagrad 0.1550, --B 4096 0.8284 (versions 1-5 within 2% of the numbers above; at the 4-core shape version 3,
 0.5299, is the fastest). Version 6's prediction is kept beside the measurement below.
+Fourth session (results/logs/2026-11-29_s4_bench_tt.log, `scripts/gpu_check.sh --only tt_embedding`): v7 0.0651 /
+0.0967 / - / -, adagrad 0.0687, --B 4096 0.4697; in the same run v2 0.833 / 0.834, v6 0.150 / 0.180 / 0.581 /
+0.560, and the forward's version 11 0.0334: forward + this backward = 0.0985 ms, a full step under 0.1 ms.
   1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
      sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
      optimizer pass over all core elements.
@@ -122,6 +125,13 @@ adagrad 0.1550, --B 4096 0.8284 (versions 1-5 within 2% of the numbers above; at
      Where the missing 3x went is the next question for a profiler (ncu works on this machine): the counts
      say FMA issue, the measurement says something serial (the planner's last block, the list kernel's
      scan, or the chunk kernel's three phases per batch of 16) costs more than the arithmetic.
+  7  FBTT's default family (T = 3, q = 4,4,4, ranks 32,32; any p, tables and bags) on tensor cores, in one
+     wave, without a planning block or list kernel: the three products with G_1 as GEMMs over each slice's
+     lookups in 3xTF32 mma.sync (FP32-accurate, checked at the FP32 tolerance), items found by each block
+     from the counts, lists from slice buckets, four kernels chained with programmatic dependent launch.
+     See its section for the design and the ncu numbers behind each step. Measured (fourth session):
+     0.0651 ms at the default, 0.0967 at Zipf 1.15, adagrad 0.0687, --B 4096 0.4697: 2.3x version 6 and
+     12.8x FBTT's pipeline (2) at the default. The default version; other shapes are skipped with the reason.
 Checks: every version at every block size against the double reference, outputs poisoned first (NaN
 in dG and every workspace; cores and state restored). Per element |got - ref| <= atol + ROUND |ref| +
 RTOL_MAG * (the element's sum of |terms|, propagated through the optimizer): see the tolerances below.
@@ -149,6 +159,7 @@ Compile and run (fp32 only: FBTT's cores and optimizer state are fp32; the _bf16
   make tt_embedding_backward && ./tt_embedding_backward all
   ./tt_embedding_backward 5 --optimizer adagrad --alpha 1.15
   ./tt_embedding_backward 6 --block 256
+  ./tt_embedding_backward 7 --alpha 1.15
   ./tt_embedding_backward all --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32
 */
 #include "common.h"
@@ -2373,30 +2384,53 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 // 113 us (177 registers: one block of 8 warps per SM, 220 chunks in two waves, 36M warp instructions), final
 // 23 us. Version 7 keeps the sandwich form at the pivot core 1 (T = 3) and changes how it is run:
 //   - the three products with G_1 are GEMMs over the lookups of a slice, on tensor cores in 3xTF32
-//     (x = hi + lo, hi = tf32(x), lo = tf32(x - hi); hi.hi + hi.lo + lo.hi, FP32-accurate like
+//     (x = hi + lo split by masking, tt_bwd7_split; hi.hi + hi.lo + lo.hi, FP32-accurate like
 //     tt_embedding_forward's version 10), per segment of NB = 16 lookups:
 //       (II)  dG_0 rows: [16 (lookup, a_0) rows per m-tile] Y (4 x 128 per lookup) . G_1^T (128 x 32)
 //       (III) dG_2 rows: [16 (lookup, a_2) rows] L^T (4 x 128 per lookup) . G_1 viewed (k_1 a_1) x k_2
 //       (I)   dG_1 += G_0^T (32 x (lookup, a_0)) . Y ((lookup, a_0) x 128), in registers across the item
-//     Y = g x G_2 and L = G_0^T x g (the small steps) run in FP32 on the CUDA cores. Per lookup: 144 mma and
-//     ~130 FFMA per warp-equivalent instead of version 6's 1,660 FFMA warp instructions.
-//   - the lookups of an item come from an ordered scan of the core-1 keys (no list kernel): a block scan per
-//     tile of 16 keys per thread, written in lookup order; an item is a slice or an even part of one
-//     (<= PART = 64 lookups: 220 items at the default, every block resident at once at two per SM);
-//     each block finds its item from the counts by a block scan (no planning block);
-//   - the parts of a long slice add their dG_1 partials in part order (the last to finish, by an int
-//     counter); a one-part slice applies the optimizer from its registers;
-//   - core 0's and core 2's per-lookup gradients go to W (1 KB per lookup); the side kernel, one block per
-//     slice, scans its core's keys and adds its rows in lookup order (groups of RG rows, groups in order:
-//     the bits do not depend on the block size) and applies the optimizer;
-//   - the chain and side kernels are launched with programmatic dependent launch (griddepcontrol).
+//     Y = g x G_2 and L = G_0^T x g (the small steps) run in FP32 on the CUDA cores. Per lookup: 144 mma
+//     instead of version 6's 1,660 FFMA warp instructions. Warps 0-3 run (II), 4-7 (III), each an m-tile
+//     over all four n-tiles; all eight share (I), 2 x 2 tiles each;
+//   - kernel 1 (one warp per bag) writes every lookup's slice keys and bag, counts the lookups of every
+//     slice (int atomics) and drops the lookup into its slice's bucket at the slot the count returned;
+//   - kernel 2: an item is a slice of core 1 or an even part of one (<= PART = 64 lookups: 220 items at the
+//     default, every block resident at once at two per SM); each block finds its item from the counts by a
+//     block scan (no planning block), and its lookups in lookup order from the bucket by rank counting (an
+//     ordered scan of the keys past BUCKET lookups); inputs loaded a segment ahead; the parts of a long
+//     slice add their dG_1 partials in part order (the last to finish, by an int counter); a one-part slice
+//     applies the optimizer from its registers;
+//   - core 0's and core 2's per-lookup gradients go to W (1 KB per lookup); kernel 3, one block per slice,
+//     lists its lookups the same way (under kernel 2's tail: before its griddepcontrol.wait), adds their W
+//     rows in lookup order (groups of RG rows, groups in order: the bits do not depend on the block size) and
+//     applies the optimizer;
+//   - kernel 0 zeroes the counters, and kernels 1-3 are launched with programmatic dependent launch
+//     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
 // default family: any p, tables, bags); other shapes are skipped with the reason.
+// How it got here (H200, default shape, SGD; ncu durations without PDL overlap; scripts/tt_backward_sweep.sh):
+//   first version (scans for the lists, cvt.rna splits, memset + three kernels)      0.0954 ms
+//     ncu: prep 8.0 us, chain 72.9 us (24.6M warp instructions, 11.3M of them on the ALU pipe: the splits),
+//     side 13.5 us
+//   split in integer ops, warp-per-bag prep, side scans before the wait, inputs a segment ahead   0.0742
+//   slice buckets instead of scans, batched optimizer loads                                     0.0703 / 0.0702
+//   (II) and (III) on separate warps over all n-tiles (A split once), float4 small-step stores  0.0678
+//   split by masking (2 instructions), G_1 loads under the list                                0.0647 (chain 50.5 us, 12.9M)
+//   G_1's swizzled copy (the CPU test found (III)'s B loads 2-way conflicted)                  0.0666 / 0.0665
+//     slower, not faster: the XOR takes each B load's address out of the immediate offset (one more
+//     instruction per load), which costs more than the conflicts did. An additive skew per row keeps the
+//     immediates and is conflict-free for both (rows of 164 floats) but needs 4.5 KB more than two blocks
+//     per SM leave; not tried.
+//   kernel 0 + PDL for kernel 1 instead of a memset                                            0.0651
+// What is left (ncu of the last chain kernel: 38% of issue slots used, tensor pipe 24% active): the item's
+// serial start (counts, bucket, meta, inputs: four dependent round trips), three barriers per segment, and
+// 44 of the 132 SMs with one item instead of two.
 // The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
 // puts a fragment's 4 k values (tig) 8 banks apart, LS = 4 (mod 32) the two lookups of its 8 rows (group)
-// 4 banks apart, GS = 4 (mod 32) the 8 rows of G_1; (III) takes K in the order (k_1 block of 8 per 4 k-steps,
-// a_1 = ks % 4) so that its B loads vary k_1 (rows) with tig, and L^T is stored (a_2, a_1, k_1) to match.
+// 4 banks apart. G_1 is read along rows by (II) (8 rows k_1 = group, 4 columns tig) and down columns by (III)
+// (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_bwd7_g1). (III)
+// takes K in the order (k_1 block of 8 per 4 k-steps, a_1 = ks % 4), and L^T is stored (a_2, a_1, k_1) to match.
 static const int TT_BWD7_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
 static const int TT_BWD7_PART = 64;          // lookups per item (longer slices split evenly into parts)
 static const int TT_BWD7_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
@@ -2406,12 +2440,12 @@ static const int TT_BWD7_SIDE_CAP = 1024;    // side kernel: list entries per pa
 static const int TT_BWD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
     TT_BWD7_R = 32, TT_BWD7_Q = 4, TT_BWD7_S1 = 4096, TT_BWD7_S0 = 128,      // the compiled shape: slices of cores 1 and 0, 2
-    TT_BWD7_GS = 132, TT_BWD7_YS = 136, TT_BWD7_G0S = 40,                  // row strides of G_1, Y / L^T, G_0
+    TT_BWD7_YS = 136, TT_BWD7_G0S = 40,                                   // row strides of Y / L^T, G_0
     TT_BWD7_Y = 0, TT_BWD7_LT = 544, TT_BWD7_G0 = 1088, TT_BWD7_G = 1248, TT_BWD7_G2 = 1312, TT_BWD7_LS = 1444,
     TT_BWD7_SEG = TT_BWD7_NB * TT_BWD7_LS,                                // floats of a segment
-    TT_BWD7_G1F = TT_BWD7_R * TT_BWD7_GS,                                 // floats of the G_1 copy
+    TT_BWD7_G1F = TT_BWD7_S1,                                             // floats of the G_1 copy (swizzled, unpadded)
 };
-static_assert(TT_BWD7_LS % 32 == 4 && TT_BWD7_YS % 32 == 8 && TT_BWD7_G0S % 32 == 8 && TT_BWD7_GS % 32 == 4, "conflict-free strides");
+static_assert(TT_BWD7_LS % 32 == 4 && TT_BWD7_YS % 32 == 8 && TT_BWD7_G0S % 32 == 8, "conflict-free strides");
 static_assert(TT_BWD7_LT >= 4 * TT_BWD7_YS && TT_BWD7_G0 >= TT_BWD7_LT + 4 * TT_BWD7_YS && TT_BWD7_G >= TT_BWD7_G0 + 4 * TT_BWD7_G0S &&
               TT_BWD7_G2 >= TT_BWD7_G + 64 && TT_BWD7_LS >= TT_BWD7_G2 + 128, "segment regions overlap");
 static_assert(TT_BWD7_SIDE_CAP % TT_BWD7_SIDE_RG == 0, "side groups must not straddle passes");
@@ -2455,12 +2489,19 @@ __host__ __device__ __forceinline__ int tt_bwd7_ccol(int lane, int r) { return 2
 __host__ __device__ __forceinline__ int tt_bwd7_II_a(int m, int c, int ks) {
     return (m >> 2) * TT_BWD7_LS + TT_BWD7_Y + (m & 3) * TT_BWD7_YS + 8 * ks + c;
 }
-__host__ __device__ __forceinline__ int tt_bwd7_II_b(int c, int n, int ks, int nt) { return (8 * nt + n) * TT_BWD7_GS + 8 * ks + c; }
+// G_1's copy: element (k_1, col = a_1 R + k_2) at k_1 (q_1 R) + (col ^ 4 pi(k_1 % 8)), pi(j) = 2j (j < 4), 2(j-4)+1
+// (j >= 4). The XOR moves whole float4s (bits 2-4 of the column), so the copy stays 16-byte stores; (II)'s loads
+// (rows group, columns 8 ks + tig) and (III)'s (rows 8 b + tig, columns 8 nt + group) then hit 32 banks each.
+__host__ __device__ __forceinline__ int tt_bwd7_g1(int k1, int col) {
+    const int j = k1 & 7, pi = j < 4 ? 2 * j : 2 * (j - 4) + 1;
+    return k1 * (TT_BWD7_Q * TT_BWD7_R) + (col ^ (4 * pi));
+}
+__host__ __device__ __forceinline__ int tt_bwd7_II_b(int c, int n, int ks, int nt) { return tt_bwd7_g1(8 * nt + n, 8 * ks + c); }
 __host__ __device__ __forceinline__ int tt_bwd7_III_a(int m, int c, int ks) {
     return (m >> 2) * TT_BWD7_LS + TT_BWD7_LT + (m & 3) * TT_BWD7_YS + (ks & 3) * TT_BWD7_R + 8 * (ks >> 2) + c;
 }
 __host__ __device__ __forceinline__ int tt_bwd7_III_b(int c, int n, int ks, int nt) {
-    return (8 * (ks >> 2) + c) * TT_BWD7_GS + (ks & 3) * TT_BWD7_R + 8 * nt + n;
+    return tt_bwd7_g1(8 * (ks >> 2) + c, (ks & 3) * TT_BWD7_R + 8 * nt + n);
 }
 __host__ __device__ __forceinline__ int tt_bwd7_I_a(int m, int c, int kp, int mi) {
     return (2 * kp + (c >> 2)) * TT_BWD7_LS + TT_BWD7_G0 + (c & 3) * TT_BWD7_G0S + 16 * mi + m;
@@ -2723,6 +2764,13 @@ void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, 
 // search over the offsets was most of its 16 us), each written as version 6's prep does: the slice key of every
 // core, the bag, and the slice counts (int atomics: exact); and into its slice's bucket at the slot the count
 // returned. Warp 0 also writes the key rows' pad (-1).
+// Kernel 0: zeroes the counters (counts, part counters) that kernel 1 and 2 count in. A kernel rather than a
+// memset so that kernel 1 can be launched with PDL behind it: kernel 1 decodes its lookups while this runs.
+__global__ void tt_embedding_backward_kernel7_zero(int* __restrict__ p, int n) {
+    tt_bwd7_allow_next();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0;
+}
+
 __global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
 tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
@@ -2731,24 +2779,33 @@ tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardSh
     const int bag = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (bag == 0 && s.nnz + lane < key_stride)
         for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + s.nnz + lane] = -1;
-    if (bag >= s.num_bags) return;
+    if (bag >= s.num_bags) return;             // (no wait needed: this thread counts nothing)
     const int tbl = bag / s.B;
-    const int64_t j1 = offsets[bag + 1];
-    for (int64_t j = offsets[bag] + lane; j < j1; j += 32) {
-        int idx[TT_BWD_MAX_T];
-        tt_embedding_backward_decode_row(s, indices[j], idx);
-        bag_of[j] = bag;
-        for (int t = 0; t < s.T; t++) {
-            const int row = tbl * s.p[t] + idx[t];
-            keys[(int64_t)t * key_stride + j] = row;
-            const int key = s.key_base[t] + row, slot = atomicAdd(counts + key, 1);
-            if (slot < TT_BWD7_BUCKET) bucket[(int64_t)key * TT_BWD7_BUCKET + slot] = (int)j;
+    const int64_t j0 = offsets[bag], j1 = offsets[bag + 1];
+    bool waited = false;
+    for (int64_t j = j0 + lane; j < j1 || !waited; j += 32) {
+        int row[TT_BWD_MAX_T];
+        const bool mine = j < j1;
+        if (mine) {
+            tt_embedding_backward_decode_row(s, indices[j], row);
+            bag_of[j] = bag;
+            for (int t = 0; t < s.T; t++) {
+                row[t] += tbl * s.p[t];
+                keys[(int64_t)t * key_stride + j] = row[t];
+            }
         }
+        if (!waited) tt_bwd7_wait_prior();      // kernel 0's zeros (launched with PDL, this ran under it so far)
+        waited = true;
+        if (mine)
+            for (int t = 0; t < s.T; t++) {
+                const int key = s.key_base[t] + row[t], slot = atomicAdd(counts + key, 1);
+                if (slot < TT_BWD7_BUCKET) bucket[(int64_t)key * TT_BWD7_BUCKET + slot] = (int)j;
+            }
     }
 }
 
 // Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
-// slice of G_1 copied (rows padded to GS) while the item's lookups are listed (tt_bwd7_lookups); their bags and
+// slice of G_1 copied (swizzled: tt_bwd7_g1) while the item's lookups are listed (tt_bwd7_lookups); their bags and
 // side keys; then segments of NB lookups: inputs, small steps, (II) and (III) to W, (I) into registers.
 // Finally the optimizer on dG_1 (one part), or the part's partial and, for the last part to finish, the sum
 // of the parts in part order and the optimizer.
@@ -2828,7 +2885,7 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
 #pragma unroll
     for (int q = 0; q < G1PER; q++) {           // read only after the segment loop's first barrier
         const int i = tid + q * TT_BWD7_BLOCK;
-        *reinterpret_cast<float4*>(g1s + (i >> 5) * TT_BWD7_GS + 4 * (i & 31)) = g1v[q];
+        *reinterpret_cast<float4*>(g1s + tt_bwd7_g1(i >> 5, 4 * (i & 31))) = g1v[q];
     }
     for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
         const int ns = min(TT_BWD7_NB, cnt - e0);
@@ -3091,7 +3148,7 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK>>>(s, P, a.ws6, io);
 }
 
-// version 7: memsets of the counters (and of dG in dense mode), then three kernels, the last two with PDL
+// version 7: (dense: a memset of dG) four kernels, the last three launched with PDL
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     (void)block_size;   // 256: the skip reason refuses any other
     const TtEmbeddingBackwardShape& s = a.s;
@@ -3099,12 +3156,14 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     if (s.nnz == 0) return;
     const TtEmbeddingBackwardWs6& w = a.ws6;
     const int key_stride = (int)tt_embedding_backward_round4(s.nnz);
-    cudaCheck(cudaMemsetAsync(w.zeroed, 0, w.zeroed_bytes));
     const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     float* W0 = a.W + a.pv.W_off[0];
     float* W2 = a.W + a.pv.W_off[2];
-    tt_embedding_backward_kernel7_prep<<<(unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(
-        s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket7);
+    const int nzero = (int)(w.zeroed_bytes / sizeof(int));
+    tt_embedding_backward_kernel7_zero<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
+    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_prep, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_BWD6_PREP_BLOCK),
+                                     (unsigned)TT_BWD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts,
+                                     a.bucket7);
     const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_BWD7_PART) + (int64_t)s.tables * s.p[1]);
     tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_chain, items, (unsigned)TT_BWD7_BLOCK, tt_embedding_backward_smem7_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket7, w.ctr, w.partial,
@@ -3200,7 +3259,7 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            7, 6);
+            7, 7);
     cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
     cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
