@@ -2408,7 +2408,9 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 //     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
 // default family: any p, tables, bags); other shapes are skipped with the reason.
-// How it got here (H200, default shape, SGD; ncu durations without PDL overlap; scripts/tt_backward_sweep.sh):
+// How it got here (H200, default shape, SGD; ncu durations without PDL overlap; each step's commit in git log,
+// timed by ./tt_embedding_backward 7 and, from the second step on, scripts/tt_backward_sweep.sh; logs
+// results/logs/2026-11-29_s4_tt_backward_sweep_{a,b}.txt are the second and the swizzle steps):
 //   first version (scans for the lists, cvt.rna splits, memset + three kernels)      0.0954 ms
 //     ncu: prep 8.0 us, chain 72.9 us (24.6M warp instructions, 11.3M of them on the ALU pipe: the splits),
 //     side 13.5 us
@@ -2422,9 +2424,10 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 //     immediates and is conflict-free for both (rows of 164 floats) but needs 4.5 KB more than two blocks
 //     per SM leave; not tried.
 //   kernel 0 + PDL for kernel 1 instead of a memset                                            0.0651
-// What is left (ncu of the last chain kernel: 38% of issue slots used, tensor pipe 24% active): the item's
-// serial start (counts, bucket, meta, inputs: four dependent round trips), three barriers per segment, and
-// 44 of the 132 SMs with one item instead of two.
+// What is left (ncu after the swizzle: chain 51.9 us, 14.3M warp instructions, 40% of issue slots used,
+// tensor pipe 25% active; prep 8.4 us and side 10.3 us in ncu, mostly hidden under PDL in a real run): the
+// item's serial start (counts, bucket, meta, inputs: four dependent round trips), three barriers per segment,
+// and 44 of the 132 SMs with one item instead of two.
 // The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
 // puts a fragment's 4 k values (tig) 8 banks apart, LS = 4 (mod 32) the two lookups of its 8 rows (group)
