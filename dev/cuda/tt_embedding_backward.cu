@@ -45,8 +45,8 @@ chunk and final item scanning the keys itself instead of the list kernel) measur
 adagrad 0.1550, --B 4096 0.8284 (versions 1-5 within 2% of the numbers above; at the 4-core shape version 3,
 0.5299, is the fastest). Version 6's prediction is kept beside the measurement below.
 Fourth session (results/logs/2026-11-29_s4_bench_tt.log, `scripts/gpu_check.sh --only tt_embedding`): v7 0.0651 /
-0.0967 / - / -, adagrad 0.0687, --B 4096 0.4697; in the same run v2 0.833 / 0.834, v6 0.150 / 0.180 / 0.581 /
-0.560, and the forward's version 11 0.0334: forward + this backward = 0.0985 ms, a full step under 0.1 ms.
+0.0967 / - / -, adagrad 0.0687, --B 4096 0.4697; in the same run v2 0.833 / 0.834, v6 0.1495 / 0.1796 / 0.5763 /
+0.5585, and the forward's version 11 0.0334: forward + this backward = 0.0985 ms, a full step under 0.1 ms.
   1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
      sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
      optimizer pass over all core elements.
