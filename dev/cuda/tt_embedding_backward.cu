@@ -2420,9 +2420,10 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 //   split by masking (2 instructions), G_1 loads under the list                                0.0647 (chain 50.5 us, 12.9M)
 //   G_1's swizzled copy (the CPU test found (III)'s B loads 2-way conflicted)                  0.0666 / 0.0665
 //     slower, not faster: the XOR takes each B load's address out of the immediate offset (one more
-//     instruction per load), which costs more than the conflicts did. An additive skew per row keeps the
-//     immediates and is conflict-free for both (rows of 164 floats) but needs 4.5 KB more than two blocks
-//     per SM leave; not tried.
+//     instruction per load), which costs more than the conflicts did. The next step, designed and checked on
+//     the CPU (conflict-free, every element once) but not measured, so not in this file: an additive skew,
+//     row k_1 at k_1 * 160 + 4 pi(k_1 % 8) (pi as in tt_bwd7_g1), which keeps a per-lane base plus
+//     immediate offsets; 4 KB more shared memory, 231,008 of the SM's 233,472 bytes at two blocks.
 //   kernel 0 + PDL for kernel 1 instead of a memset                                            0.0651
 // What is left (ncu after the swizzle: chain 51.9 us, 14.3M warp instructions, 40% of issue slots used,
 // tensor pipe 25% active; prep 8.4 us and side 10.3 us in ncu, mostly hidden under PDL in a real run): the
