@@ -98,7 +98,7 @@ gathered row).
 Launches per step (no host synchronization in any; every one stream-ordered):
   1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
   the default size's 22 bits), CUB run-length encode, CUB exclusive sum, 1 kernel. 3: as 2, plus a second
-  sort (weighted), the MEAN pass (mean), a memset and 3 kernels. 4-6: linearize, CUB sort, the chunk
+  sort (weighted), the MEAN pass (mean), a memset and 3 kernels. 4-7: linearize, CUB sort, the chunk
   kernel, a memset and 2 combine kernels (the second has no work unless a run spans over 64 chunks).
 Timing: before each sample the looked-up rows (weights and state) are restored from a pristine copy,
 untimed, so every sample times the same step from the same tables; the dense gradient buffer is zeroed
@@ -118,7 +118,7 @@ Compile and run:
 #include <cub/cub.cuh>
 
 // ----------------------------------------------------------------------------------------------
-// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-6 in a fixed order, version 1 in
+// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-7 in a fixed order, version 1 in
 // atomic order); the reference sums in double. A sum of n fp32 terms is off by at most (n-1) u sum|t_i|
 // (u = 2^-24) and in practice by about sqrt(n) u sum|t_i| or less (independent roundings; Higham's rule
 // of thumb). The check allows, per element,
@@ -139,7 +139,7 @@ enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, ad
 static const char* const EMBEDDING_BAG_BACKWARD_OPT_NAMES[] = {"dense", "sgd", "rowwise_adagrad", "adagrad"};
 
 static const int EMBEDDING_BAG_BACKWARD_LONG_RUN = 32;   // version 3: FBGEMM's max_segment_length_per_warp
-static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-6 hold a row in registers: D <= 1024
+static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-7 hold a row in registers: D <= 1024
 
 // ----------------------------------------------------------------------------------------------
 // inputs: the bench's configuration (the forward's flags), the generated layout, validation
@@ -508,7 +508,7 @@ inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs&
 }
 
 // ----------------------------------------------------------------------------------------------
-// helpers shared by the host (tests) and the GPU kernels of versions 4-6: how the sorted lookups are cut
+// helpers shared by the host (tests) and the GPU kernels of versions 4-7: how the sorted lookups are cut
 // into chunks, pieces and runs
 
 __host__ __device__ inline int64_t embedding_bag_backward_min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -636,6 +636,7 @@ __device__ __forceinline__ void embedding_bag_backward_store4(__nv_bfloat16* p, 
     *reinterpret_cast<uint2*>(p) = r;
 }
 #endif
+__device__ __forceinline__ void embedding_bag_backward_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ float4 embedding_bag_backward_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 __device__ __forceinline__ void embedding_bag_backward_fma4(float4& acc, float s, const float4& x) {
     acc.x = fmaf(s, x.x, acc.x); acc.y = fmaf(s, x.y, acc.y); acc.z = fmaf(s, x.z, acc.z); acc.w = fmaf(s, x.w, acc.w);
@@ -655,14 +656,16 @@ __host__ __device__ inline int embedding_bag_backward_table_of(const int64_t* ha
 }
 
 // ----------------------------------------------------------------------------------------------
-// the optimizer, shared by versions 2-6: a row is held by G lanes, lane l owning the 4-column vectors
+// the optimizer, shared by versions 2-7: a row is held by G lanes, lane l owning the 4-column vectors
 // l, l+G, l+2G, ... (VPL of them). Every lane of the warp calls update_row (rowwise Adagrad reduces over
 // the G lanes with shuffles); `on` says whether this group really updates a row.
 
 template <int VPL>
 struct EmbeddingBagBackwardRow { float4 w[VPL], m[VPL]; float mrow; };
 
-template <int VPL, int G>
+// LAZY_STATE (version 7): Adagrad's per-element state is loaded in update_row, when it is needed, instead of
+// being held in registers (VPL more float4s) while the gradient rows are summed
+template <int VPL, int G, bool LAZY_STATE = false>
 __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
                                                                 int64_t lin, int l, EmbeddingBagBackwardRow<VPL>& r) {
 #pragma unroll
@@ -671,13 +674,16 @@ __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingB
         const bool in = on && 4 * c4 < D;
         r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load4(a.weights + wrow + 4 * c4)
                                                                   : embedding_bag_backward_zero4();
-        r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
-                                                                    : embedding_bag_backward_zero4();
+        if (!LAZY_STATE)
+            r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
+                                                                        : embedding_bag_backward_zero4();
+        else if (in && a.opt == EmbeddingBagBackwardOpt::adagrad)
+            embedding_bag_backward_prefetch_l2(a.state + wrow + 4 * c4);   // from L2 when update_row loads it
     }
     r.mrow = (on && a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) ? a.state[lin] : 0.0f;
 }
 
-template <int VPL, int G>
+template <int VPL, int G, bool LAZY_STATE = false>
 __device__ __forceinline__ void embedding_bag_backward_update_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
                                                                   int64_t lin, int l, const float4 (&g)[VPL],
                                                                   const EmbeddingBagBackwardRow<VPL>& r) {
@@ -705,7 +711,7 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (!(on && 4 * c4 < D)) continue;
-            float4 m = r.m[v], w = r.w[v];
+            float4 m = LAZY_STATE ? embedding_bag_backward_load4(a.state + wrow + 4 * c4) : r.m[v], w = r.w[v];
             m.x += g[v].x * g[v].x; m.y += g[v].y * g[v].y; m.z += g[v].z * g[v].z; m.w += g[v].w * g[v].w;
             w.x -= a.lr * g[v].x / (sqrtf(m.x) + a.eps);
             w.y -= a.lr * g[v].y / (sqrtf(m.y) + a.eps);
@@ -954,7 +960,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
 }
 
 // ----------------------------------------------------------------------------------------------
-// Versions 4-6: fixed chunks of the sorted lookups.
+// Versions 4-7: fixed chunks of the sorted lookups.
 
 // one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b, and for weighted bags
 // the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
@@ -968,6 +974,53 @@ __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, u
         keys[l] = (uint32_t)(hoff + a.indices[l]);
         if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
         else vals[l] = (VAL)bag;
+    }
+}
+
+// acc = the sum, in order, of s_j * (lookup j's grad_output row) over this lane's n lookups j = b + first +
+// i * step (i < n), the lanes of a row holding columns 4 * (l + G * v). Lookup j's bag and scale are read
+// from lane j of the WIDTH-lane segment (shuffles); UNR rows are loaded before the first is added; every lane
+// of the warp runs maxn, the warp's longest n.
+template <int VPL, int G, int UNR, int WIDTH>
+__device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingBagBackwardArgs& a, float4 (&acc)[VPL], int n, int maxn,
+                                                                int b, int first, int step, uint32_t bt, float s, int t, int D, int l) {
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+    const float* gbase = a.grad_output + a.D_offsets[t];
+    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
+    for (int j0 = 0; j0 < maxn; j0 += UNR) {
+        float4 x[UNR][VPL];
+        float sc[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const bool on = j0 + u < n;
+            const int src = on ? b + first + (j0 + u) * step : 0;
+            const uint32_t btu = __shfl_sync(0xFFFFFFFFu, bt, src, WIDTH);
+            sc[u] = __shfl_sync(0xFFFFFFFFu, s, src, WIDTH);
+            const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = l + G * v;
+                x[u][v] = (on && 4 * c4 < D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+            if (j0 + u < n)
+#pragma unroll
+                for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sc[u], x[u][v]);
+    }
+}
+
+// the partial of an unfinished piece: slot 0 (HEAD) or 1 (TAIL) of the chunk, a row of max_D floats
+template <int VPL, int G>
+__device__ __forceinline__ void embedding_bag_backward_store_partial(const EmbeddingBagBackwardArgs& a, float* partials, int64_t chunk,
+                                                                     int slot, int D, int l, const float4 (&acc)[VPL]) {
+    float* p = partials + (chunk * 2 + slot) * (int64_t)a.max_D;
+#pragma unroll
+    for (int v = 0; v < VPL; v++) {
+        const int c4 = l + G * v;
+        if (4 * c4 < D) embedding_bag_backward_store4(p + 4 * c4, acc[v]);
     }
 }
 
@@ -1057,43 +1110,11 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
             embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
         }
         float4 acc[VPL];
-#pragma unroll
-        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
         const int plen = cur.act ? cur.end - cur.begin + 1 : 0;
-        const int maxlen = (int)__reduce_max_sync(full, (unsigned)plen);
-        const float* gbase = a.grad_output + cur.Doff;
-        const uint32_t bt0 = (uint32_t)cur.t * (uint32_t)a.B;
-        for (int j0 = 0; j0 < maxlen; j0 += UNR) {
-            float4 x[UNR][VPL];
-            float sc[UNR];
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                const bool on = j0 + u < plen;
-                const int src = on ? cur.begin + j0 + u : 0;
-                const uint32_t btu = __shfl_sync(full, bt, src, G);
-                sc[u] = __shfl_sync(full, s, src, G);
-                const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
-#pragma unroll
-                for (int v = 0; v < VPL; v++) {
-                    const int c4 = l + G * v;
-                    x[u][v] = (on && 4 * c4 < cur.D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNR; u++)
-                if (j0 + u < plen)
-#pragma unroll
-                    for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sc[u], x[u][v]);
-        }
+        embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, acc, plen, (int)__reduce_max_sync(full, (unsigned)plen), cur.begin, 0, 1, bt, s,
+                                                        cur.t, cur.D, l);
         embedding_bag_backward_update_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
-        if (cur.act && !cur.complete) {
-            float* p = partials + (chunk * 2 + (cur.tail ? 1 : 0)) * (int64_t)a.max_D;
-#pragma unroll
-            for (int v = 0; v < VPL; v++) {
-                const int c4 = l + G * v;
-                if (4 * c4 < cur.D) embedding_bag_backward_store4(p + 4 * c4, acc[v]);
-            }
-        }
+        if (cur.act && !cur.complete) embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, cur.tail ? 1 : 0, cur.D, l, acc);
         if constexpr (PF) {
             cur = nxt;
             rc = rn;
@@ -1103,7 +1124,93 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
     }
 }
 
-// Versions 4-6, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
+// Version 7's chunk kernel. The warp owns a chunk of 32 sorted lookups as in version 4 (lane i holds lookup
+// i's key, bag and scale), but a short piece's row is held by a group of 8 lanes (lane l of group g owns the
+// 4-column vectors l, l+8, ..., VPL of them), so the warp has four rows in flight instead of one:
+//   short pieces (fewer than LONG_PIECE lookups: nearly all of them at uniform input) are dealt round-robin
+//     to the four groups, four rows at a time;
+//   long pieces (the hot rows) are summed by the whole warp in version 4's layout, one after another.
+// The chunks, their partials and the combine kernels are version 4's (32 lookups per chunk). Adagrad's
+// per-element state is loaded when the update needs it (LAZY_STATE), after an L2 prefetch at the row's load:
+// holding it would cost VPL more float4 registers per lane.
+static const int EMBEDDING_BAG_BACKWARD_LONG_PIECE = 8;
+
+template <int VPL, class VAL>
+__global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
+                                                                             const VAL* __restrict__ vals, float* __restrict__ partials) {
+    constexpr int G = 8, NG = 4, UNR = VPL >= 4 ? 1 : 8 / VPL;   // gradient rows in flight per lane (registers: 107 at VPL 4)
+    const unsigned full = 0xFFFFFFFFu;
+    const int lane = threadIdx.x & 31, g = lane / G, l = lane % G;
+    const int64_t chunk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t N = a.N, base = chunk * 32, o = base + lane;
+    if (base >= N) return;                                   // the whole warp
+    const bool valid = o < N;
+    uint32_t key = 0;
+    VAL val = 0;
+    bool st = false, en = false;
+    if (valid) {
+        key = keys[o];
+        val = vals[o];
+        st = o == 0 || keys[o - 1] != key;
+        en = o == N - 1 || keys[o + 1] != key;
+    }
+    const unsigned starts = __ballot_sync(full, st), ends = __ballot_sync(full, en);
+    const int cnt = (int)embedding_bag_backward_min64(32, N - base);
+    const uint32_t bt = (uint32_t)val;
+    float s = 1.0f;
+    if constexpr (sizeof(VAL) == 8) s = __uint_as_float((uint32_t)(val >> 32));
+    int tt = 0;
+    if (valid) {
+        tt = (int)(bt / (uint32_t)a.B);
+        if (a.mean) s *= 1.0f / (float)(a.offsets[bt + 1] - a.offsets[bt]);
+    }
+    // the last lookup of every piece; lane i (a piece's last lookup) finds its piece's first and length
+    const unsigned bounds = (ends | (1u << (cnt - 1))) & (cnt == 32 ? full : ((1u << cnt) - 1u));
+    auto piece_begin = [&](int e) { return 32 - __clz(bounds & ((1u << e) - 1u)); };   // 0 when no bound before e
+    const bool is_bound = (bounds >> lane) & 1u;
+    const unsigned long_ends = __ballot_sync(full, is_bound && lane - piece_begin(lane) + 1 >= EMBEDDING_BAG_BACKWARD_LONG_PIECE);
+    const unsigned short_ends = bounds & ~long_ends;
+
+    // long pieces: version 4's layout (lane l of the warp owns the vectors l, l+32, ...), one piece at a time
+    constexpr int VPLW = VPL >= 4 ? VPL / 4 : 1, UNRW = 8 / VPLW;
+    for (unsigned todo = long_ends; todo != 0; todo &= todo - 1) {      // warp-uniform
+        const int e = embedding_bag_backward_ctz(todo), b = piece_begin(e), len = e - b + 1;
+        const int t = __shfl_sync(full, tt, b);
+        const int64_t lin = (int64_t)__shfl_sync(full, key, b);
+        const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+        const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+        const bool complete = embedding_bag_backward_piece_complete(starts, ends, b, e);
+        EmbeddingBagBackwardRow<VPLW> row;
+        embedding_bag_backward_load_row<VPLW, 32>(a, complete, D, wrow, lin, lane, row);
+        float4 acc[VPLW];
+        embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, acc, len, len, b, 0, 1, bt, s, t, D, lane);
+        embedding_bag_backward_update_row<VPLW, 32>(a, complete, D, wrow, lin, lane, acc, row);
+        if (!complete)
+            embedding_bag_backward_store_partial<VPLW, 32>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, lane, acc);
+    }
+    const int n_short = embedding_bag_backward_popc(short_ends);
+    for (int k0 = 0; k0 < n_short; k0 += NG) {                          // four short pieces at a time
+        const int k = k0 + g;
+        const bool act = k < n_short;
+        const int e = act ? (int)__fns(short_ends, 0, k + 1) : 0, b = act ? piece_begin(e) : 0;
+        const int t = __shfl_sync(full, tt, b);
+        const int64_t lin = (int64_t)__shfl_sync(full, key, b);
+        const int D = a.D_offsets[t + 1] - a.D_offsets[t];
+        const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
+        EmbeddingBagBackwardRow<VPL> row;
+        embedding_bag_backward_load_row<VPL, G, true>(a, act && embedding_bag_backward_piece_complete(starts, ends, b, e), D, wrow, lin, l,
+                                                      row);
+        float4 acc[VPL];
+        const int len = act ? e - b + 1 : 0;
+        embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, acc, len, (int)__reduce_max_sync(full, (unsigned)len), b, 0, 1, bt, s, t, D, l);
+        const bool complete = act && embedding_bag_backward_piece_complete(starts, ends, b, e);
+        embedding_bag_backward_update_row<VPL, G, true>(a, complete, D, wrow, lin, l, acc, row);
+        if (act && !complete)
+            embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, l, acc);
+    }
+}
+
+// Versions 4-7, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
 // a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
 // chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
 // HEAD of chunk owner+k. Up to EMBEDDING_BAG_BACKWARD_WARP_SPAN partials the warp adds them itself, in
@@ -1165,7 +1272,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
 }
 
-// Versions 4-6, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
+// Versions 4-7, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
 // run in the one-row input). One block of 8 warps per run (blocks stride over the list): warp w adds the
 // w-th of 8 equal slices of the partials in order, then warp 0 adds the 8 slice sums in warp order and
 // updates the row. Fixed order: the same bits on every run.
@@ -1242,7 +1349,7 @@ struct EmbeddingBagBackwardWorkspace {
     uint32_t *bags = nullptr, *bags_sorted = nullptr;
     float *psw_sorted = nullptr, *go_mean = nullptr;
     int *run_lengths = nullptr, *run_starts = nullptr, *num_runs = nullptr, *long_ids = nullptr, *num_long = nullptr;
-    // versions 4-6 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
+    // versions 4-7 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
     uint32_t *keys32 = nullptr, *keys32_sorted = nullptr;
     void *vals = nullptr, *vals_sorted = nullptr;
     float* partials = nullptr;
@@ -1319,7 +1426,7 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, bytes, ws.run_lengths, ws.run_starts, (int)N));
         temp = std::max(temp, bytes);
     }
-    if (uses(4, 6) && a.num_rows <= ((int64_t)1 << 32)) {
+    if (uses(4, 7) && a.num_rows <= ((int64_t)1 << 32)) {
         ws.keys32 = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         ws.keys32_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         if (weighted) {
@@ -1335,7 +1442,8 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         }
         temp = std::max(temp, bytes);
         // two partial rows per chunk; the smallest chunk is version 6's group
-        const int C = uses(6, 6) ? std::min(32, embedding_bag_backward_group(a.max_D)) : 32;
+        int C = 32;
+        if (uses(6, 6)) C = std::min(C, embedding_bag_backward_group(a.max_D));
         const int64_t chunks = ceil_div<int64_t>(N, C);
         ws.partials = embedding_bag_backward_ws_alloc<float>(ws, (size_t)chunks * 2 * a.max_D);
         // a run over more than WARP_SPAN chunks owns all but its first and last exclusively: fewer than
@@ -1418,8 +1526,9 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
-// versions 4-6: linearize, one sort, the chunk kernel, the combine kernel
-template <int G, int VPL, bool PREFETCH, class VAL>
+// versions 4-7: linearize, one sort, the chunk kernel (GROUPED: version 7's, G = 8 lanes per row in chunks of
+// 32 lookups), the combine kernels
+template <int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false>
 void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
     VAL* vals_sorted = (VAL*)ws.vals_sorted;
@@ -1427,23 +1536,28 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
     embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, vals);
     cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
                                               std::min(a.key_bits, 32), stream));
-    const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, G);
-    constexpr int VPLB = G == 32 ? VPL : 1;     // the combine kernels hold a row in a full warp
-    embedding_bag_backward_chunks<G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
-        a, ws.keys32_sorted, vals_sorted, ws.partials);
+    constexpr int C = GROUPED ? 32 : G;                        // lookups per chunk
+    const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, C);
+    constexpr int VPLB = G * VPL >= 32 ? G * VPL / 32 : 1;     // the combine kernels hold a row in a full warp
+    if constexpr (GROUPED)
+        embedding_bag_backward_chunks_grouped<VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+            a, ws.keys32_sorted, vals_sorted, ws.partials);
+    else
+        embedding_bag_backward_chunks<G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+            a, ws.keys32_sorted, vals_sorted, ws.partials);
     cudaCheck(cudaMemsetAsync(ws.num_long_owners, 0, sizeof(unsigned), stream));
     embedding_bag_backward_combine<VPLB, VAL><<<embedding_bag_backward_grid(chunks * 32, 256), 256, 0, stream>>>(
-        a, ws.keys32_sorted, vals_sorted, ws.partials, G, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners);
+        a, ws.keys32_sorted, vals_sorted, ws.partials, C, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners);
     // enough blocks for every long run there can be (one per WARP_SPAN chunks), at most 2 per SM's worth
     const unsigned long_grid = (unsigned)std::min<int64_t>(264, chunks / EMBEDDING_BAG_BACKWARD_WARP_SPAN + 1);
-    embedding_bag_backward_combine_long<VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, G,
+    embedding_bag_backward_combine_long<VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, C,
                                                                                   ws.long_owners, ws.long_spans, ws.num_long_owners);
 }
 
-template <int G, int VPL, bool PREFETCH>
+template <int G, int VPL, bool PREFETCH, bool GROUPED = false>
 void embedding_bag_backward_chunked_vals(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t>(a, ws, block, stream);
-    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t>(a, ws, block, stream);
+    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t, GROUPED>(a, ws, block, stream);
+    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t, GROUPED>(a, ws, block, stream);
 }
 
 void embedding_bag_backward2(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
@@ -1492,6 +1606,17 @@ void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBack
     else embedding_bag_backward_chunked_vals<16, 1, true>(a, ws, block, stream);
 }
 
+// version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps
+void embedding_bag_backward7(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+    if (a.N == 0) return;
+    const int v = ceil_div(a.max_D, 32);       // 4-column vectors per lane of a group of 8
+    if (v <= 1) embedding_bag_backward_chunked_vals<8, 1, false, true>(a, ws, block, stream);
+    else if (v <= 2) embedding_bag_backward_chunked_vals<8, 2, false, true>(a, ws, block, stream);
+    else if (v <= 4) embedding_bag_backward_chunked_vals<8, 4, false, true>(a, ws, block, stream);
+    else if (v <= 8) embedding_bag_backward_chunked_vals<8, 8, false, true>(a, ws, block, stream);
+    else embedding_bag_backward_warp_chunks<false>(a, ws, block, stream);
+}
+
 void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block,
                             cudaStream_t stream) {
     switch (kernel_num) {
@@ -1501,6 +1626,7 @@ void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, E
         case 4: embedding_bag_backward4(a, ws, block, stream); break;
         case 5: embedding_bag_backward5(a, ws, block, stream); break;
         case 6: embedding_bag_backward6(a, ws, block, stream); break;
+        case 7: embedding_bag_backward7(a, ws, block, stream); break;
         default: fail_args("embedding_bag_backward has no version %d", kernel_num);
     }
 }
@@ -1518,15 +1644,19 @@ inline void embedding_bag_backward_setup_kernels() {
 // the precondition of each version on a shape, "" when it can run
 inline std::string embedding_bag_backward_skip_reason(int kernel_num, int max_D, int64_t num_rows) {
     if (kernel_num >= 2 && max_D > EMBEDDING_BAG_BACKWARD_MAX_D)
-        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-6 hold a row in registers (8 vectors per lane)";
+        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-7 hold a row in registers (8 vectors per lane)";
     if (kernel_num >= 4 && num_rows > ((int64_t)1 << 32))
-        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-6 sort 32-bit row ids";
+        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-7 sort 32-bit row ids";
     if (kernel_num == 6 && embedding_bag_backward_group(max_D) == 32)
         return "max D = " + std::to_string(max_D) + " > 64: sub-warp rows are for D <= 64 (wider rows take the whole warp, as in version 5)";
     return "";
 }
 
-inline std::vector<int> embedding_bag_backward_blocks() { return {64, 128, 256, 512}; }
+// version 7's kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
+inline std::vector<int> embedding_bag_backward_blocks(int kernel_num) {
+    if (kernel_num == 7) return {64, 128, 256};
+    return {64, 128, 256, 512};
+}
 
 // ----------------------------------------------------------------------------------------------
 // the check's GPU helpers (never timed): fill the tables, gather / restore / poison the looked-up rows,
@@ -1698,7 +1828,7 @@ int main(int argc, char** argv) {
     std::string pooling = "sum", optimizer = "rowwise_adagrad", break_input = "none";
     Cli cli("embedding_bag_backward",
             "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched.", 6, 4);
+            "one update per looked-up row, rows nobody looked up untouched.", 7, 4);
     cli.add_int("T", &cfg.T, "tables");
     cli.add_int64("E", &cfg.E, "rows per table");
     cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
@@ -1719,8 +1849,8 @@ int main(int argc, char** argv) {
                    "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
     cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a positive multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31,\n"
                       "  fewer than 2^31 lookups, eps > 0; Zipf (alpha > 1) needs E >= L in every table;\n"
-                      "  versions 2-6 need every D <= 1024, versions 4-6 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
-                      "  --block a power of two from 32 to 512";
+                      "  versions 2-7 need every D <= 1024, versions 4-7 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
+                      "  --block a power of two from 32 to 512 (at most 256 for version 7)";
     cli.parse(argc, argv);
     cfg.mean = pooling == "mean";
     for (int i = 0; i < 4; i++)
@@ -1736,6 +1866,7 @@ int main(int argc, char** argv) {
     require(prm.eps > 0.0, "--eps (%g) must be > 0", prm.eps);
     require(cli.block == 0 || (cli.block >= 32 && cli.block <= 512 && (cli.block & (cli.block - 1)) == 0),
             "--block (%d) must be a power of two from 32 to 512", cli.block);
+    for (int k : cli.kernels) require(!(k == 7 && cli.block > 256), "--block (%d) must be at most 256 for version 7", cli.block);
     for (int t = 0; t < cfg.T; t++) {
         const int D = embedding_bag_backward_table_D(cfg, t);
         require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
@@ -1926,7 +2057,7 @@ int main(int argc, char** argv) {
     r.shape = shape;
     r.bytes = embedding_bag_backward_bytes(in, R, opt);
     r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, max_D, num_rows); };
-    r.blocks_for = [&](int) { return embedding_bag_backward_blocks(); };
+    r.blocks_for = [&](int k) { return embedding_bag_backward_blocks(k); };
     // before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
     // looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
     // scratch buffer poisoned
