@@ -360,6 +360,22 @@ __device__ __forceinline__ float4 embedding_bag_forward_load4(const floatX* p) {
 #endif
 }
 
+// Version 6's row load: the same, with PTX's L2::256B prefetch-size hint, so a miss makes L2 fetch the
+// 256-byte block around the vector from DRAM instead of its 32-byte sectors one request at a time. A row of
+// D = 128 fp32 is two such blocks, read by the warp in one instruction.
+__device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const floatX* p) {
+#ifdef ENABLE_BF16
+    unsigned x, y;
+    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p));
+    return make_float4(__uint_as_float(x << 16), __uint_as_float(x & 0xFFFF0000u), __uint_as_float(y << 16),
+                       __uint_as_float(y & 0xFFFF0000u));
+#else
+    float4 r;
+    asm("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+    return r;
+#endif
+}
+
 // indices and per-sample weights are read once: streaming (evict-first) loads
 __device__ __forceinline__ long long embedding_bag_forward_load_index(const int64_t* p) {
     return __ldcs(reinterpret_cast<const long long*>(p));
@@ -537,7 +553,7 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel4(EmbeddingBa
 // (every lane active: full mask). At the end the slots' partial sums meet in log2(S) xor shuffles, in a
 // fixed order, and slot 0 stores. For G = 32 this is version 4; for small D a bag's rows go S at a time,
 // so a bag takes fewer round trips to memory and the grid has S times more warps.
-template <int G, int NV>
+template <int G, int NV, bool WIDE>
 __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagForwardArgs& a, int t, int64_t b, int lane) {
     constexpr int S = 32 / G;                                             // row slots
     constexpr int ROWS_MAX = EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT / NV;
@@ -580,7 +596,9 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
 #pragma unroll
                     for (int k = 0; k < NV; k++) {
                         const int v = v0 + k * G + g;
-                        x[u][k] = (live[u] && v < Dv) ? embedding_bag_forward_load4(row[u] + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f);
+                        x[u][k] = (live[u] && v < Dv) ? (WIDE ? embedding_bag_forward_load4_wide(row[u] + 4 * v)
+                                                              : embedding_bag_forward_load4(row[u] + 4 * v))
+                                                      : make_float4(0.f, 0.f, 0.f, 0.f);
                     }
 #pragma unroll
                 for (int u = 0; u < ROWS; u++)
@@ -607,12 +625,12 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
     }
 }
 
-template <int G, int NV>
+template <int G, int NV, bool WIDE>
 __global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBagForwardArgs a, int first) {
     const int t = a.table_order[first + blockIdx.y];
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= a.B) return;                    // the whole warp
-    embedding_bag_forward_bag5<G, NV>(a, t, b, threadIdx.x % 32);
+    embedding_bag_forward_bag5<G, NV, WIDE>(a, t, b, threadIdx.x % 32);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -654,24 +672,26 @@ void embedding_bag_forward4(const EmbeddingBagForwardArgs& a, int block_size) {
     embedding_bag_forward4_class<7>(a, block_size);
 }
 
-template <int c>
+template <int c, bool WIDE>
 void embedding_bag_forward5_class(const EmbeddingBagForwardArgs& a, int block_size) {
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
     const int n = a.class_begin[c + 1] - a.class_begin[c];
     if (n == 0) return;
     dim3 grid((unsigned)ceil_div<int64_t>(a.B, block_size / 32), n);
-    embedding_bag_forward_kernel5<G, NV><<<grid, block_size>>>(a, a.class_begin[c]);
+    embedding_bag_forward_kernel5<G, NV, WIDE><<<grid, block_size>>>(a, a.class_begin[c]);
 }
 
+// versions 5 and 6 (WIDE: the L2::256B row loads)
+template <bool WIDE>
 void embedding_bag_forward5(const EmbeddingBagForwardArgs& a, int block_size) {
-    embedding_bag_forward5_class<0>(a, block_size);
-    embedding_bag_forward5_class<1>(a, block_size);
-    embedding_bag_forward5_class<2>(a, block_size);
-    embedding_bag_forward5_class<3>(a, block_size);
-    embedding_bag_forward5_class<4>(a, block_size);
-    embedding_bag_forward5_class<5>(a, block_size);
-    embedding_bag_forward5_class<6>(a, block_size);
-    embedding_bag_forward5_class<7>(a, block_size);
+    embedding_bag_forward5_class<0, WIDE>(a, block_size);
+    embedding_bag_forward5_class<1, WIDE>(a, block_size);
+    embedding_bag_forward5_class<2, WIDE>(a, block_size);
+    embedding_bag_forward5_class<3, WIDE>(a, block_size);
+    embedding_bag_forward5_class<4, WIDE>(a, block_size);
+    embedding_bag_forward5_class<5, WIDE>(a, block_size);
+    embedding_bag_forward5_class<6, WIDE>(a, block_size);
+    embedding_bag_forward5_class<7, WIDE>(a, block_size);
 }
 
 void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int block_size) {
@@ -680,12 +700,13 @@ void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int
         case 2: embedding_bag_forward2(a, block_size); break;
         case 3: embedding_bag_forward3(a, block_size); break;
         case 4: embedding_bag_forward4(a, block_size); break;
-        case 5: embedding_bag_forward5(a, block_size); break;
+        case 5: embedding_bag_forward5<false>(a, block_size); break;
+        case 6: embedding_bag_forward5<true>(a, block_size); break;
         default: fail_args("embedding_bag_forward has no version %d", kernel_num);
     }
 }
 
-// each version's block sizes; versions 4 and 5 are compiled for at most 512 threads (__launch_bounds__)
+// each version's block sizes; versions 4-6 are compiled for at most 512 threads (__launch_bounds__)
 inline std::vector<int> embedding_bag_forward_blocks(int kernel_num) {
     if (kernel_num >= 4) return {64, 128, 256, 512};
     return {32, 64, 128, 256, 512, 1024};
@@ -722,7 +743,7 @@ int main(int argc, char** argv) {
     EmbeddingBagForwardConfig cfg;
     std::string pooling = "sum", break_input = "none";
     Cli cli("embedding_bag_forward",
-            "Pooled embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows.", 5, 5);
+            "Pooled embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows.", 6, 6);
     cli.add_int("T", &cfg.T, "tables");
     cli.add_int64("E", &cfg.E, "rows per table");
     cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
