@@ -61,39 +61,54 @@ Versions (one idea each; measured times below):
      latency per row was exposed). For D <= 256 (register budget); wider rows run as version 4.
   6  version 5 with sub-warp rows for small D (max D <= 64): a group of G lanes (G = 8 for D <= 32, 16 for
      D <= 64) owns a chunk of G lookups, so a warp works on 32/G rows at once instead of leaving lanes idle.
+  7  version 4 with four rows in flight per warp at any D <= 256: the warp keeps its chunk of 32 lookups (so
+     the partials and combines are version 4's), but its short pieces (under 8 lookups: nearly all of them
+     at uniform input) are dealt round-robin to four groups of 8 lanes, each group holding a whole row (4
+     vectors per lane at D = 128); long pieces (hot rows) are summed by the whole warp in version 4's layout.
+     Adagrad's per-element state is loaded at the update, after an L2 prefetch, not held in registers.
+     Wider rows run as version 4.
 
-Measured on the lent H200 on 2026-11-29 (median ms, best block, FBGEMM's default size T=32 E=1e5 D=128 B=512
-L=20, rowwise Adagrad unless said; `fbgemm` = FBGEMM's formula as % of the 4230 GB/s copy bandwidth measured
-in the same process; every version passed its check, determinism replay and untouched-row proof):
+Measured on the lent H200 on 2026-11-29, fifth session, one run (median ms, best block, FBGEMM's default size
+T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad unless said; `fbgemm` = FBGEMM's formula as % of the copy bandwidth
+measured in the same process, 4251-4258 GB/s; every version passed its check, determinism replay and
+untouched-row proof; results/logs/2026-11-29_s5_bench.log):
             uniform          Zipf 1.15        one row      sgd uniform/Zipf   T=1 E=1e6 B=65536 L=32 uniform/Zipf
-  1   1.471 (5.3%  fbgemm)   0.132            0.300        2.296 / 0.168      4.872 / 0.902
-  2   0.394 (19.9%)          0.155            0.699        0.375 / 0.156      1.471 / 6.387
-  3   0.430 (18.2%)          0.187            0.168        0.410 / 0.185      1.572 / 0.943
-  4   0.229 (36.4%)          0.112 (74.6%)    0.090        0.207 / 0.107      0.614 / 0.383   (the default)
-  5   0.253 (33.1%)          0.124            0.092        0.225 / 0.117      0.738 / 0.443
+  1   1.471 (5.6%  fbgemm)   0.132            0.300        2.298 / 0.167      4.872 / 0.903
+  2   0.393 (21.1%)          0.154            0.699        0.375 / 0.154      1.473 / 6.390
+  3   0.429 (19.3%)          0.186            0.168        0.410 / 0.184      1.575 / 0.942
+  4   0.225 (36.9%)          0.110 (75.4%)    0.090        0.204 / 0.105      0.611 / 0.381   (the default)
+  5   0.245 (33.8%)          0.120            0.092        0.222 / 0.114      0.717 / 0.433
+  7   0.183 (45.3%)          0.116 (71.1%)    0.096        0.172 / 0.113      0.639 / 0.459
   (6 runs only where max D <= 64: at the TT comparison size T=1 E=11e6 D=64 B=512 L=20 sgd, 10,240 lookups,
-   v1 0.054, v2 0.066, v3 0.072, v4 0.084, v5 0.088, v6 0.073: too few lookups to fill the GPU, and the
-   one-pass atomics of version 1 win.)
-PyTorch in the same session (nn.EmbeddingBag sparse=True, one concatenated table, scripts/peers/
-embedding_bag_backward.py), forward + backward + step, uniform / Zipf: SGD 0.796 / 0.635 ms, Adagrad (elementwise;
-PyTorch has no rowwise) 2.249 / 1.020 ms; its forward alone 0.109 / 0.082 ms. Version 4's backward + rowwise
-Adagrad is 9.4x / 8.4x faster than PyTorch's backward + Adagrad step (forward subtracted). FBGEMM itself could
-not be run: its wheel for torch 2.11 / CUDA 13 is 443 MiB, beyond what a device call can carry.
+   v1 0.054, v2 0.066, v3 0.072, v4 0.082, v5 0.086, v6 0.072, v7 0.064: too few lookups to fill the GPU, and
+   the one-pass atomics of version 1 win.)
+PyTorch in the same run (nn.EmbeddingBag sparse=True, one concatenated table, scripts/peers/
+embedding_bag_backward.py), forward + backward + step, uniform / Zipf: SGD 0.721 / 0.682 ms, Adagrad (elementwise;
+PyTorch has no rowwise) 2.222 / 1.256 ms; its forward alone 0.112 / 0.086 ms. The best backward + rowwise Adagrad
+(7 at uniform, 4 at Zipf) is 11.5x / 10.7x faster than PyTorch's backward + Adagrad step (forward subtracted).
+FBGEMM itself could not be run: its wheel for torch 2.11 / CUDA 13 is 443 MiB, beyond what a device call carries.
 What the numbers say. Sorting instead of atomics (2) wins 3.7x at uniform because the atomics scatter 42 MB of
 partial rows through L2 and the optimizer pass then re-reads them; but one warp per unique row serialises a
-hot row (2 is 4.2x slower on the large Zipf input than on uniform, 1.8x on one row). FBGEMM's block per long
+hot row (2 is 4.3x slower on the large Zipf input than on uniform, 1.8x on one row). FBGEMM's block per long
 run (3) fixes the hot rows but pays a second kernel and its tree. Fixed chunks of 32 lookups (4) give every
-warp the same work whatever the distribution and drop the run-length encode and scan: the fastest everywhere
-but the tiny TT-comparison batch. Prefetching the next row (5) did not pay: 72 registers cost more occupancy
-than the overlap gains. At uniform the step moves 333 MB by our count in 0.229 ms (34% of copy bandwidth):
-the CUB sort of 327,680 keys and the gather of 311,356 scattered 512-byte rows are the costs to attack next.
-ncu on version 4 at uniform (scripts/profile.sh, second session; kernel durations in the profiler, clocks
-left alone): linearize 4.8 us; CUB's sort 47 us (histogram 4.9, scan 2.2, three onesweep passes of 12-14 us
-each on only 38 blocks); the chunk kernel 160 us (688 MB through L2, 324 MB from DRAM, 69% SM throughput:
-issue-bound more than bandwidth-bound); the combines 6.5 + 2.3 us. So the 50%-by-FBGEMM's-formula target
-(~83 us) needs both a cheaper sort (the 22-bit keys in two wider digit passes instead of three, or a
-counting sort by row when the lookups are this few) and a leaner chunk kernel (fewer instructions per
-gathered row).
+warp the same work whatever the distribution and drop the run-length encode and scan: the fastest with hot
+rows. Prefetching the next row (5) did not pay: 72 registers cost more occupancy than the overlap gains.
+Four rows per warp (7) takes 18% off at uniform (the chunk kernel: 158 -> 108 us under ncu, DRAM 43% -> 62%
+busy) but needs 114 registers, so with hot rows, where the long pieces want many warps in flight, it is 6-20%
+slower than 4, and 5% slower at the large uniform size (runs of 2.4 lookups: a group sums its short piece one row
+at a time). So 4 stays the default, and 7 is the one to copy for uniform-like traffic.
+The 50%-by-FBGEMM's-formula target is 0.167 ms at the default size (2 x 176.2 MB at 2,115 GB/s); version 7
+reaches 45.3%. ncu at uniform (fifth session, clocks left alone): linearize 4.8 us; CUB's sort 48 us (histogram
+4.6, scan 2.3, three onesweep passes of 13.6 us on 38 blocks); version 7's chunk kernel 108 us; the combines
+6.5 + 2.3 us (version 4's kernels, measured with version 4). Tried and measured, not kept: CUB's
+onesweep with a smaller tile through DispatchRadixSort's policy hub (143 blocks of 256 x 9 instead of 38 of
+384 x 23: each pass 12.4 us instead of 13.6, the step 1-3% faster); 11-bit digits (two passes for 22 bits) do
+not fit the onesweep kernel's 48 KB of static shared memory at any tile; chunks of 8 lookups per group of 8
+lanes (0.190 ms at uniform, but up to 2x slower with hot rows: four times the partials); an L2 prefetch of the
+chunk's weight rows at the start of version 7's kernel (0.192: DRAM is the limit there, not latency); the
+L2::256B hint on the weight-row loads (0.185); forcing 3 or 4 blocks per SM (spills: 0.194 / 0.207).
+What is left: the sort's three passes are latency, not bandwidth (about 14% memory throughput), and the chunk
+kernel's random 512-byte rows keep DRAM at about 62% busy.
 
 Launches per step (no host synchronization in any; every one stream-ordered):
   1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for

@@ -29,7 +29,7 @@ Fewest bytes (nothing can be deduplicated without a sort, so every looked-up row
   FBGEMM's benchmark prints rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L (nominal L) over the time:
   it is printed as `fbgemm_gbps=` (176.2 MB at the default size).
 
-Versions (one idea each; measured times are for the lead's GPU run, see results/h200.md):
+Versions (one idea each; measured times below and in results/h200.md):
   1  one thread per (bag, column): the table of a column by binary search over D_offsets, then a scalar
      loop over the bag (what a first port does: 4-byte loads, every thread re-reads the bag's indices)
   2  one warp per bag, each lane owns 4 columns (one 16-byte load per row in fp32); D > 128 loops
@@ -44,24 +44,31 @@ Versions (one idea each; measured times are for the lead's GPU run, see results/
      different rows of the same bag and combine with xor shuffles at the end (more rows in flight
      per bag and fewer bags per warp: better when bags are few, e.g. the dense case with B=512, T=1).
      At D >= 128 (a row takes the whole warp) it is version 4.
-Measured on the lent H200 on 2026-11-29 (median ms, best block; % of the 4230 GB/s copy bandwidth measured
-in the same process, by the fewest-bytes count above; every version passed its checks):
+  6  version 5 with PTX's L2::256B prefetch-size hint on the row loads: an L2 miss fetches the aligned
+     256 bytes around the vector from DRAM at once (a D = 128 fp32 row is two such blocks, read by one warp
+     instruction) instead of sector by sector. Nothing else changes.
+Measured on the lent H200 on 2026-11-29, fifth session, all in one run (median ms, best block; % of the copy
+bandwidth measured in the same process, 4227-4231 GB/s, by the fewest-bytes count above; every version passed
+its checks; results/logs/2026-11-29_s5_bench_embedding_bag_forward_v6.log):
        default uniform   default Zipf    large uniform     large Zipf   large one-row   T=1 E=11e6 D=64 B=512
-  1    0.0648 (64.9%)    0.0401          0.3146 (84.0%)    0.1595       0.1587          0.0091
-  2    0.0561 (75.0%)    0.0236          0.2672 (98.9%)    0.0797       0.0750          0.0108
-  3    0.0596 (70.5%)    0.0264          0.2801 (94.4%)    0.0812       0.0748          0.0136
-  4    0.0550 (76.4%)    0.0225          0.2597 (101.8%)   0.0711       0.0687          0.0100
-  5    0.0552 (76.2%)    0.0225          0.2602 (101.6%)   0.0711       0.0687          0.0077  (the default)
-  bf16 weights, large uniform: v4 0.1588, v5 0.1578 ms (87.5%).
-PyTorch F.embedding_bag in the same session (scripts/peers/embedding_bag_forward.py, same inputs, same timing
-method): default uniform 0.1090, Zipf 0.0814, large uniform 0.5988, large Zipf 0.4386, T=1 E=11e6 D=64 0.0150 ms.
-Version 5 is 1.98x / 3.6x faster at the default size, 2.3x / 6.2x at the large size, 1.9x on the small dense
-table. The large uniform case reads at the copy roof (over 100% by our count: a few rows repeat and hit L2).
-At the default size the kernel runs 55 us, and the fixed costs of a short kernel weigh on it: launch and
-ramp-up, and the write-back of the dirty lines the L2 flush leaves (measured: version 4 takes 0.0549 ms after
-the default write flush and 0.0476 ms, 87.6% of copy, after a read flush; results/h200_notes.md). With the
-default flush 76% of copy bandwidth is where every version lands there, PyTorch included. Versions 4 and 5 keep 8 row loads in flight per lane and
-beat the plain warp per bag (2) by 2-11%; several bags per warp (3) does not pay at D=128.
+  1    0.0651 (64.9%)    0.0404          0.3154 (84.3%)    0.1602       0.1593          0.0092
+  2    0.0560 (75.4%)    0.0242          0.2631 (101.1%)   0.0804       0.0756          0.0112
+  3    0.0598 (70.7%)    0.0270          0.2782 (95.6%)    0.0822       0.0754          0.0140
+  4    0.0545 (77.6%)    0.0231          0.2561 (103.8%)   0.0716       0.0690          0.0103
+  5    0.0546 (77.4%)    0.0231          0.2562 (103.8%)   0.0716       0.0689          0.0079
+  6    0.0529 (79.9%)    0.0203          0.2587 (102.8%)   0.0673       0.0657          0.0075  (the default)
+  bf16 weights, large uniform: v4 0.1596, v5 0.1596, v6 0.1513 ms (91.8%).
+PyTorch F.embedding_bag in the same run (scripts/peers/embedding_bag_forward.py, same inputs, same timing
+method): default uniform 0.1112, Zipf 0.0817, large uniform 0.6099, large Zipf 0.4395, T=1 E=11e6 D=64 0.0109 ms.
+Version 6 is 2.10x / 4.0x faster at the default size, 2.36x / 6.5x at the large size (version 4: 2.38x at
+large uniform), 1.5x on the small dense table. The large uniform case reads at the copy roof (over 100% by our
+count: a few rows repeat and hit L2), where the hint changes nothing (0.2587 against 0.2562 ms); at the default
+size, where 55 us of kernel is short enough for fixed costs to show, it takes 3% off (0.0529 against 0.0546),
+and 5-12% off the Zipf and one-row inputs. The default write flush leaves dirty lines whose write-back lands in
+the timed kernel (measured: version 4 takes 0.0549 ms after the default write flush and 0.0478 ms, 87.4% of
+copy, after a read flush; results/h200_notes.md), which weighs on every short kernel here, PyTorch's included.
+Versions 4-6 keep 8 row loads in flight per lane and beat the plain warp per bag (2) by 3-16%; several bags per
+warp (3) does not pay at D=128. The same hint on the backward's weight rows made it slower (embedding_bag_backward.cu).
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
@@ -259,7 +266,7 @@ void embedding_bag_forward_cpu(float* out, const EmbeddingBagForwardInputs& in, 
 // ----------------------------------------------------------------------------------------------
 // GPU kernels
 
-// classes of tables for versions 4 and 5 (each class is one kernel instantiation): 0..4 hold the tables
+// classes of tables for versions 4-6 (each class is one kernel instantiation): 0..4 hold the tables
 // with G = 1, 2, 4, 8, 16 lanes per row, 5, 6, 7 those with G = 32 and NV = 1, 2, 4 vectors per lane
 #define EMBEDDING_BAG_FORWARD_CLASSES 8
 constexpr int EMBEDDING_BAG_FORWARD_CLASS_G[EMBEDDING_BAG_FORWARD_CLASSES] = {1, 2, 4, 8, 16, 32, 32, 32};
@@ -305,7 +312,7 @@ __host__ __device__ inline int embedding_bag_forward_vecs_per_lane(int Dv, int G
     return Dv <= G ? 1 : (Dv <= 2 * G ? 2 : 4);
 }
 
-// the class of a table of D columns (the launchers of versions 4 and 5 instantiate the classes' G, NV)
+// the class of a table of D columns (the launchers of versions 4-6 instantiate the classes' G, NV)
 __host__ __device__ inline int embedding_bag_forward_class(int D) {
     const int G = embedding_bag_forward_lanes_per_row(D);
     if (G < 32) {
@@ -460,7 +467,7 @@ __global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
     }
 }
 
-// 16-byte row loads each lane has in flight in versions 4 and 5 (rows per batch * vectors per row)
+// 16-byte row loads each lane has in flight in versions 4-6 (rows per batch * vectors per row)
 #define EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT 8
 
 // Version 4, one bag of G lanes (G, NV compile-time; mask = the group's lanes). Per chunk of CHUNK row
@@ -651,7 +658,7 @@ void embedding_bag_forward3(const EmbeddingBagForwardArgs& a, int block_size) {
     embedding_bag_forward_kernel3<<<grid, block_size>>>(a);
 }
 
-// versions 4 and 5: one launch per class of tables present, grid y = the class's tables
+// versions 4-6: one launch per class of tables present, grid y = the class's tables
 template <int c>
 void embedding_bag_forward4_class(const EmbeddingBagForwardArgs& a, int block_size) {
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
