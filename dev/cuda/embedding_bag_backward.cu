@@ -94,7 +94,7 @@ run (3) fixes the hot rows but pays a second kernel and its tree. Fixed chunks o
 warp the same work whatever the distribution and drop the run-length encode and scan: the fastest with hot
 rows. Prefetching the next row (5) did not pay: 72 registers cost more occupancy than the overlap gains.
 Four rows per warp (7) takes 18% off at uniform (the chunk kernel: 158 -> 108 us under ncu, DRAM 43% -> 62%
-busy) but needs 114 registers, so with hot rows, where the long pieces want many warps in flight, it is 6-20%
+busy) but needs 111 registers, so with hot rows, where the long pieces want many warps in flight, it is 6-20%
 slower than 4, and 5% slower at the large uniform size (runs of 2.4 lookups: a group sums its short piece one row
 at a time). So 4 stays the default, and 7 is the one to copy for uniform-like traffic.
 The 50%-by-FBGEMM's-formula target is 0.167 ms at the default size (2 x 176.2 MB at 2,115 GB/s); version 7
@@ -849,6 +849,46 @@ __global__ void embedding_bag_backward_grad_mean(EmbeddingBagBackwardArgs a, flo
     }
 }
 
+// acc += the sum, in order, of s_j * (lookup j's row of go, the gradient) over this lane's n lookups j = b +
+// first + i * step (i < n), the lanes of a row holding columns 4 * (l + G * v). Lookup j's bag and scale are
+// read from lane j of the WIDTH-lane segment (shuffles); UNR rows are loaded before the first is added; every
+// lane of the warp runs maxn, the warp's longest n.
+template <int VPL, int G, int UNR, int WIDTH>
+__device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingBagBackwardArgs& a, const float* go, float4 (&acc)[VPL],
+                                                                int n, int maxn, int b, int first, int step, uint32_t bt, float s, int t,
+                                                                int D, int l) {
+    const float* gbase = go + a.D_offsets[t];
+    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
+    for (int j0 = 0; j0 < maxn; j0 += UNR) {
+        float4 x[UNR][VPL];
+        float sc[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const bool on = j0 + u < n;
+            const int src = on ? b + first + (j0 + u) * step : 0;
+            const uint32_t btu = __shfl_sync(0xFFFFFFFFu, bt, src, WIDTH);
+            sc[u] = __shfl_sync(0xFFFFFFFFu, s, src, WIDTH);
+            const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = l + G * v;
+                x[u][v] = (on && 4 * c4 < D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+            if (j0 + u < n)
+#pragma unroll
+                for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sc[u], x[u][v]);
+    }
+}
+
+template <int VPL>
+__device__ __forceinline__ void embedding_bag_backward_zero_row(float4 (&acc)[VPL]) {
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+}
+
 // The sum of one run's lookups [j_begin, j_end) (positions in the sorted order) into a lane's VPL vectors:
 // the lanes load 32 (bag, weight) pairs at once and broadcast them with shuffles, UNR at a time: UNR
 // gradient rows are loaded before the first is added (in lookup order). Every lane of the warp runs the
@@ -858,40 +898,16 @@ __device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBa
                                                                const float* go, int t, int D, int j_begin, int j_end, int lane,
                                                                float4 (&acc)[VPL]) {
     constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
-    const unsigned full = 0xFFFFFFFFu;
-    const float* gbase = go + a.D_offsets[t];
-    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
     for (int j0 = j_begin; j0 < j_end; j0 += 32) {
         const int j = j0 + lane;
-        uint32_t bt = bt0;
+        uint32_t bt = (uint32_t)t * (uint32_t)a.B;
         float w = 1.0f;
         if (j < j_end) {
             bt = bags[j];
             if (psw != nullptr) w = psw[j];
         }
         const int n = min(32, j_end - j0);
-        for (int k0 = 0; k0 < n; k0 += UNR) {
-            float4 x[UNR][VPL];
-            float wk[UNR];
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                const bool on = k0 + u < n;
-                const int src = on ? k0 + u : 0;
-                const uint32_t btk = __shfl_sync(full, bt, src);
-                wk[u] = __shfl_sync(full, w, src);
-                const float* gr = gbase + (int64_t)(on ? btk - bt0 : 0u) * a.total_D;
-#pragma unroll
-                for (int v = 0; v < VPL; v++) {
-                    const int c4 = lane + 32 * v;
-                    x[u][v] = (on && 4 * c4 < D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNR; u++)
-                if (k0 + u < n)
-#pragma unroll
-                    for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], wk[u], x[u][v]);
-        }
+        embedding_bag_backward_sum_rows<VPL, 32, UNR, 32>(a, go, acc, n, n, 0, 0, 1, bt, w, t, D, lane);
     }
 }
 
@@ -992,41 +1008,6 @@ __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, u
     }
 }
 
-// acc = the sum, in order, of s_j * (lookup j's grad_output row) over this lane's n lookups j = b + first +
-// i * step (i < n), the lanes of a row holding columns 4 * (l + G * v). Lookup j's bag and scale are read
-// from lane j of the WIDTH-lane segment (shuffles); UNR rows are loaded before the first is added; every lane
-// of the warp runs maxn, the warp's longest n.
-template <int VPL, int G, int UNR, int WIDTH>
-__device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingBagBackwardArgs& a, float4 (&acc)[VPL], int n, int maxn,
-                                                                int b, int first, int step, uint32_t bt, float s, int t, int D, int l) {
-#pragma unroll
-    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-    const float* gbase = a.grad_output + a.D_offsets[t];
-    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
-    for (int j0 = 0; j0 < maxn; j0 += UNR) {
-        float4 x[UNR][VPL];
-        float sc[UNR];
-#pragma unroll
-        for (int u = 0; u < UNR; u++) {
-            const bool on = j0 + u < n;
-            const int src = on ? b + first + (j0 + u) * step : 0;
-            const uint32_t btu = __shfl_sync(0xFFFFFFFFu, bt, src, WIDTH);
-            sc[u] = __shfl_sync(0xFFFFFFFFu, s, src, WIDTH);
-            const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
-#pragma unroll
-            for (int v = 0; v < VPL; v++) {
-                const int c4 = l + G * v;
-                x[u][v] = (on && 4 * c4 < D) ? embedding_bag_backward_ldg4(gr + 4 * c4) : embedding_bag_backward_zero4();
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNR; u++)
-            if (j0 + u < n)
-#pragma unroll
-                for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sc[u], x[u][v]);
-    }
-}
-
 // the partial of an unfinished piece: slot 0 (HEAD) or 1 (TAIL) of the chunk, a row of max_D floats
 template <int VPL, int G>
 __device__ __forceinline__ void embedding_bag_backward_store_partial(const EmbeddingBagBackwardArgs& a, float* partials, int64_t chunk,
@@ -1037,6 +1018,30 @@ __device__ __forceinline__ void embedding_bag_backward_store_partial(const Embed
         const int c4 = l + G * v;
         if (4 * c4 < D) embedding_bag_backward_store4(p + 4 * c4, acc[v]);
     }
+}
+
+// sorted lookup o as a chunk kernel's lane holds it (o >= N: an idle lane): its row's linear id, bag t*B + b,
+// table, scale (per-sample weight, / bag length for MEAN), and whether it begins / ends its run
+struct EmbeddingBagBackwardLookup {
+    uint32_t key = 0, bt = 0;
+    float s = 1.0f;
+    int t = 0;
+    bool st = false, en = false;
+};
+template <class VAL>
+__device__ __forceinline__ EmbeddingBagBackwardLookup embedding_bag_backward_lookup(const EmbeddingBagBackwardArgs& a, const uint32_t* keys,
+                                                                                   const VAL* vals, int64_t o) {
+    EmbeddingBagBackwardLookup k;
+    if (o >= a.N) return k;
+    k.key = keys[o];
+    const VAL val = vals[o];
+    k.st = o == 0 || keys[o - 1] != k.key;
+    k.en = o == a.N - 1 || keys[o + 1] != k.key;
+    k.bt = (uint32_t)val;
+    if constexpr (sizeof(VAL) == 8) k.s = __uint_as_float((uint32_t)(val >> 32));
+    k.t = (int)(k.bt / (uint32_t)a.B);
+    if (a.mean) k.s *= 1.0f / (float)(a.offsets[k.bt + 1] - a.offsets[k.bt]);
+    return k;
 }
 
 // one piece of a chunk as the G lanes of its group see it (every field is the same in the group)
@@ -1088,29 +1093,14 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
     if (warp * 32 >= N) return;                              // the whole warp
     const int64_t chunk = warp * (32 / G) + lane / G;
     const int64_t base = chunk * G, o = base + l;
-    const bool valid = o < N;
-    uint32_t key = 0;
-    VAL val = 0;
-    bool st = false, en = false;
-    if (valid) {
-        key = keys[o];
-        val = vals[o];
-        st = o == 0 || keys[o - 1] != key;
-        en = o == N - 1 || keys[o + 1] != key;
-    }
+    const EmbeddingBagBackwardLookup lk = embedding_bag_backward_lookup(a, keys, vals, o);
+    const uint32_t key = lk.key, bt = lk.bt;
+    const float s = lk.s;
+    const int tt = lk.t;
     const int shift = (lane / G) * G;
-    const unsigned starts = (__ballot_sync(full, st) >> shift) & GMASK;
-    const unsigned ends = (__ballot_sync(full, en) >> shift) & GMASK;
+    const unsigned starts = (__ballot_sync(full, lk.st) >> shift) & GMASK;
+    const unsigned ends = (__ballot_sync(full, lk.en) >> shift) & GMASK;
     const int cnt = (int)embedding_bag_backward_min64(G, N - base > 0 ? N - base : 0);
-    // this lane's lookup: bag, table, scale (per-sample weight, / bag length for MEAN)
-    const uint32_t bt = (uint32_t)val;
-    float s = 1.0f;
-    if constexpr (sizeof(VAL) == 8) s = __uint_as_float((uint32_t)(val >> 32));
-    int tt = 0;
-    if (valid) {
-        tt = (int)(bt / (uint32_t)a.B);
-        if (a.mean) s *= 1.0f / (float)(a.offsets[bt + 1] - a.offsets[bt]);
-    }
 
     EmbeddingBagBackwardPiece cur = embedding_bag_backward_piece_at<G>(a, 0, cnt, starts, ends, key, tt);
     EmbeddingBagBackwardRow<VPL> rc;
@@ -1125,8 +1115,9 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
             embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
         }
         float4 acc[VPL];
+        embedding_bag_backward_zero_row(acc);
         const int plen = cur.act ? cur.end - cur.begin + 1 : 0;
-        embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, acc, plen, (int)__reduce_max_sync(full, (unsigned)plen), cur.begin, 0, 1, bt, s,
+        embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, a.grad_output, acc, plen, (int)__reduce_max_sync(full, (unsigned)plen), cur.begin, 0, 1, bt, s,
                                                         cur.t, cur.D, l);
         embedding_bag_backward_update_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
         if (cur.act && !cur.complete) embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, cur.tail ? 1 : 0, cur.D, l, acc);
@@ -1153,32 +1144,18 @@ static const int EMBEDDING_BAG_BACKWARD_LONG_PIECE = 8;
 template <int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                              const VAL* __restrict__ vals, float* __restrict__ partials) {
-    constexpr int G = 8, NG = 4, UNR = VPL >= 4 ? 1 : 8 / VPL;   // gradient rows in flight per lane (registers: 107 at VPL 4)
+    constexpr int G = 8, NG = 4, UNR = VPL >= 4 ? 1 : 8 / VPL;   // gradient rows in flight per lane
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31, g = lane / G, l = lane % G;
     const int64_t chunk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t N = a.N, base = chunk * 32, o = base + lane;
     if (base >= N) return;                                   // the whole warp
-    const bool valid = o < N;
-    uint32_t key = 0;
-    VAL val = 0;
-    bool st = false, en = false;
-    if (valid) {
-        key = keys[o];
-        val = vals[o];
-        st = o == 0 || keys[o - 1] != key;
-        en = o == N - 1 || keys[o + 1] != key;
-    }
-    const unsigned starts = __ballot_sync(full, st), ends = __ballot_sync(full, en);
+    const EmbeddingBagBackwardLookup lk = embedding_bag_backward_lookup(a, keys, vals, o);
+    const uint32_t key = lk.key, bt = lk.bt;
+    const float s = lk.s;
+    const int tt = lk.t;
+    const unsigned starts = __ballot_sync(full, lk.st), ends = __ballot_sync(full, lk.en);
     const int cnt = (int)embedding_bag_backward_min64(32, N - base);
-    const uint32_t bt = (uint32_t)val;
-    float s = 1.0f;
-    if constexpr (sizeof(VAL) == 8) s = __uint_as_float((uint32_t)(val >> 32));
-    int tt = 0;
-    if (valid) {
-        tt = (int)(bt / (uint32_t)a.B);
-        if (a.mean) s *= 1.0f / (float)(a.offsets[bt + 1] - a.offsets[bt]);
-    }
     // the last lookup of every piece; lane i (a piece's last lookup) finds its piece's first and length
     const unsigned bounds = (ends | (1u << (cnt - 1))) & (cnt == 32 ? full : ((1u << cnt) - 1u));
     auto piece_begin = [&](int e) { return 32 - __clz(bounds & ((1u << e) - 1u)); };   // 0 when no bound before e
@@ -1198,7 +1175,8 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         EmbeddingBagBackwardRow<VPLW> row;
         embedding_bag_backward_load_row<VPLW, 32>(a, complete, D, wrow, lin, lane, row);
         float4 acc[VPLW];
-        embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, acc, len, len, b, 0, 1, bt, s, t, D, lane);
+        embedding_bag_backward_zero_row(acc);
+        embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, a.grad_output, acc, len, len, b, 0, 1, bt, s, t, D, lane);
         embedding_bag_backward_update_row<VPLW, 32>(a, complete, D, wrow, lin, lane, acc, row);
         if (!complete)
             embedding_bag_backward_store_partial<VPLW, 32>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, lane, acc);
@@ -1216,8 +1194,9 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         embedding_bag_backward_load_row<VPL, G, true>(a, act && embedding_bag_backward_piece_complete(starts, ends, b, e), D, wrow, lin, l,
                                                       row);
         float4 acc[VPL];
+        embedding_bag_backward_zero_row(acc);
         const int len = act ? e - b + 1 : 0;
-        embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, acc, len, (int)__reduce_max_sync(full, (unsigned)len), b, 0, 1, bt, s, t, D, l);
+        embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, a.grad_output, acc, len, (int)__reduce_max_sync(full, (unsigned)len), b, 0, 1, bt, s, t, D, l);
         const bool complete = act && embedding_bag_backward_piece_complete(starts, ends, b, e);
         embedding_bag_backward_update_row<VPL, G, true>(a, complete, D, wrow, lin, l, acc, row);
         if (act && !complete)
