@@ -849,14 +849,13 @@ __global__ void embedding_bag_backward_grad_mean(EmbeddingBagBackwardArgs a, flo
     }
 }
 
-// acc += the sum, in order, of s_j * (lookup j's row of go, the gradient) over this lane's n lookups j = b +
-// first + i * step (i < n), the lanes of a row holding columns 4 * (l + G * v). Lookup j's bag and scale are
-// read from lane j of the WIDTH-lane segment (shuffles); UNR rows are loaded before the first is added; every
-// lane of the warp runs maxn, the warp's longest n.
+// acc += the sum, in order, of s_j * (lookup j's row of go, the gradient) over this lane's n lookups
+// j = b .. b+n-1, the lanes of a row holding columns 4 * (l + G * v). Lookup j's bag and scale are read from
+// lane j of the WIDTH-lane segment (shuffles); UNR rows are loaded before the first is added; every lane of
+// the warp runs maxn, the warp's longest n.
 template <int VPL, int G, int UNR, int WIDTH>
 __device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingBagBackwardArgs& a, const float* go, float4 (&acc)[VPL],
-                                                                int n, int maxn, int b, int first, int step, uint32_t bt, float s, int t,
-                                                                int D, int l) {
+                                                                int n, int maxn, int b, uint32_t bt, float s, int t, int D, int l) {
     const float* gbase = go + a.D_offsets[t];
     const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
     for (int j0 = 0; j0 < maxn; j0 += UNR) {
@@ -865,7 +864,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingB
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
             const bool on = j0 + u < n;
-            const int src = on ? b + first + (j0 + u) * step : 0;
+            const int src = on ? b + j0 + u : 0;
             const uint32_t btu = __shfl_sync(0xFFFFFFFFu, bt, src, WIDTH);
             sc[u] = __shfl_sync(0xFFFFFFFFu, s, src, WIDTH);
             const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
@@ -907,7 +906,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBa
             if (psw != nullptr) w = psw[j];
         }
         const int n = min(32, j_end - j0);
-        embedding_bag_backward_sum_rows<VPL, 32, UNR, 32>(a, go, acc, n, n, 0, 0, 1, bt, w, t, D, lane);
+        embedding_bag_backward_sum_rows<VPL, 32, UNR, 32>(a, go, acc, n, n, 0, bt, w, t, D, lane);
     }
 }
 
@@ -1117,8 +1116,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
         float4 acc[VPL];
         embedding_bag_backward_zero_row(acc);
         const int plen = cur.act ? cur.end - cur.begin + 1 : 0;
-        embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, a.grad_output, acc, plen, (int)__reduce_max_sync(full, (unsigned)plen), cur.begin, 0, 1, bt, s,
-                                                        cur.t, cur.D, l);
+        const int maxlen = (int)__reduce_max_sync(full, (unsigned)plen);
+        embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, a.grad_output, acc, plen, maxlen, cur.begin, bt, s, cur.t, cur.D, l);
         embedding_bag_backward_update_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
         if (cur.act && !cur.complete) embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, cur.tail ? 1 : 0, cur.D, l, acc);
         if constexpr (PF) {
@@ -1176,7 +1175,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         embedding_bag_backward_load_row<VPLW, 32>(a, complete, D, wrow, lin, lane, row);
         float4 acc[VPLW];
         embedding_bag_backward_zero_row(acc);
-        embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, a.grad_output, acc, len, len, b, 0, 1, bt, s, t, D, lane);
+        embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, a.grad_output, acc, len, len, b, bt, s, t, D, lane);
         embedding_bag_backward_update_row<VPLW, 32>(a, complete, D, wrow, lin, lane, acc, row);
         if (!complete)
             embedding_bag_backward_store_partial<VPLW, 32>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, lane, acc);
@@ -1196,7 +1195,8 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         float4 acc[VPL];
         embedding_bag_backward_zero_row(acc);
         const int len = act ? e - b + 1 : 0;
-        embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, a.grad_output, acc, len, (int)__reduce_max_sync(full, (unsigned)len), b, 0, 1, bt, s, t, D, l);
+        const int maxlen = (int)__reduce_max_sync(full, (unsigned)len);
+        embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, a.grad_output, acc, len, maxlen, b, bt, s, t, D, l);
         const bool complete = act && embedding_bag_backward_piece_complete(starts, ends, b, e);
         embedding_bag_backward_update_row<VPL, G, true>(a, complete, D, wrow, lin, l, acc, row);
         if (act && !complete)
