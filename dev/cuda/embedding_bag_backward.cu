@@ -128,6 +128,7 @@ Compile and run:
   ./embedding_bag_backward all --alpha 0                       (FBGEMM's default size, uniform row ids)
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
+  ./embedding_bag_backward 4 7 --alpha 0 --block 64              (the default against four rows per warp)
 */
 #include "common.h"
 #include <cub/cub.cuh>
