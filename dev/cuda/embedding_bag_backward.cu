@@ -134,7 +134,7 @@ Compile and run:
 #include <cub/cub.cuh>
 
 // ----------------------------------------------------------------------------------------------
-// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-7 in a fixed order, version 1 in
+// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-8 in a fixed order, version 1 in
 // atomic order); the reference sums in double. A sum of n fp32 terms is off by at most (n-1) u sum|t_i|
 // (u = 2^-24) and in practice by about sqrt(n) u sum|t_i| or less (independent roundings; Higham's rule
 // of thumb). The check allows, per element,
@@ -155,7 +155,7 @@ enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, ad
 static const char* const EMBEDDING_BAG_BACKWARD_OPT_NAMES[] = {"dense", "sgd", "rowwise_adagrad", "adagrad"};
 
 static const int EMBEDDING_BAG_BACKWARD_LONG_RUN = 32;   // version 3: FBGEMM's max_segment_length_per_warp
-static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-7 hold a row in registers: D <= 1024
+static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-8 hold a row in registers: D <= 1024
 
 // ----------------------------------------------------------------------------------------------
 // inputs: the bench's configuration (the forward's flags), the generated layout, validation
@@ -524,9 +524,15 @@ inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs&
 }
 
 // ----------------------------------------------------------------------------------------------
-// helpers shared by the host (tests) and the GPU kernels of versions 4-7: how the sorted lookups are cut
+// helpers shared by the host (tests) and the GPU kernels of versions 4-8: how the sorted lookups are cut
 // into chunks, pieces and runs
 
+// the number of bits the largest linear row id needs (at least 1): the sorts look at no others
+__host__ __device__ inline int embedding_bag_backward_key_bits(int64_t num_rows) {
+    int bits = 1;
+    while (bits < 63 && ((num_rows - 1) >> bits) != 0) bits++;
+    return bits;
+}
 __host__ __device__ inline int64_t embedding_bag_backward_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ inline int embedding_bag_backward_ctz(unsigned x) {   // x != 0
 #ifdef __CUDA_ARCH__
@@ -672,14 +678,14 @@ __host__ __device__ inline int embedding_bag_backward_table_of(const int64_t* ha
 }
 
 // ----------------------------------------------------------------------------------------------
-// the optimizer, shared by versions 2-7: a row is held by G lanes, lane l owning the 4-column vectors
+// the optimizer, shared by versions 2-8: a row is held by G lanes, lane l owning the 4-column vectors
 // l, l+G, l+2G, ... (VPL of them). Every lane of the warp calls update_row (rowwise Adagrad reduces over
 // the G lanes with shuffles); `on` says whether this group really updates a row.
 
 template <int VPL>
 struct EmbeddingBagBackwardRow { float4 w[VPL], m[VPL]; float mrow; };
 
-// LAZY_STATE (version 7): Adagrad's per-element state is loaded in update_row, when it is needed, instead of
+// LAZY_STATE (versions 7, 8): Adagrad's per-element state is loaded in update_row, when it is needed, instead of
 // being held in registers (VPL more float4s) while the gradient rows are summed
 template <int VPL, int G, bool LAZY_STATE = false>
 __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
@@ -991,7 +997,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
 }
 
 // ----------------------------------------------------------------------------------------------
-// Versions 4-7: fixed chunks of the sorted lookups.
+// Versions 4-8: fixed chunks of the sorted lookups.
 
 // one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b, and for weighted bags
 // the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
@@ -1006,6 +1012,76 @@ __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, u
         if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
         else vals[l] = (VAL)bag;
     }
+}
+
+// Version 8: the sort, table by table. FBGEMM's layout is table-major (every lookup of table t comes before
+// every lookup of table t+1, and table t's linear ids are below table t+1's), so sorting each table's lookups
+// by row sorts them all. One block per table loads the table's lookups (up to SORT_CAPACITY), sorts (row id
+// within the table, position) pairs in shared memory with CUB's block radix sort over only the bits the
+// table's row ids need (17 for E = 1e5: four 5-bit passes), and writes the sorted ids with their values
+// gathered by position: one kernel instead of a histogram, a scan and three passes over global memory.
+// The sort is stable, as the device-wide one is, so the sorted order (and every sum's bits) is version 7's.
+// A table with more lookups than a block holds is left to CUB's segmented sort, launched after this kernel:
+// the kernel gives it that table's range and every other table an empty one (then it costs its launches).
+// The launcher takes this path only when the tables average at most SORT_CAPACITY lookups; otherwise
+// version 7's device-wide sort (one block per table over 2 million lookups would be slow).
+static const int EMBEDDING_BAG_BACKWARD_SORT_THREADS = 512, EMBEDDING_BAG_BACKWARD_SORT_ITEMS = 24;   // 128 registers, no spills
+static const int EMBEDDING_BAG_BACKWARD_SORT_CAPACITY = EMBEDDING_BAG_BACKWARD_SORT_THREADS * EMBEDDING_BAG_BACKWARD_SORT_ITEMS;
+using EmbeddingBagBackwardTableSort =
+    cub::BlockRadixSort<uint32_t, EMBEDDING_BAG_BACKWARD_SORT_THREADS, EMBEDDING_BAG_BACKWARD_SORT_ITEMS, uint32_t, 5>;
+
+template <class VAL>
+__global__ void __launch_bounds__(EMBEDDING_BAG_BACKWARD_SORT_THREADS)
+    embedding_bag_backward_sort_tables(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys, const VAL* __restrict__ vals,
+                                       uint32_t* __restrict__ keys_out, VAL* __restrict__ vals_out, int* big_begin, int* big_end) {
+    constexpr int ITEMS = EMBEDDING_BAG_BACKWARD_SORT_ITEMS;
+    __shared__ EmbeddingBagBackwardTableSort::TempStorage temp;
+    const int t = blockIdx.x;
+    const int64_t begin = a.offsets[(int64_t)t * a.B], n = a.offsets[(int64_t)(t + 1) * a.B] - begin;
+    const bool fits = n <= EMBEDDING_BAG_BACKWARD_SORT_CAPACITY;
+    if (threadIdx.x == 0) {                                  // the segmented sort's range for this table
+        big_begin[t] = fits ? 0 : (int)begin;
+        big_end[t] = fits ? 0 : (int)(begin + n);
+    }
+    if (!fits || n == 0) return;                             // the whole block
+    const int64_t hoff = a.hash_offsets[t];
+    const int bits = embedding_bag_backward_key_bits(a.hash_offsets[t + 1] - hoff);
+    // blocked arrangement (thread i holds positions i*ITEMS ..): ties keep the input order, as in a stable
+    // sort; past n, keys of all ones sort last
+    uint32_t k[ITEMS], pos[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {
+        const int j = threadIdx.x * ITEMS + i;
+        k[i] = j < n ? (uint32_t)((int64_t)keys[begin + j] - hoff) : 0xFFFFFFFFu;
+        pos[i] = (uint32_t)j;
+    }
+    EmbeddingBagBackwardTableSort(temp).SortBlockedToStriped(k, pos, 0, bits);
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++) {                        // striped: coalesced stores
+        const int j = i * EMBEDDING_BAG_BACKWARD_SORT_THREADS + threadIdx.x;
+        if (j < n) {
+            keys_out[begin + j] = (uint32_t)((int64_t)k[i] + hoff);
+            vals_out[begin + j] = vals[begin + pos[i]];
+        }
+    }
+}
+
+// Version 8's sort of the tables its blocks could not hold. CUB's segmented sort does it in one launch (a block
+// per segment, every radix pass inside) while there are at most 256 segments; above its partitioning threshold
+// (300 or more, by architecture) it would copy segment counts to the host and synchronize, so more tables take
+// the segmented radix sort (one launch per 5-6 key bits, never a synchronization).
+static const int EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS = 256;
+
+template <class VAL>
+void embedding_bag_backward_sort_big_tables(const EmbeddingBagBackwardArgs& a, void* temp, size_t& bytes, const uint32_t* keys,
+                                            uint32_t* keys_sorted, const VAL* vals, VAL* vals_sorted, const int* big_begin,
+                                            const int* big_end, cudaStream_t stream) {   // temp == nullptr: the size query
+    if (a.T <= EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS)
+        cudaCheck(cub::DeviceSegmentedSort::StableSortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, a.T, big_begin,
+                                                            big_end, stream));
+    else
+        cudaCheck(cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, a.T, big_begin,
+                                                           big_end, 0, std::min(a.key_bits, 32), stream));
 }
 
 // the partial of an unfinished piece: slot 0 (HEAD) or 1 (TAIL) of the chunk, a row of max_D floats
@@ -1205,7 +1281,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
     }
 }
 
-// Versions 4-7, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
+// Versions 4-8, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
 // a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
 // chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
 // HEAD of chunk owner+k. Up to EMBEDDING_BAG_BACKWARD_WARP_SPAN partials the warp adds them itself, in
@@ -1267,7 +1343,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
 }
 
-// Versions 4-7, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
+// Versions 4-8, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
 // run in the one-row input). One block of 8 warps per run (blocks stride over the list): warp w adds the
 // w-th of 8 equal slices of the partials in order, then warp 0 adds the 8 slice sums in warp order and
 // updates the row. Fixed order: the same bits on every run.
@@ -1344,23 +1420,19 @@ struct EmbeddingBagBackwardWorkspace {
     uint32_t *bags = nullptr, *bags_sorted = nullptr;
     float *psw_sorted = nullptr, *go_mean = nullptr;
     int *run_lengths = nullptr, *run_starts = nullptr, *num_runs = nullptr, *long_ids = nullptr, *num_long = nullptr;
-    // versions 4-7 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
+    // versions 4-8 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
     uint32_t *keys32 = nullptr, *keys32_sorted = nullptr;
     void *vals = nullptr, *vals_sorted = nullptr;
     float* partials = nullptr;
     int64_t *long_owners = nullptr, *long_spans = nullptr;
     unsigned* num_long_owners = nullptr;
+    // version 8: the segmented sort's ranges (a table's lookups, or empty when its block sorted them)
+    int *big_begin = nullptr, *big_end = nullptr;
     // the buffers a version must write before it reads them: the check poisons them before every run
     std::vector<std::pair<void*, size_t>> scratch;
     std::vector<void*> owned;
 };
 
-// the number of bits the largest linear row id needs (at least 1): the sorts look at no others
-inline int embedding_bag_backward_key_bits(int64_t num_rows) {
-    int bits = 1;
-    while (bits < 63 && ((num_rows - 1) >> bits) != 0) bits++;
-    return bits;
-}
 
 // versions 4-6: rows in flight per lane / lanes per row
 inline int embedding_bag_backward_vpl(int max_D) {   // 4-column vectors per lane of a full warp: 1, 2, 4, 8
@@ -1421,7 +1493,7 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, bytes, ws.run_lengths, ws.run_starts, (int)N));
         temp = std::max(temp, bytes);
     }
-    if (uses(4, 7) && a.num_rows <= ((int64_t)1 << 32)) {
+    if (uses(4, 8) && a.num_rows <= ((int64_t)1 << 32)) {
         ws.keys32 = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         ws.keys32_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         if (weighted) {
@@ -1436,6 +1508,17 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
                                                       (uint32_t*)ws.vals_sorted, (int)N, 0, std::min(a.key_bits, 32)));
         }
         temp = std::max(temp, bytes);
+        if (uses(8, 8)) {
+            ws.big_begin = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
+            ws.big_end = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
+            if (weighted)
+                embedding_bag_backward_sort_big_tables(a, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint64_t*)ws.vals,
+                                                       (uint64_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
+            else
+                embedding_bag_backward_sort_big_tables(a, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint32_t*)ws.vals,
+                                                       (uint32_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
+            temp = std::max(temp, bytes);
+        }
         // two partial rows per chunk; the smallest chunk is version 6's group
         int C = 32;
         if (uses(6, 6)) C = std::min(C, embedding_bag_backward_group(a.max_D));
@@ -1521,16 +1604,23 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
-// versions 4-7: linearize, one sort, the chunk kernel (GROUPED: version 7's, G = 8 lanes per row in chunks of
-// 32 lookups), the combine kernels
-template <int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false>
+// versions 4-8: linearize, sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version 7's,
+// G = 8 lanes per row in chunks of 32 lookups), the combine kernels
+template <int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
     VAL* vals_sorted = (VAL*)ws.vals_sorted;
     size_t bytes = ws.temp_bytes;
     embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, vals);
-    cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
-                                              std::min(a.key_bits, 32), stream));
+    if (TABLES && a.N <= (int64_t)a.T * EMBEDDING_BAG_BACKWARD_SORT_CAPACITY) {
+        embedding_bag_backward_sort_tables<VAL><<<a.T, EMBEDDING_BAG_BACKWARD_SORT_THREADS, 0, stream>>>(
+            a, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end);
+        embedding_bag_backward_sort_big_tables(a, ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, ws.big_begin, ws.big_end,
+                                               stream);
+    } else {
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
+                                                  std::min(a.key_bits, 32), stream));
+    }
     constexpr int C = GROUPED ? 32 : G;                        // lookups per chunk
     const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, C);
     constexpr int VPLB = G * VPL >= 32 ? G * VPL / 32 : 1;     // the combine kernels hold a row in a full warp
@@ -1549,10 +1639,10 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
                                                                                   ws.long_owners, ws.long_spans, ws.num_long_owners);
 }
 
-template <int G, int VPL, bool PREFETCH, bool GROUPED = false>
+template <int G, int VPL, bool PREFETCH, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked_vals(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t, GROUPED>(a, ws, block, stream);
-    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t, GROUPED>(a, ws, block, stream);
+    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t, GROUPED, TABLES>(a, ws, block, stream);
+    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t, GROUPED, TABLES>(a, ws, block, stream);
 }
 
 void embedding_bag_backward2(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
@@ -1601,14 +1691,16 @@ void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBack
     else embedding_bag_backward_chunked_vals<16, 1, true>(a, ws, block, stream);
 }
 
-// version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps
-void embedding_bag_backward7(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
+// version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps.
+// Version 8 (TABLES): the same with the table-by-table sort.
+template <bool TABLES>
+void embedding_bag_backward_grouped(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     const int v = ceil_div(a.max_D, 32);       // 4-column vectors per lane of a group of 8
-    if (v <= 1) embedding_bag_backward_chunked_vals<8, 1, false, true>(a, ws, block, stream);
-    else if (v <= 2) embedding_bag_backward_chunked_vals<8, 2, false, true>(a, ws, block, stream);
-    else if (v <= 4) embedding_bag_backward_chunked_vals<8, 4, false, true>(a, ws, block, stream);
-    else if (v <= 8) embedding_bag_backward_chunked_vals<8, 8, false, true>(a, ws, block, stream);
+    if (v <= 1) embedding_bag_backward_chunked_vals<8, 1, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 2) embedding_bag_backward_chunked_vals<8, 2, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 4) embedding_bag_backward_chunked_vals<8, 4, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 8) embedding_bag_backward_chunked_vals<8, 8, false, true, TABLES>(a, ws, block, stream);
     else embedding_bag_backward_warp_chunks<false>(a, ws, block, stream);
 }
 
@@ -1621,7 +1713,8 @@ void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, E
         case 4: embedding_bag_backward4(a, ws, block, stream); break;
         case 5: embedding_bag_backward5(a, ws, block, stream); break;
         case 6: embedding_bag_backward6(a, ws, block, stream); break;
-        case 7: embedding_bag_backward7(a, ws, block, stream); break;
+        case 7: embedding_bag_backward_grouped<false>(a, ws, block, stream); break;
+        case 8: embedding_bag_backward_grouped<true>(a, ws, block, stream); break;
         default: fail_args("embedding_bag_backward has no version %d", kernel_num);
     }
 }
@@ -1639,17 +1732,17 @@ inline void embedding_bag_backward_setup_kernels() {
 // the precondition of each version on a shape, "" when it can run
 inline std::string embedding_bag_backward_skip_reason(int kernel_num, int max_D, int64_t num_rows) {
     if (kernel_num >= 2 && max_D > EMBEDDING_BAG_BACKWARD_MAX_D)
-        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-7 hold a row in registers (8 vectors per lane)";
+        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-8 hold a row in registers (8 vectors per lane)";
     if (kernel_num >= 4 && num_rows > ((int64_t)1 << 32))
-        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-7 sort 32-bit row ids";
+        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-8 sort 32-bit row ids";
     if (kernel_num == 6 && embedding_bag_backward_group(max_D) == 32)
         return "max D = " + std::to_string(max_D) + " > 64: sub-warp rows are for D <= 64 (wider rows take the whole warp, as in version 5)";
     return "";
 }
 
-// version 7's kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
+// versions 7 and 8: the chunk kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
 inline std::vector<int> embedding_bag_backward_blocks(int kernel_num) {
-    if (kernel_num == 7) return {64, 128, 256};
+    if (kernel_num >= 7) return {64, 128, 256};
     return {64, 128, 256, 512};
 }
 
@@ -1823,7 +1916,7 @@ int main(int argc, char** argv) {
     std::string pooling = "sum", optimizer = "rowwise_adagrad", break_input = "none";
     Cli cli("embedding_bag_backward",
             "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched.", 7, 4);
+            "one update per looked-up row, rows nobody looked up untouched.", 8, 4);
     cli.add_int("T", &cfg.T, "tables");
     cli.add_int64("E", &cfg.E, "rows per table");
     cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
@@ -1844,8 +1937,8 @@ int main(int argc, char** argv) {
                    "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
     cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a positive multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31,\n"
                       "  fewer than 2^31 lookups, eps > 0; Zipf (alpha > 1) needs E >= L in every table;\n"
-                      "  versions 2-7 need every D <= 1024, versions 4-7 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
-                      "  --block a power of two from 32 to 512 (at most 256 for version 7)";
+                      "  versions 2-8 need every D <= 1024, versions 4-8 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
+                      "  --block a power of two from 32 to 512 (at most 256 for versions 7 and 8)";
     cli.parse(argc, argv);
     cfg.mean = pooling == "mean";
     for (int i = 0; i < 4; i++)
@@ -1861,7 +1954,7 @@ int main(int argc, char** argv) {
     require(prm.eps > 0.0, "--eps (%g) must be > 0", prm.eps);
     require(cli.block == 0 || (cli.block >= 32 && cli.block <= 512 && (cli.block & (cli.block - 1)) == 0),
             "--block (%d) must be a power of two from 32 to 512", cli.block);
-    for (int k : cli.kernels) require(!(k == 7 && cli.block > 256), "--block (%d) must be at most 256 for version 7", cli.block);
+    for (int k : cli.kernels) require(!(k >= 7 && cli.block > 256), "--block (%d) must be at most 256 for version %d", cli.block, k);
     for (int t = 0; t < cfg.T; t++) {
         const int D = embedding_bag_backward_table_D(cfg, t);
         require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
