@@ -54,6 +54,8 @@ tt_embedding_backward 6
 tt_embedding_backward 5
 embedding_bag_backward 4 --alpha 0
 embedding_bag_backward 7 --alpha 0 --block 64
+embedding_bag_backward 8 --alpha 0 --block 64
+embedding_bag_backward 8 --block 64
 embedding_bag_backward 4
 embedding_bag_forward 4 --alpha 0 --block 64
 embedding_bag_forward 6 --alpha 0 --block 64

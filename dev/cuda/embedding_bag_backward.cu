@@ -67,54 +67,71 @@ Versions (one idea each; measured times below):
      vectors per lane at D = 128); long pieces (hot rows) are summed by the whole warp in version 4's layout.
      Adagrad's per-element state is loaded at the update, after an L2 prefetch, not held in registers.
      Wider rows run as version 4.
+  8  version 7 with the sort done table by table (the default). FBGEMM's layout is table-major, so sorting
+     each table's lookups sorts them all: one block per table sorts its (row, position) pairs in shared memory
+     with CUB's block radix sort (17 bits at E = 1e5), one kernel instead of CUB's device-wide histogram,
+     scan and three onesweep passes, all latency-bound at 327,680 keys. Stable, so the order and every bit
+     are version 7's. Tables over 12,288 lookups go to CUB's segmented sort in the same step (one launch that
+     finds nothing to do when every table fit); when the tables average more than that, version 7's
+     device-wide sort is used instead (the large single-table size: version 8 is version 7 there).
 
-Measured on the lent H200 on 2026-11-29, fifth session, one run (median ms, best block, FBGEMM's default size
-T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad unless said; `fbgemm` = FBGEMM's formula as % of the copy bandwidth
-measured in the same process, 4251-4258 GB/s; every version passed its check, determinism replay and
-untouched-row proof; results/logs/2026-11-29_s5_bench.log):
+Measured on the lent H200 on 2026-11-30 (UTC), sixth session, one run (median ms, best block, FBGEMM's default
+size T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad unless said; `fbgemm` = FBGEMM's formula as % of the copy
+bandwidth measured in the same process, 4249-4259 GB/s; every version passed its check, determinism replay and
+untouched-row proof; results/logs/2026-11-30_s6_bench_embedding_bag_backward.log):
             uniform          Zipf 1.15        one row      sgd uniform/Zipf   T=1 E=1e6 B=65536 L=32 uniform/Zipf
-  1   1.471 (5.6%  fbgemm)   0.132            0.300        2.298 / 0.167      4.872 / 0.903
-  2   0.393 (21.1%)          0.154            0.699        0.375 / 0.154      1.473 / 6.390
-  3   0.429 (19.3%)          0.186            0.168        0.410 / 0.184      1.575 / 0.942
-  4   0.225 (36.9%)          0.110 (75.4%)    0.090        0.204 / 0.105      0.611 / 0.381   (the default)
-  5   0.245 (33.8%)          0.120            0.092        0.222 / 0.114      0.717 / 0.433
-  7   0.183 (45.3%)          0.116 (71.1%)    0.096        0.172 / 0.113      0.639 / 0.459
-  (6 runs only where max D <= 64: at the TT comparison size T=1 E=11e6 D=64 B=512 L=20 sgd, 10,240 lookups,
-   v1 0.054, v2 0.066, v3 0.072, v4 0.082, v5 0.086, v6 0.072, v7 0.064: too few lookups to fill the GPU, and
-   the one-pass atomics of version 1 win.)
+  1   1.470 (5.6%  fbgemm)   0.132            0.300        2.294 / 0.167      4.871 / 0.903
+  2   0.393 (21.1%)          0.154            0.668        0.372 / 0.154      1.469 / 6.203
+  3   0.430 (19.3%)          0.186            0.169        0.409 / 0.184      1.571 / 0.933
+  4   0.229 (36.2%)          0.111 (74.2%)    0.091        0.206 / 0.106      0.616 / 0.383
+  5   0.252 (32.9%)          0.122            0.093        0.226 / 0.116      0.740 / 0.442
+  7   0.184 (45.0%)          0.116 (71.1%)    0.097        0.171 / 0.112      0.640 / 0.460
+  8   0.155 (53.7%)          0.090 (91.7%)    0.081        0.144 / 0.087      0.640 / 0.460   (the default)
+  (6 runs only where max D <= 64: at the TT comparison size T=1 E=11e6 D=64 B=512 L=20 sgd, 10,240 lookups in
+   one table, v1 0.054, v2 0.066, v3 0.072, v4 0.083, v5 0.088, v6 0.074, v7 0.064, v8 0.050: the table sort
+   makes 8 the fastest there too.)
 PyTorch in the same run (nn.EmbeddingBag sparse=True, one concatenated table, scripts/peers/
-embedding_bag_backward.py), forward + backward + step, uniform / Zipf: SGD 0.721 / 0.682 ms, Adagrad (elementwise;
-PyTorch has no rowwise) 2.222 / 1.256 ms; its forward alone 0.112 / 0.086 ms. The best backward + rowwise Adagrad
-(7 at uniform, 4 at Zipf) is 11.5x / 10.7x faster than PyTorch's backward + Adagrad step (forward subtracted).
+embedding_bag_backward.py), forward + backward + step, uniform / Zipf: SGD 0.639 / 0.725 ms, Adagrad (elementwise;
+PyTorch has no rowwise) 1.932 / 1.160 ms; its forward alone 0.108 / 0.082 ms. Version 8's backward + rowwise
+Adagrad is 11.8x / 12.0x faster than PyTorch's backward + Adagrad step (forward subtracted).
 FBGEMM itself could not be run: its wheel for torch 2.11 / CUDA 13 is 443 MiB, beyond what a device call carries.
 What the numbers say. Sorting instead of atomics (2) wins 3.7x at uniform because the atomics scatter 42 MB of
 partial rows through L2 and the optimizer pass then re-reads them; but one warp per unique row serialises a
-hot row (2 is 4.3x slower on the large Zipf input than on uniform, 1.8x on one row). FBGEMM's block per long
+hot row (2 is 4.2x slower on the large Zipf input than on uniform, 1.7x on one row). FBGEMM's block per long
 run (3) fixes the hot rows but pays a second kernel and its tree. Fixed chunks of 32 lookups (4) give every
-warp the same work whatever the distribution and drop the run-length encode and scan: the fastest with hot
-rows. Prefetching the next row (5) did not pay: 72 registers cost more occupancy than the overlap gains.
-Four rows per warp (7) takes 18% off at uniform (the chunk kernel: 158 -> 108 us under ncu, DRAM 43% -> 62%
-busy) but needs 111 registers, so with hot rows, where the long pieces want many warps in flight, it is 6-20%
-slower than 4, and 5% slower at the large uniform size (runs of 2.4 lookups: a group sums its short piece one row
-at a time). So 4 stays the default, and 7 is the one to copy for uniform-like traffic.
-The 50%-by-FBGEMM's-formula target is 0.167 ms at the default size (2 x 176.2 MB at 2,115 GB/s); version 7
-reaches 45.3%. ncu at uniform (fifth session, clocks left alone): linearize 4.8 us; CUB's sort 48 us (histogram
-4.6, scan 2.3, three onesweep passes of 13.6 us on 38 blocks); version 7's chunk kernel 108 us; the combines
-6.5 + 2.3 us (version 4's kernels, measured with version 4). Tried and measured, not kept: CUB's
-onesweep with a smaller tile through DispatchRadixSort's policy hub (143 blocks of 256 x 9 instead of 38 of
-384 x 23: each pass 12.4 us instead of 13.6, the step 1-3% faster); 11-bit digits (two passes for 22 bits) do
-not fit the onesweep kernel's 48 KB of static shared memory at any tile; chunks of 8 lookups per group of 8
-lanes (0.190 ms at uniform, but up to 2x slower with hot rows: four times the partials); an L2 prefetch of the
-chunk's weight rows at the start of version 7's kernel (0.192: DRAM is the limit there, not latency); the
-L2::256B hint on the weight-row loads (0.185); forcing 3 or 4 blocks per SM (spills: 0.194 / 0.207).
-What is left: the sort's three passes are latency, not bandwidth (about 14% memory throughput), and the chunk
-kernel's random 512-byte rows keep DRAM at about 62% busy.
+warp the same work whatever the distribution and drop the run-length encode and scan. Prefetching the next
+row (5) did not pay: 72 registers cost more occupancy than the overlap gains. Four rows per warp (7) takes
+20% off at uniform (fifth session's ncu: the chunk kernel 158 -> 108 us, DRAM 43% -> 62% busy) but its 111
+registers cost it 5-20% wherever hot rows dominate. The table-by-table sort (8) then takes the sort from ~48 us of
+kernels (histogram 4.6, scan 2.3, three onesweep passes of 13.6 us on 38 blocks) to one 24 us kernel and an
+empty 2.3 us launch, and wins everywhere the tables fit a block: 16% at uniform, 22% at Zipf (where it also
+passes version 4), 17% on one row. At the large single-table size it is version 7 (version 4 is 4% / 17%
+faster there, uniform / Zipf).
+The 50%-by-FBGEMM's-formula target is 0.166 ms at the default size (2 x 176.2 MB at 2,125 GB/s, half this run's
+copy bandwidth): version 8 reaches 53.7% (0.155 ms). ncu at uniform (clocks left alone; the experiments' log
+below): linearize 5.0 us, table sort 24.2 us, the empty segmented sort 2.3 us, the chunk kernel 108 us (DRAM ~60%
+busy: random 512-byte rows read and written), the combines 6.5 + 2.4 us.
+Tried this session and measured, not kept (results/logs/2026-11-30_s6_experiments/: the patches, the scripts and
+every line they printed): staging the chunk's weight rows in shared memory with cp.async, all 32 in flight per
+warp (0.206-0.210 ms against version 7's 0.188: 16 KB per warp cut the warps per SM to 11, and a warp's DRAM
+reads come in one burst); finishing the runs that cross chunks in the chunk kernel (the last warp to arrive adds
+the partials; no combine kernel): the same at uniform (0.1828 against 0.1826), 15% slower at Zipf and at the
+large size (every warp with a partial pays a fence, probes and an atomic while holding its registers); an L2
+prefetch of the first rows on a side stream while the sort runs (0.187 against 0.183 without); CUB's segmented
+sorts per table (48.9 us against the device-wide 60.7 in a micro-benchmark, 8.2 ms with one table of 2 million
+lookups); the block sort with 1024 threads x 16 items and 6-bit digits (spills; the sort kernel 37 us) or 1024 x
+12 and 4-bit digits (0.160 ms against 0.155). Earlier sessions: CUB's onesweep with a smaller tile (1-3%), 11-bit
+digits (do not fit), chunks of 8 lookups per group of 8 lanes (2x slower with hot rows), an in-kernel L2
+prefetch of the chunk's rows, the L2::256B hint on the row loads, forced occupancy (spills).
+What is left: the chunk kernel's random 512-byte read-modify-writes hold DRAM at about 60% busy; the sort is
+now 24 us of one block per table over 32 of the 132 SMs.
 
 Launches per step (no host synchronization in any; every one stream-ordered):
   1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
   the default size's 22 bits), CUB run-length encode, CUB exclusive sum, 1 kernel. 3: as 2, plus a second
   sort (weighted), the MEAN pass (mean), a memset and 3 kernels. 4-7: linearize, CUB sort, the chunk
   kernel, a memset and 2 combine kernels (the second has no work unless a run spans over 64 chunks).
+  8: as 7 with the table sort and CUB's segmented sort in place of the device-wide sort.
 Timing: before each sample the looked-up rows (weights and state) are restored from a pristine copy,
 untimed, so every sample times the same step from the same tables; the dense gradient buffer is zeroed
 once and each step rewrites the same rows. The check poisons every scratch buffer and the dense
@@ -128,7 +145,7 @@ Compile and run:
   ./embedding_bag_backward all --alpha 0                       (FBGEMM's default size, uniform row ids)
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
-  ./embedding_bag_backward 4 7 --alpha 0 --block 64              (the default against four rows per warp)
+  ./embedding_bag_backward 7 8 --alpha 0 --block 64              (the device-wide sort against the table sort)
 */
 #include "common.h"
 #include <cub/cub.cuh>
@@ -1916,7 +1933,7 @@ int main(int argc, char** argv) {
     std::string pooling = "sum", optimizer = "rowwise_adagrad", break_input = "none";
     Cli cli("embedding_bag_backward",
             "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched.", 8, 4);
+            "one update per looked-up row, rows nobody looked up untouched.", 8, 8);
     cli.add_int("T", &cfg.T, "tables");
     cli.add_int64("E", &cfg.E, "rows per table");
     cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
