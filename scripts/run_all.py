@@ -190,12 +190,14 @@ def headline_table(rows):
         if not res:
             continue
         best = min(res, key=lambda r: float(r["ms_median"]))
-        versions = len({r["kernel"] for r in res})
+        versions = max(int(r["kernel"]) for r in rows if r["kind"] == "RESULT" and r["op"] == op)
         extra = dict(kv.split("=", 1) for kv in best["extra"].split() if "=" in kv)
         if "gflops" in extra:
             rate = f"{float(extra['gflops']) / 1000:.1f} TFLOP/s ({extra.get('pct_fma', '?')}% of FMA)"
         else:
             rate = f"{float(best['pct_copy']):.1f}% of copy"
+        if "fbgemm_gbps" in extra and op.endswith("backward"):
+            rate += f" (FBGEMM's count: {extra['fbgemm_gbps']} GB/s)"
         peers = []
         for peer_op, impl, sign in peer_parts:
             match = [r for r in rows if r["kind"] == "PEER" and (r["op"], r["impl"], r["shape"]) == (peer_op, impl, shape)]
