@@ -24,8 +24,8 @@ Fewest bytes (inputs read once; each looked-up row's weights and state read and 
 Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
 measured in the same process, by the fewest bytes); every number, the sgd and large sizes: results/h200.md.
                                                                     uniform          Zipf 1.15  one row
-  1  atomicAdd into a dense buffer, a flag list, then the optimizer 1.4702 (5.3%)    0.1323     0.2999
-  2  CUB radix sort of linear ids, run-length encode, a warp per row 0.3926 (19.9%)   0.1543     0.6674
+  1  atomicAdd into a dense buffer, a flag list, then the optimizer  1.4702 (5.3%)    0.1323     0.2999
+  2  CUB radix sort of linear ids, run-length encode, warp per row  0.3926 (19.9%)   0.1543     0.6674
   3  FBGEMM's hybrid: runs of 32 or more get a block per row         0.4295 (18.2%)   0.1858     0.1689
   4  fixed chunks of 32 sorted lookups per warp, ordered combines    0.2289 (34.2%)   0.1114     0.0906
   5  version 4 with the next row loaded while this one is summed     0.2521 (31.0%)   0.1221     0.0925
@@ -41,7 +41,7 @@ Lessons:
   fixed chunks (4) give every warp the same work whatever the distribution, with one sort and no scan.
 - More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap).
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
-  kernel instead of ~48 us of latency-bound device-wide passes. At the large single-table size 8 is 7.
+  kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
 - What bounds the uniform backward now: the chunk kernel's random 512-byte row read-modify-writes hold
   DRAM at about 60% busy (108 us in ncu of the 155), and the sort runs on 32 of the 132 SMs.
 - Profiles, launches per step, how timing restores the tables, what was tried and dropped:
