@@ -23,17 +23,15 @@ Fewest bytes (every looked-up row read once per lookup: nothing deduplicates wit
   as `fbgemm_gbps=`.
 
 Versions. H200, 2026-11-29, best block, median ms (% of the copy bandwidth measured in the same process);
-every number is in results/h200.md:                          default size       default   large size
-                                                             uniform            Zipf 1.15 uniform
-  1  one thread per (bag, column), scalar loop over the bag  0.0651 (64.9%)     0.0404    0.3154 (84.3%)
-  2  one warp per bag, a lane owns 4 columns (16-byte loads) 0.0560 (75.4%)     0.0242    0.2631 (101.1%)
-  3  several bags per warp for small D (lanes per bag: D/4)  0.0598 (70.7%)     0.0270    0.2782 (95.6%)
-  4  indices loaded by all lanes and shuffled; 8 row loads   0.0545 (77.6%)     0.0231    0.2561 (103.8%)
-     in flight per lane; one instantiation per table class
-  5  one warp per bag at every D: sub-warp rows take          0.0546 (77.4%)     0.0231    0.2562 (103.8%)
-     different rows of the bag, combined by xor shuffles
-  6  version 5 with the L2::256B prefetch-size hint on row    0.0529 (79.9%)     0.0203    0.2587 (102.8%)
-     loads (the default)
+every number is in results/h200.md.
+                                                               default size       default   large size
+                                                               uniform            Zipf 1.15 uniform
+  1  one thread per (bag, column), scalar loop over the bag    0.0651 (64.9%)     0.0404    0.3154 (84.3%)
+  2  one warp per bag, a lane owns 4 columns (16-byte loads)   0.0560 (75.4%)     0.0242    0.2631 (101.1%)
+  3  several bags per warp for small D (lanes per bag: D/4)    0.0598 (70.7%)     0.0270    0.2782 (95.6%)
+  4  bag indices shuffled across lanes, 8 row loads in flight  0.0545 (77.6%)     0.0231    0.2561 (103.8%)
+  5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
+  6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
 PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
 Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
 
