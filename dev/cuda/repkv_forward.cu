@@ -10,7 +10,8 @@ attention each K and V head is copied rep times so that Q, K and V all have NH h
 
 Fewest bytes: read inp once, write out once:
   bytes = B*T*HD*(NH + 2*NKV + 3*NH) * sizeof(floatX) = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
-No arithmetic, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
+No arithmetic, so the floor is bytes / copy bandwidth (0.142 ms at the median 4255 GB/s of
+the runs in results/h200.md).
 
 Versions. H200, 2026-11-29, bench size, best block; median ms and % of the device-to-device copy
 bandwidth measured in the same process (every number: results/h200.md):
