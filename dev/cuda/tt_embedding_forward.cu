@@ -263,6 +263,9 @@ struct TtEmbeddingForwardShape {
     int ld[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
     int max_mid = 0;   // largest intermediate Q_t * ld[t], t = 1..T-2 (0 when T = 2: M_0 is read from the core)
     int mid_pad = 0, D_pad = 0;   // both rounded up to 4 floats (16-byte aligned shared buffers)
+    // the chain's ping-pong buffers: M_t for odd t goes to buffer 0, for even t to buffer 1; each sized for the
+    // largest M_t it holds (rounded up to 4 floats; 0 when it holds none: T = 3 needs only buffer 0)
+    int buf_pad[2] = {};
 };
 
 // the device pointers of the T cores (each [tables, p_t, slice_t])
@@ -362,7 +365,10 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
             return buf;
         }
         s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
-        if (t >= 1 && t <= T - 2) s.max_mid = std::max<int>(s.max_mid, (int)(Qt * s.ld[t]));
+        if (t >= 1 && t <= T - 2) {
+            s.max_mid = std::max<int>(s.max_mid, (int)(Qt * s.ld[t]));
+            s.buf_pad[(t & 1) ? 0 : 1] = std::max<int>(s.buf_pad[(t & 1) ? 0 : 1], (int)tt_embedding_forward_round4(Qt * s.ld[t]));
+        }
     }
     s.mid_pad = (int)tt_embedding_forward_round4(s.max_mid);
     s.D_pad = (int)tt_embedding_forward_round4(D);
@@ -763,18 +769,21 @@ __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddin
 // result into its own pooled row in shared memory (the last step accumulates in place); then the block
 // sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
 // and the pooled write stays on chip; no atomics; the result depends only on the block size.
-// Shared memory per warp: 2 * mid_pad + D_pad floats.
+// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or, at shapes where one warp's buffers
+// exceed the shared memory of a block (ranks 128 with wide intermediates), in a global scratch area
+// (`scratch`: blockDim / 32 warps' worth per block), which the same code reads through L1/L2.
 __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                                                      const int64_t* __restrict__ offsets,
                                                                      const __grid_constant__ TtEmbeddingForwardCores cores,
-                                                                     const __grid_constant__ TtEmbeddingForwardShape s) {
+                                                                     const __grid_constant__ TtEmbeddingForwardShape s,
+                                                                     float* __restrict__ scratch) {
     extern __shared__ float4 tt_embedding_forward_smem3[];
-    float* smem = reinterpret_cast<float*>(tt_embedding_forward_smem3);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    const int per_warp = 2 * s.mid_pad + s.D_pad;
+    const int per_warp = s.buf_pad[0] + s.buf_pad[1] + s.D_pad;
+    float* smem = scratch ? scratch + (int64_t)blockIdx.x * W * per_warp : reinterpret_cast<float*>(tt_embedding_forward_smem3);
     float* buf0 = smem + warp * per_warp;
-    float* buf1 = buf0 + s.mid_pad;
-    float* acc = buf1 + s.mid_pad;
+    float* buf1 = buf0 + s.buf_pad[0];
+    float* acc = buf1 + s.buf_pad[1];
     const int64_t nbags = (int64_t)s.tables * s.B;
     for (int64_t bag = blockIdx.x; bag < nbags; bag += gridDim.x) {
         for (int e = lane; e < s.D; e += 32) acc[e] = 0.0f;
@@ -790,7 +799,7 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
         __syncthreads();
         for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
             float sum = 0.0f;
-            for (int w = 0; w < W; w++) sum += smem[w * per_warp + 2 * s.mid_pad + e];
+            for (int w = 0; w < W; w++) sum += smem[w * per_warp + s.buf_pad[0] + s.buf_pad[1] + e];
             out[bag * s.D + e] = from_float<floatX>(sum);
         }
         __syncthreads();                                              // before the next bag clears acc
@@ -847,7 +856,7 @@ inline size_t tt_embedding_forward_smem4_bytes(const TtEmbeddingForwardShape& s,
 }
 
 inline size_t tt_embedding_forward_smem3_bytes(const TtEmbeddingForwardShape& s, int warps) {
-    return (size_t)warps * (2 * s.mid_pad + s.D_pad) * 4;
+    return (size_t)warps * ((size_t)s.buf_pad[0] + s.buf_pad[1] + s.D_pad) * 4;
 }
 
 // version 4's sort key of a lookup of table tbl
@@ -2977,7 +2986,22 @@ struct TtEmbeddingForwardWorkspace {
     int per_sm11[33] = {};                 // versions 11 and 12's (one kernel)
     uint16_t* digits11 = nullptr;          // version 11: i_1 of every lookup [nnz rounded up to 8]
     int* key_count11 = nullptr;            // version 11: lookups per key [tables * p_1] when <= MAX_KEYS, zero between calls
+    // version 3 at shapes whose per-warp buffers exceed a block's shared memory: the buffers in global memory
+    float* scratch3 = nullptr;
+    int64_t scratch3_warps = 0;            // warps the scratch holds (the grid is cut to fit it)
 };
+
+// the default (11) runs its compiled kernel where that applies (T = 3, q = 4,4,4, ranks 32,32 or 16,16, p_1 <=
+// 65536, shared memory and index reads within bounds), version 3's kernel everywhere else
+std::string tt_embedding_forward_tc_reason(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws);
+inline bool tt_embedding_forward_v11_fast(const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
+    return tt_embedding_forward_tc_reason(11, s, ws).empty();
+}
+
+// version 3 keeps its buffers in global memory when one warp's do not fit in a block's shared memory
+inline bool tt_embedding_forward_v3_global(const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
+    return tt_embedding_forward_smem3_bytes(s, 1) > ws.max_smem;
+}
 
 void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddingForwardShape& s, int chunk,
                                 const cudaDeviceProp& prop) {
@@ -3074,6 +3098,11 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         }
     }
     ws.max_threads[12] = ws.max_threads[11];               // version 12 runs version 11's kernel
+    if (tt_embedding_forward_v3_global(s, ws)) {           // at most 256 MB, at most 64 warps per SM
+        const int64_t per_warp = tt_embedding_forward_smem3_bytes(s, 1);
+        ws.scratch3_warps = std::max<int64_t>(32, std::min<int64_t>((int64_t)64 * ws.num_sms, ((int64_t)256 << 20) / per_warp));
+        ws.scratch3 = device_alloc<float>((size_t)(ws.scratch3_warps * per_warp / 4));
+    }
     ws.digits11 = device_alloc<uint16_t>((size_t)(nnz + 7) / 8 * 8 + 8);
     cudaCheck(cudaMemset(ws.digits11, 0, ((size_t)(nnz + 7) / 8 * 8 + 8) * sizeof(uint16_t)));   // the padding
 }
@@ -3094,6 +3123,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(ws.work9));
     cudaCheck(cudaFree(ws.digits11));
     if (ws.key_count11) cudaCheck(cudaFree(ws.key_count11));
+    if (ws.scratch3) cudaCheck(cudaFree(ws.scratch3));
 
 }
 
@@ -3153,11 +3183,16 @@ void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* o
 }
 
 void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
-                           const TtEmbeddingForwardShape& s, int block_size) {
+                           const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
     const int64_t nbags = (int64_t)s.tables * s.B;
+    if (ws.scratch3) {                                      // buffers in global memory: as many blocks as the scratch holds
+        const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(nbags, ws.scratch3_warps / (block_size / 32)));
+        tt_embedding_forward_kernel3<<<(unsigned)grid, block_size, 0>>>(out, indices, offsets, cores, s, ws.scratch3);
+        return;
+    }
     const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
     const size_t smem = tt_embedding_forward_smem3_bytes(s, block_size / 32);
-    tt_embedding_forward_kernel3<<<grid, block_size, smem>>>(out, indices, offsets, cores, s);
+    tt_embedding_forward_kernel3<<<grid, block_size, smem>>>(out, indices, offsets, cores, s, nullptr);
 }
 
 void tt_embedding_forward4(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -3286,15 +3321,18 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
     switch (kernel_num) {
         case 1: tt_embedding_forward1(out, indices, offsets, cores, s, block_size); break;
         case 2: tt_embedding_forward2(out, indices, offsets, cores, s, ws, block_size); break;
-        case 3: tt_embedding_forward3(out, indices, offsets, cores, s, block_size); break;
+        case 3: tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break;
         case 4: tt_embedding_forward4(out, indices, offsets, cores, s, ws, block_size); break;
         case 5: tt_embedding_forward5(out, indices, offsets, cores, s, ws, block_size); break;
         case 6: tt_embedding_forward6(out, indices, offsets, cores, s, ws, block_size); break;
         case 7: tt_embedding_forward7(out, indices, offsets, cores, s, block_size); break;
         case 8: tt_embedding_forward8(out, indices, offsets, cores, s, ws, block_size); break;
         case 9: tt_embedding_forward9(out, indices, offsets, cores, s, ws, block_size); break;
+        case 11:                            // the default: version 3's kernel at the shapes 11 is not compiled for
+            if (!tt_embedding_forward_v11_fast(s, ws)) { tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break; }
+            tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, kernel_num);
+            break;
         case 10:
-        case 11:
         case 12: tt_embedding_forward10(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
@@ -3307,6 +3345,30 @@ inline double tt_embedding_forward_naive_terms(const TtEmbeddingForwardShape& s)
     return terms * (double)s.nnz * s.D;
 }
 
+// versions 10-12's preconditions (11's decide whether the default runs its compiled kernel); "" when it runs
+std::string tt_embedding_forward_tc_reason(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
+    char buf[256];
+    std::string why = kernel_num == 10 ? tt_embedding_forward_v10_reason(s) : tt_embedding_forward_v11_reason(s);
+    if (!why.empty()) return kernel_num == 12 ? "as version 11: " + why : why;
+    if (kernel_num == 12 && (int64_t)s.tables * s.p[1] > TT_EMBEDDING_FORWARD_V12_MAX_KEYS) {
+        snprintf(buf, sizeof buf, "its item table holds tables x p_1 <= %d keys (%lld); version 11 covers this shape",
+                 TT_EMBEDDING_FORWARD_V12_MAX_KEYS, (long long)s.tables * s.p[1]);
+        return buf;
+    }
+    const double reads = (double)s.p[1] * (double)s.nnz;          // as version 9
+    const int target = kernel_num == 10 ? TT_EMBEDDING_FORWARD_V10_TARGET : TT_EMBEDDING_FORWARD_V11_TARGET;   // (12: at most)
+    if ((double)s.tables * s.p[1] * tt_embedding_forward_v9_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
+        snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
+        return buf;
+    }
+    if (tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11) > ws.max_smem) {
+        snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
+                 tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11), ws.max_smem);
+        return buf;
+    }
+    return "";
+}
+
 // the precondition of each version on a shape, "" when it can run
 std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s,
                                              const TtEmbeddingForwardWorkspace& ws) {
@@ -3314,11 +3376,6 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS) {
         snprintf(buf, sizeof buf, "its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
                  tt_embedding_forward_naive_terms(s));
-        return buf;
-    }
-    if (kernel_num == 3 && tt_embedding_forward_smem3_bytes(s, 1) > ws.max_smem) {
-        snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
-                 tt_embedding_forward_smem3_bytes(s, 1), ws.max_smem);
         return buf;
     }
     if (kernel_num == 4) {
@@ -3377,26 +3434,8 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
             return buf;
         }
     }
-    if (kernel_num >= 10) {
-        std::string why = kernel_num == 10 ? tt_embedding_forward_v10_reason(s) : tt_embedding_forward_v11_reason(s);
-        if (!why.empty()) return kernel_num == 12 ? "as version 11: " + why : why;
-        if (kernel_num == 12 && (int64_t)s.tables * s.p[1] > TT_EMBEDDING_FORWARD_V12_MAX_KEYS) {
-            snprintf(buf, sizeof buf, "its item table holds tables x p_1 <= %d keys (%lld); version 11 covers this shape",
-                     TT_EMBEDDING_FORWARD_V12_MAX_KEYS, (long long)s.tables * s.p[1]);
-            return buf;
-        }
-        const double reads = (double)s.p[1] * (double)s.nnz;          // as version 9
-        const int target = kernel_num == 10 ? TT_EMBEDDING_FORWARD_V10_TARGET : TT_EMBEDDING_FORWARD_V11_TARGET;   // (12: at most)
-        if ((double)s.tables * s.p[1] * tt_embedding_forward_v9_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
-            snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
-            return buf;
-        }
-        if (tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11) > ws.max_smem) {
-            snprintf(buf, sizeof buf, "one warp's buffers (%zu bytes) exceed the %zu bytes of shared memory per block",
-                     tt_embedding_forward_smem10_bytes(s, 1, kernel_num >= 11), ws.max_smem);
-            return buf;
-        }
-    }
+    if (kernel_num == 11) return "";                         // the default runs every shape (see tt_embedding_forward)
+    if (kernel_num >= 10) return tt_embedding_forward_tc_reason(kernel_num, s, ws);
     return "";
 }
 
@@ -3408,7 +3447,9 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 2) return {256};
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
+        if (kernel_num == 11 && !tt_embedding_forward_v11_fast(s, ws)) return tt_embedding_forward_blocks(3, s, ws);
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
+        if (kernel_num == 3 && ws.scratch3) { out.push_back(b); continue; }
         const size_t bytes = kernel_num == 3   ? tt_embedding_forward_smem3_bytes(s, b / 32)
                              : kernel_num == 4 ? tt_embedding_forward_smem4_bytes(s, ws.group, b / 32)
                              : kernel_num == 5 ? tt_embedding_forward_smem5_bytes(s, ws.group5, ws.tc, b / 32)
@@ -3554,7 +3595,7 @@ int main(int argc, char** argv) {
         bool ok = validate_device(tf32 ? "out (TF32)" : "out", d_out, ref.data(), (size_t)nbags * s.D,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_ATOL, TT_EMBEDDING_FORWARD_ATOL) : TT_EMBEDDING_FORWARD_ATOL,
                                   tf32 ? std::max(TT_EMBEDDING_FORWARD_TF32_RTOL, TT_EMBEDDING_FORWARD_RTOL) : TT_EMBEDDING_FORWARD_RTOL);
-        if (k == 6 || k >= 9) {
+        if (k == 6 || (k >= 9 && (k != 11 || tt_embedding_forward_v11_fast(s, ws)))) {
             std::vector<floatX> got = device_download(d_out, (size_t)nbags * s.D);
             if (first_out[k].empty()) {
                 first_out[k] = got;
