@@ -412,7 +412,7 @@ static void test_default_counts() {
            std::to_string(s.step_rt[1]) + "x" + std::to_string(s.step_cw[1]) + ", " + std::to_string(s.step_rt[2]) + "x" +
                std::to_string(s.step_cw[2]));
     report(s.ld[0] == 32 && s.ld[1] == 33 && s.ld[2] == 1 && s.buf_pad[0] == 16 * 33 && s.buf_pad[1] == 0 &&
-               tt_embedding_forward_smem3_bytes(s, 8) == 8 * (528 + 64) * 4,
+               tt_embedding_forward_smem_bytes3(s, 8) == 8 * (528 + 64) * 4,
            "default: M_1 kept as 16 rows of stride 33 (odd: no bank conflicts); version 3 keeps 528 + 64 floats per warp");
     // the 4-core and 5-core bench shapes
     tt_embedding_forward_make_shape(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20, 0.0);
@@ -742,7 +742,7 @@ static void test_dispatch() {
         const std::string why = tt_embedding_forward_make_shape(s, p, q, r, 0, 0, 1 + (int)rng.randint(0, 3), 64, 20, 0.0);
         if (!why.empty()) { bad += " make_shape: " + why; continue; }
         shapes++;
-        const bool g = tt_embedding_forward_smem3_bytes(s, 1) > smem;
+        const bool g = tt_embedding_forward_smem_bytes3(s, 1) > smem;
         ws.chain_scratch = g ? reinterpret_cast<float*>(16) : nullptr;    // only its presence is read here
         global += g;
         const bool family = s.T == 3 && s.q[0] == 4 && s.q[1] == 4 && s.q[2] == 4 && s.R[1] == s.R[2] && (s.R[1] == 32 || s.R[1] == 16);

@@ -259,8 +259,7 @@ __host__ __device__ inline int tt_embedding_forward_digit(int64_t idx, int64_t s
 // CPU reference: the chain, in double
 
 // one row (D values) of table tbl; cores[t] points at core t ([tables, p_t, slice_t])
-inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores, const TtEmbeddingForwardShape& s,
-                                         int tbl, int64_t idx) {
+inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores, const TtEmbeddingForwardShape& s, int tbl, int64_t idx) {
     std::vector<double> cur, nxt;
     auto slice = [&](int t) {
         return cores[t] + ((int64_t)tbl * s.p[t] + tt_embedding_forward_digit(idx, s.stride[t], s.p[t])) * s.slice[t];
@@ -533,7 +532,7 @@ __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddin
     }
 }
 
-inline size_t tt_embedding_forward_smem3_bytes(const TtEmbeddingForwardShape& s, int warps) {
+inline size_t tt_embedding_forward_smem_bytes3(const TtEmbeddingForwardShape& s, int warps) {
     return (size_t)warps * ((size_t)s.buf_pad[0] + s.buf_pad[1] + s.D_pad) * 4;
 }
 
@@ -737,7 +736,7 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 // position order by a prefix count (each thread's 8-bit match mask, a warp scan of the counts, per-(chunk, warp)
 // totals in shared memory): no atomics, so a pass may overfill the list: the entries past `cap` are dropped and
 // the next round restarts at the first of them (its position is known exactly: the entry whose slot is cap).
-__global__ void tt_embedding_forward_kernel6_digits(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                      const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
     tt_embedding_forward_allow_next();                      // the chain kernel's blocks may start (and wait)
@@ -1066,7 +1065,7 @@ TT_EMBEDDING_FORWARD_UNROLL
 
 // shared memory: G_1's slice, two staging buffers per warp (G_0 transposed + G_2), the list
 // (index int64, position, first equal entry, unique entries) and two counters
-inline size_t tt_embedding_forward_smem4_bytes(const TtEmbeddingForwardShape& s, int warps) {
+inline size_t tt_embedding_forward_smem_bytes4(const TtEmbeddingForwardShape& s, int warps) {
     if (s.T != 3) return 0;
     const int R1p = tt_embedding_forward_r1_pad(s.R[1]);
     const size_t cap = (size_t)tt_embedding_forward_list_cap(32 * warps);
@@ -1224,7 +1223,7 @@ __host__ __device__ __forceinline__ int tt_embedding_forward_tc_b_pos(int KS, in
 // the G_1 rows padded by 4 floats in the raw copy: lanes reading one column at 32 rows k fall in different banks
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_raw_ld(int ncols) { return ncols + 4; }
 
-inline size_t tt_embedding_forward_smem5_bytes(const TtEmbeddingForwardShape& s, int warps, bool digits) {
+inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s, int warps, bool digits) {
     if (s.T != 3) return 0;
     const size_t g1 = (size_t)s.R[1] * s.q[1] * s.R[2], raw = (size_t)s.R[1] * tt_embedding_forward_tc_raw_ld(s.q[1] * s.R[2]);
     const int cap = digits ? tt_embedding_forward_digit_list_cap(32 * warps) : tt_embedding_forward_list_cap(32 * warps);
@@ -1491,7 +1490,7 @@ inline std::string tt_embedding_forward_grouped_reason(const TtEmbeddingForwardS
 // version 6 runs its compiled kernel where that applies, version 3's everywhere else
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return tt_embedding_forward_reason6(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET6, tt_embedding_forward_smem5_bytes(s, 1, true), max_smem).empty();
+           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET6, tt_embedding_forward_smem_bytes5(s, 1, true), max_smem).empty();
 }
 
 // terms of version 1's explicit sum over the whole call
@@ -1514,8 +1513,8 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 4 || kernel_num == 5) {
         std::string why = kernel_num == 4 ? tt_embedding_forward_reason4(s) : tt_embedding_forward_reason5(s);
         if (!why.empty()) return why + " (version 6 runs every shape)";
-        return kernel_num == 4 ? tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET4, tt_embedding_forward_smem4_bytes(s, 1), max_smem)
-                               : tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET5, tt_embedding_forward_smem5_bytes(s, 1, false), max_smem);
+        return kernel_num == 4 ? tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET4, tt_embedding_forward_smem_bytes4(s, 1), max_smem)
+                               : tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET5, tt_embedding_forward_smem_bytes5(s, 1, false), max_smem);
     }
     return "";
 }
@@ -1541,8 +1540,8 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
     cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3));
     ws.max_threads[3] = attr.maxThreadsPerBlock;
-    if (tt_embedding_forward_smem3_bytes(s, 1) > ws.max_smem) {     // at most 256 MB, at most 64 warps per SM
-        const int64_t per_warp = tt_embedding_forward_smem3_bytes(s, 1);
+    if (tt_embedding_forward_smem_bytes3(s, 1) > ws.max_smem) {     // at most 256 MB, at most 64 warps per SM
+        const int64_t per_warp = tt_embedding_forward_smem_bytes3(s, 1);
         ws.chain_scratch_warps = std::max<int64_t>(32, std::min<int64_t>((int64_t)64 * ws.num_sms, ((int64_t)256 << 20) / per_warp));
         ws.chain_scratch = device_alloc<float>((size_t)(ws.chain_scratch_warps * per_warp / 4));
     }
@@ -1570,7 +1569,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         cudaCheck(cudaFuncGetAttributes(&attr, kernel));
         ws.max_threads[v] = attr.maxThreadsPerBlock;
         for (int w = 1; w <= 32; w++) {
-            const size_t smem = v == 4 ? tt_embedding_forward_smem4_bytes(s, w) : tt_embedding_forward_smem5_bytes(s, w, v == 6);
+            const size_t smem = v == 4 ? tt_embedding_forward_smem_bytes4(s, w) : tt_embedding_forward_smem_bytes5(s, w, v == 6);
             if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], kernel, 32 * w, smem));
         }
@@ -1597,7 +1596,7 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     for (int t = 0; t + 1 < s.T; t++) poison(ws.tr[t], (size_t)ws.chunk * s.Q[t + 1] * s.R[t + 2] * sizeof(float));
     poison(ws.acc, (size_t)s.tables * s.B * s.D * sizeof(float));
     if (ws.rowbuf) poison(ws.rowbuf, std::max<size_t>((size_t)s.nnz * s.D, 1) * sizeof(float));
-    if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem3_bytes(s, 1));
+    if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
 }
 
 void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -1657,7 +1656,7 @@ void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* o
         return;
     }
     const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
-    tt_embedding_forward_kernel3<<<grid, block_size, tt_embedding_forward_smem3_bytes(s, block_size / 32)>>>(out, indices, offsets, cores, s,
+    tt_embedding_forward_kernel3<<<grid, block_size, tt_embedding_forward_smem_bytes3(s, block_size / 32)>>>(out, indices, offsets, cores, s,
                                                                                                           nullptr);
 }
 
@@ -1676,16 +1675,16 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     const int64_t items = (int64_t)s.tables * s.p[1] * segments;
     const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[version][warps], 1) * ws.num_sms);
     if (version == 4) {
-        tt_embedding_forward_kernel4<4, 4><<<blocks, block_size, tt_embedding_forward_smem4_bytes(s, warps)>>>(
+        tt_embedding_forward_kernel4<4, 4><<<blocks, block_size, tt_embedding_forward_smem_bytes4(s, warps)>>>(
             ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     } else if (version == 5) {
-        tt_embedding_forward_tc_kernel(s, false)<<<blocks, block_size, tt_embedding_forward_smem5_bytes(s, warps, false)>>>(
+        tt_embedding_forward_tc_kernel(s, false)<<<blocks, block_size, tt_embedding_forward_smem_bytes5(s, warps, false)>>>(
             ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     } else {
-        tt_embedding_forward_kernel6_digits<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
+        tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
                                                                                           ws.use_fast_digits);
         tt_embedding_forward_launch_pdl(tt_embedding_forward_tc_kernel(s, true), blocks, (unsigned)block_size,
-                                        tt_embedding_forward_smem5_bytes(s, warps, true), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
+                                        tt_embedding_forward_smem_bytes5(s, warps, true), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
                                         offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
         tt_embedding_forward_launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
                                         nbags, s.D);
@@ -1720,9 +1719,9 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
-        const size_t bytes = kernel_num == 3   ? (ws.chain_scratch ? 0 : tt_embedding_forward_smem3_bytes(s, b / 32))
-                             : kernel_num == 4 ? tt_embedding_forward_smem4_bytes(s, b / 32)
-                                               : tt_embedding_forward_smem5_bytes(s, b / 32, kernel_num == 6);
+        const size_t bytes = kernel_num == 3   ? (ws.chain_scratch ? 0 : tt_embedding_forward_smem_bytes3(s, b / 32))
+                             : kernel_num == 4 ? tt_embedding_forward_smem_bytes4(s, b / 32)
+                                               : tt_embedding_forward_smem_bytes5(s, b / 32, kernel_num == 6);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
     return out;
@@ -1766,16 +1765,26 @@ void tt_embedding_forward_dump(const std::string& dir, const TtEmbeddingForwardS
     printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1, dir.c_str());
 }
 
-// the host's available memory in bytes (MemAvailable), or 0 when unknown
-inline double tt_embedding_forward_host_available() {
+// Refuses (exit 2) a shape whose inputs and reference exceed the host's available memory (MemAvailable; before
+// any allocation) or whose device allocations exceed the device's free memory (after cuda_init)
+void tt_embedding_forward_check_memory(const TtEmbeddingForwardShape& s, int chunk, bool device) {
+    const double nbags = (double)s.tables * s.B;
+    if (device) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+        const double need = tt_embedding_forward_device_bytes(s, chunk);
+        require(need <= (double)free_bytes, "this shape needs up to %.3g GB of device memory; %.3g GB free", need / 1e9, free_bytes / 1e9);
+        return;
+    }
+    const double need = 4.0 * (double)tt_embedding_forward_core_floats(s) + 16.0 * (double)s.nnz + 8.0 * nbags + 12.0 * nbags * s.D;
     FILE* f = fopen("/proc/meminfo", "r");
-    if (!f) return 0.0;
     char line[256];
     double kb = 0.0;
-    while (fgets(line, sizeof line, f))
+    while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024.0;
+    if (f) fclose(f);
+    require(kb == 0.0 || need <= kb * 1024.0, "the inputs and reference need %.3g GB of host memory; %.3g GB available", need / 1e9,
+            kb * 1024.0 / 1e9);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1810,10 +1819,7 @@ int main(int argc, char** argv) {
     if (!why.empty()) fail_args("%s", why.c_str());
     require(chunk >= 1 && chunk <= (1 << 20), "--chunk (%d) must be 1..2^20", chunk);
     const int64_t nbags = (int64_t)s.tables * s.B;
-    const double host_bytes = 4.0 * (double)tt_embedding_forward_core_floats(s) + 16.0 * (double)s.nnz + 8.0 * nbags + 12.0 * nbags * s.D;
-    const double host_avail = tt_embedding_forward_host_available();
-    require(host_avail == 0.0 || host_bytes <= host_avail, "the inputs and reference need %.3g GB of host memory; %.3g GB available",
-            host_bytes / 1e9, host_avail / 1e9);
+    tt_embedding_forward_check_memory(s, chunk, false);
 
     // inputs: cores uniform in +-sqrt(3 / R_{t+1}) (unit variance per row element), then bags
     Rng rng(cli.seed);
@@ -1830,12 +1836,9 @@ int main(int argc, char** argv) {
     if (!why.empty()) fail_args("%s", why.c_str());
 
     cudaDeviceProp prop = cuda_init();
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const double dev_bytes = tt_embedding_forward_device_bytes(s, chunk);
-    require(dev_bytes <= (double)free_bytes, "this shape needs up to %.3g GB of device memory; %.3g GB free", dev_bytes / 1e9, free_bytes / 1e9);
-    std::vector<float> ref((size_t)nbags * s.D);
-    tt_embedding_forward_cpu(ref.data(), core_ptrs.data(), indices.data(), offsets.data(), s);
+    tt_embedding_forward_check_memory(s, chunk, true);
+    std::vector<float> ref((size_t)nbags * s.D);                // the reference only where something reads it
+    if (!cli.no_check || !cli.dump_dir.empty()) tt_embedding_forward_cpu(ref.data(), core_ptrs.data(), indices.data(), offsets.data(), s);
     TtEmbeddingForwardCores cores = {};
     for (int t = 0; t < s.T; t++) cores.c[t] = device_upload(cores_h[t]);
     int64_t* d_indices = device_upload(indices);
