@@ -468,6 +468,7 @@ static void test_v4() {
         {{5, 6, 4}, {4, 4, 4}, {8, 8}},             // q_1 R_2 = 32: lanes 8..31 idle
         {{3, 5, 7}, {4, 1, 4}, {40, 128}},          // one a_1 over the whole warp
         {{4, 3, 5}, {4, 8, 4}, {3, 4}},             // R_2 = 4: no shuffle at all
+        {{5, 3, 4}, {4, 8, 4}, {128, 16}},          // R_1 = 128 (EL-Rec's rank): 16 batches of G_1 rows
     };
     Rng rng(71);
     for (const Case& c : cases) {

@@ -364,7 +364,7 @@ __global__ void tt_embedding_forward_kernel1(floatX* __restrict__ out, const int
 // ---- version 2: FBTT's pipeline
 
 // bag id of every lookup: the last bag whose offset is <= n (binary search over the offsets)
-__global__ void tt_embedding_forward_kernel2_bag_ids(int* __restrict__ bag_of, const int64_t* __restrict__ offsets,
+__global__ void tt_embedding_forward_kernel_bag_ids2(int* __restrict__ bag_of, const int64_t* __restrict__ offsets,
                                                      int64_t nbags, int64_t nnz) {
     const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= nnz) return;
@@ -394,7 +394,7 @@ __host__ __device__ inline void tt_embedding_forward_fill_pointers(const void** 
     }
 }
 
-__global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ a_ptr, const void** __restrict__ b_ptr,
+__global__ void tt_embedding_forward_kernel_pointers2(const void** __restrict__ a_ptr, const void** __restrict__ b_ptr,
                                                       void** __restrict__ c_ptr, const int64_t* __restrict__ indices,
                                                       const int* __restrict__ bag_of, int64_t start, int N,
                                                       const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -408,7 +408,7 @@ __global__ void tt_embedding_forward_kernel2_pointers(const void** __restrict__ 
 // One warp per lookup of the chunk; the warp that starts a run of equal bag ids adds the run's rows of
 // the last buffer to the pooled output (read-modify-write: a bag cut by a chunk boundary gets a second
 // run in the next chunk, whose reduce runs after this one on the stream).
-__global__ void tt_embedding_forward_kernel2_reduce(float* __restrict__ acc, const float* __restrict__ last,
+__global__ void tt_embedding_forward_kernel_reduce2(float* __restrict__ acc, const float* __restrict__ last,
                                                     const int* __restrict__ bag_of, int N, int D) {
     const int n = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32);
     const int lane = threadIdx.x % 32;
@@ -1153,21 +1153,14 @@ TT_EMBEDDING_FORWARD_UNROLL
 // the shapes version 4 is written and compiled for; "" when it runs
 inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s) {
     char buf[256];
-    if (s.T != 3) {
-        snprintf(buf, sizeof buf, "version 4 is written for three cores (T = %d)", s.T);
-        return buf;
-    }
-    if (s.q[0] != 4 || s.q[2] != 4) {
-        snprintf(buf, sizeof buf, "version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others",
-                 s.q[0], s.q[1], s.q[2]);
-        return buf;
-    }
+    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
+    if (s.T != 3) return fail("version 4 is written for three cores (T = %d)", s.T);
+    if (s.q[0] != 4 || s.q[2] != 4)
+        return fail("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
-    if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_G1_COLS) {
-        snprintf(buf, sizeof buf, "version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)",
-                 TT_EMBEDDING_FORWARD_G1_COLS, R2, s.q[1]);
-        return buf;
-    }
+    if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_G1_COLS)
+        return fail("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2,
+                    s.q[1]);
     return "";
 }
 
@@ -1620,13 +1613,13 @@ void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* o
     float* acc = (sizeof(floatX) == sizeof(float)) ? reinterpret_cast<float*>(out) : ws.acc;
     cudaCheck(cudaMemsetAsync(acc, 0, (size_t)nbags * s.D * sizeof(float)));
     if (nnz > 0) {
-        tt_embedding_forward_kernel2_bag_ids<<<(unsigned)ceil_div<int64_t>(nnz, block_size), block_size>>>(ws.bag_of, offsets, nbags, nnz);
+        tt_embedding_forward_kernel_bag_ids2<<<(unsigned)ceil_div<int64_t>(nnz, block_size), block_size>>>(ws.bag_of, offsets, nbags, nnz);
         TtEmbeddingForwardCores bufs = {};
         for (int t = 0; t + 1 < s.T; t++) bufs.c[t] = ws.tr[t];
         const float one = 1.0f, zero = 0.0f;
         for (int64_t start = 0; start < nnz; start += ws.chunk) {
             const int N = (int)std::min<int64_t>(ws.chunk, nnz - start);
-            tt_embedding_forward_kernel2_pointers<<<ceil_div(N, block_size), block_size>>>(
+            tt_embedding_forward_kernel_pointers2<<<ceil_div(N, block_size), block_size>>>(
                 ws.a_ptr, ws.b_ptr, ws.c_ptr, indices, ws.bag_of, start, N, cores, s, bufs);
             for (int t = 0; t + 1 < s.T; t++) {
                 const TtEmbeddingForwardGemmArgs g = tt_embedding_forward_gemm_args(s, t);
@@ -1636,7 +1629,7 @@ void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* o
                                                 &zero, ws.c_ptr + (int64_t)t * N, CUDA_R_32F, g.ldc,
                                                 N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             }
-            tt_embedding_forward_kernel2_reduce<<<(unsigned)ceil_div<int64_t>((int64_t)N * 32, block_size), block_size>>>(
+            tt_embedding_forward_kernel_reduce2<<<(unsigned)ceil_div<int64_t>((int64_t)N * 32, block_size), block_size>>>(
                 acc, ws.tr[s.T - 2], ws.bag_of + start, N, s.D);
         }
     }
