@@ -9,7 +9,7 @@ the backward; torch.optim.SGD for the step.
 1. Cross-check: run tt_embedding_forward (version 4, --check-only) at small sizes with --dump, rebuild
    its inputs from the .npy files (cores, indices, offsets, meta) and compare the CPU reference and the
    last version's output with the PyTorch chain (T = 2..6, several tables, ragged bags, Zipf).
-2. Timing on the op's bench inputs (FBTT's default uniform and Zipf 1.15, the 4-core shape): the PyTorch
+2. Timing on the op's bench inputs (every tt_embedding_forward shape in scripts/bench_cases.txt): the PyTorch
    chain forward (no_grad, and with autograd recording), forward + backward, forward + backward + SGD, and
    the dense nn.EmbeddingBag of the same logical table (E x D, sparse gradients) forward and
    forward + backward + SGD on the same bags. PEER lines carry the op's RESULT shape and us_per_lookup=
@@ -96,12 +96,21 @@ for args in CASES:
                           f"{OP} {x['shape']}: {label} against the PyTorch bmm chain "
                           f"(max abs diff {(got - want).abs().max().item():.2e})")
 
-# ---- 2. timing on the op's bench inputs
-BENCH = [
-    [],                                                                   # FBTT's default, uniform
-    ["--alpha", 1.15],                                                    # default, Zipf 1.15
-    ["--p", "20,22,25,20", "--q", "4,2,2,4", "--ranks", "32,32,32"],      # the 4-core shape
-]
+# ---- 2. timing on the op's bench inputs: every tt_embedding_forward shape of scripts/bench_cases.txt
+def bench_shapes():
+    shapes = []
+    with open(os.path.join(pu.ROOT, "scripts", "bench_cases.txt")) as f:
+        for line in f:
+            words = line.split()
+            if not words or words[0] != OP:
+                continue
+            args = words[2:] if len(words) > 1 and (words[1] == "all" or words[1].isdigit()) else words[1:]
+            if args not in shapes:
+                shapes.append(args)
+    return shapes
+
+
+BENCH = bench_shapes()
 for args in BENCH:
     with pu.dumped_run(result, OP, ["3", "--check-only", "--block", 128] + args) as d:
         if d is None:
