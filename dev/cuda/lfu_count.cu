@@ -208,7 +208,7 @@ __global__ void lfu_count_kernel2(const int64_t* __restrict__ unique, const int*
 // issues the first claims of all of them before it looks at any result, so their L2/DRAM round trips overlap.
 // Version 4 adds one instruction: a prefetch of each key's count sector into L2, issued beside the claim.
 template <bool PREFETCH>
-__global__ void lfu_count_kernel3(const int64_t* __restrict__ idx, int64_t n, LfuCountDeviceTable t) {
+__global__ void __launch_bounds__(1024) lfu_count_kernel3(const int64_t* __restrict__ idx, int64_t n, LfuCountDeviceTable t) {
     extern __shared__ int64_t lfu_count_smem[];
     constexpr int R = 2 * LFU_COUNT_IPT;
     const uint64_t S = (uint64_t)R * blockDim.x;
