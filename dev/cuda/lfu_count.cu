@@ -7,8 +7,8 @@ finaliser of the key, its high 32 bits h mapped to [0, H) by (h * H) >> 32. An i
 home+2 (mod H): it adds its count where the key is, or claims the first empty slot (atomicCAS) and adds there;
 when all three slots hold other keys the access is dropped and added to `dropped`. Nothing empties a slot, so
 a key sits in at most one slot and all its accesses are counted or all dropped, in any insertion order.
-Input: --steps batches of B bags of L distinct row ids in [0, E) (FBGEMM's Zipf recipe, uniform with
---alpha 0), step after step into the same table; lookups = steps*B*L. Default: FBTT's E = 200*220*250,
+Input: --steps batches of B bags of L row ids in [0, E) (FBGEMM's Zipf recipe, uniform with --alpha 0),
+step after step into the same table; lookups = steps*B*L. Default: FBTT's E = 200*220*250,
 B 512, L 20, H = E (176 MB of table for 10,240 lookups a step).
 
 Check. The GPU inserts in no fixed order, and where probe windows fill up, the order decides which keys are
@@ -16,13 +16,13 @@ kept. So the check tests what every order must give: each kept key appears once,
 empty slot between its home and it, and with exactly its number of occurrences; empty slots have count 0;
 each key not kept has a full window (three other keys) and `dropped` is the sum of their occurrences. When
 nothing is dropped (H = E at the bench sizes) this is equality of the (key, count) multisets with the
-sequential CPU reference (insertion in lookup order), whose kept keys and drops are printed alongside.
+sequential CPU reference (insertion in lookup order), whose drop count is printed alongside.
 Timing: the table is reset to empty before every sample, outside the timed region (a 176 MB memset at H = E);
 a sample times all the steps. Rate: minserts_per_s = lookups / time.
 Fewest bytes, per access (the table is mostly untouched memory: H does not enter):
   bytes = 8 * lookups (row ids) + 32 * (distinct keys of each step, summed: a key and a count read and written)
 
-Versions (not yet measured; results/notes/lfu_count.md):
+Versions (not yet measured, so the default, 3, is provisional; results/notes/lfu_count.md):
   1  FBTT's insert: one thread per lookup, atomicCAS probing, atomicAdd 1. A row in every bag costs one atomic
      pair per occurrence, all on the same two addresses, serialised in L2
   2  the step deduplicated first: CUB radix sort (on the bits of E only) and run-length encode, then each
