@@ -510,7 +510,8 @@ static bool same_bits(const StepOut& a, const StepOut& b) {
 // Version 6 against the reference at several block sizes, and bit for bit the same with the blocks, the
 // items and the threads of every phase run in the opposite order (another block finishing a long slice's
 // parts last; a phase that read another thread's writes of the same phase would show).
-static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile = 0) {
+static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile = 0,
+                    int want_mode = -1) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
@@ -522,15 +523,16 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
             const TtEmbeddingBackwardPlan6& P = info.plan;
-            const bool fast_ok = !expect_fast || (P.fastI && P.fastII + P.fastIII >= 1);
+            const int mode = P.gh_global ? 2 : P.acc_global ? 1 : 0;   // where G_h and dG_h live (make_plan6)
+            const bool fast_ok = (!expect_fast || (P.fastI && P.fastII + P.fastIII >= 1)) && (want_mode < 0 || mode == want_mode);
             char name[160], why[400];
             snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
                      tile ? ("_tile" + std::to_string(tile)).c_str() : "");
             snprintf(why, sizeof why,
                      "check %d, bitwise same in reverse block and thread order %d, chunks cover %d, lists %d (nnz %d), float4 paths %d%d%d (expected: %d), "
-                     "pivot %d acc %d NB %d PH %d F %d, %d chunks (%d slices split), %d items (%d multi-part)",
+                     "pivot %d acc %d NB %d PH %d F %d, G_h/dG_h mode %d (expected %d), %d chunks (%d slices split), %d items (%d multi-part)",
                      (int)ok, (int)same, (int)info.chunks_cover, (int)info.lists_ok, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
-                     P.nb, P.PH, P.F, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
+                     P.nb, P.PH, P.F, mode, want_mode, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
             result(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
             if (ok && same) printf("     (%s)\n", why);
         }
@@ -976,6 +978,25 @@ static void test_v7_filter() {
     s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
     why = tt_embedding_backward_v7_reason(s);
     result(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
+    // the default version's dispatcher (H200: 232,448 bytes per block, less the 1,024 reserved)
+    const size_t lim = 232448 - 1024;
+    auto route = [&](std::vector<int> p, std::vector<int> q, std::vector<int> r, int block) {
+        TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape(p, q, r, 0, 1, 4096);
+        sh.nnz = 4096 * 20;
+        int64_t W_off[TT_BWD_MAX_T] = {}, wt = 0;
+        const int pivot = tt_embedding_backward_pick_pivot(sh);
+        for (int t = 0; t < sh.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)sh.nnz * sh.S[t]; }
+        return tt_embedding_backward_route(sh, W_off, lim, block);
+    };
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_BWD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_BWD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
+    result(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_BWD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
+    result(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_BWD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
+    result(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_BWD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
+    result(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_BWD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
+    result(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_BWD_ROUTE_CUBLAS,
+           "default version: cuBLAS pipeline at T = 6, rank 128 (other slices beyond a block)");
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_BWD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
     result(tt_bwd7_parts(0) == 0 && tt_bwd7_parts(1) == 1 && tt_bwd7_parts(TT_BWD7_PART) == 1 && tt_bwd7_parts(TT_BWD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }
@@ -1031,6 +1052,11 @@ int main() {
     test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
     test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);
     test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
+    // ranks 64 and 128: dG_h accumulated in global memory (mode 1), and G_h read from global memory too (mode 2),
+    // at q 4,4,4 and EL-Rec's q 2,2,4, with split slices (Zipf) and several tables
+    test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, false, 0, 1);
+    test_v6({"rank128_q444_gh_global", {2, 3, 2}, {4, 4, 4}, {128, 128}, 2, 20, 4, 1.2, true, 17}, {S, D}, {256}, false, 0, 2);
+    test_v6({"rank128_q224_gh_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 1, 40, 3, 1.2, false, 18}, {A}, {256, 128}, false, 0, 2);
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);

@@ -259,6 +259,10 @@ std::string tt_embedding_backward_check_shape(const std::vector<int>& p, const s
         snprintf(buf, sizeof buf, "tables * sum(p) (%.0f slices) must be < 2^31 (int32 sort keys)", (double)tables * sum_p);
         return buf;
     }
+    if ((double)tables * B >= 2147483647.0) {
+        snprintf(buf, sizeof buf, "tables * B (%.0f bags) must be < 2^31 (int32 bag ids)", (double)tables * B);
+        return buf;
+    }
     if ((double)T * tables * B * L >= 2147483647.0) {
         snprintf(buf, sizeof buf, "T * tables * B * L (%.0f sort items) must be < 2^31", (double)T * tables * B * L);
         return buf;
@@ -1404,6 +1408,7 @@ inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& 
 static const int TT_BWD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
 static const int TT_BWD6_MAX_NB = 16;                   // lookups per batch
 static const int TT_BWD6_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
+static const int TT_BWD6_SMEM_MAX = 227 * 1024 - 1024;  // else the most an sm_90 block can have (less the static copies)
 static const int TT_BWD6_CW = 512;                      // final kernel: columns of a slice per item
 static const int TT_BWD6_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
 static const int TT_BWD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
@@ -1421,6 +1426,8 @@ struct TtEmbeddingBackwardPlan6 {
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
     int fastY, fastL;             // ... and of Y and L_h
     int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
+    int gh_global;          // G_h read from the cores in global memory (its slice does not fit beside NB >= 1 lookups)
+    int acc_global;         // dG_h (acc == 0) accumulated in the chunk's row of `partial`, not in shared memory
     int w[TT_BWD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
     int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
@@ -1458,46 +1465,59 @@ inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddi
     P.fastIII = h <= T - 2 && Rn % 4 == 0 && wn % 4 == 0;
     P.fastY = h <= T - 2 && s.m[h] % 4 == 0 && Rn % 4 == 0 && wn % 4 == 0;
     P.fastL = h >= 1 && Rh % 4 == 0 && P.w[h] % 4 == 0;
-    // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
-    // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
-    // (III) is absent or runs its own float4 tiles.
-    P.PH = nh;
-    if ((h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
-    int cur = 0;
-    P.gh_off = cur;
-    cur += tt_embedding_backward_round4((int64_t)Rh * P.PH);
-    P.acc_off = cur;
-    if (P.acc == 0) cur += tt_embedding_backward_round4((int64_t)Rh * nh);
-    P.one_off = cur;
-    cur += 4;
-    P.lk_off = cur;
-    const int shared_floats = cur;
-    cur = 0;
+    // a lookup's region first (offsets from lk_off)
+    auto r4 = [](int64_t x) -> int64_t { return (x + 3) / 4 * 4; };   // (64-bit: huge shapes must not wrap into a fit)
+    int64_t cur = 0;
     for (int t = 0; t < T; t++) {
         if (t == h) continue;
-        P.sl_off[t] = cur;
-        cur += tt_embedding_backward_round4(s.S[t]);
+        P.sl_off[t] = (int)cur;
+        cur += r4(s.S[t]);
     }
-    P.g_off = cur;
-    cur += tt_embedding_backward_round4(s.D);
-    for (int t = 1; t <= h - 1; t++) { P.P_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
-    for (int t = h + 1; t <= T - 2; t++) { P.Suf_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
-    if (h <= T - 2) { P.Y_off = cur; cur += tt_embedding_backward_round4((int64_t)s.m[h] * s.R[h + 1]); }
+    P.g_off = (int)cur;
+    cur += r4(s.D);
+    for (int t = 1; t <= h - 1; t++) { P.P_off[t] = (int)cur; cur += r4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.Suf_off[t] = (int)cur; cur += r4((int64_t)s.R[t] * P.w[t]); }
+    if (h <= T - 2) { P.Y_off = (int)cur; cur += r4((int64_t)s.m[h] * s.R[h + 1]); }
     else P.Y_off = P.g_off;     // h = T-1: Y = dM_{T-1} = g
-    if (h >= 1) { P.Lh_off = cur; cur += tt_embedding_backward_round4((int64_t)s.R[h] * P.w[h]); }
+    if (h >= 1) { P.Lh_off = (int)cur; cur += r4((int64_t)s.R[h] * P.w[h]); }
     else P.Lh_off = P.g_off;    // h = 0: L_0 = g
-    for (int t = 1; t <= h - 1; t++) { P.dM_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
-    for (int t = h + 1; t <= T - 2; t++) { P.L_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
+    for (int t = 1; t <= h - 1; t++) { P.dM_off[t] = (int)cur; cur += r4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.L_off[t] = (int)cur; cur += r4((int64_t)s.R[t] * P.w[t]); }
     if (cur % 8 == 0) cur += 4;   // LB/4 odd: the same row of 8 consecutive lookups falls in 8 different bank groups
-    P.LB = cur;
+    P.LB = (int)std::min<int64_t>(cur, INT32_MAX / 64);
     P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
-    for (int nb = TT_BWD6_MAX_NB; nb >= 1; nb--) {
-        const int region = nb * P.LB;
+    // The block's part: [G_h: R_h x PH][dG_h (acc == 0)][1.0f]. mode 0 keeps G_h and dG_h in shared memory; mode 1
+    // accumulates dG_h in the chunk's row of `partial` instead; mode 2 also reads G_h from the cores (rank 128:
+    // a 128 x 4 x 128 slice is 256 KB). The first mode whose block fits the target with some NB wins (NB as large
+    // as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    auto layout = [&](int mode, int nb) {
+        P.gh_global = mode >= 2;
+        P.acc_global = mode >= 1 && P.acc == 0;
+        // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
+        // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
+        // (III) is absent or runs its own float4 tiles.
+        P.PH = nh;
+        if (!P.gh_global && (h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
+        int64_t c = 0;
+        P.gh_off = 0;
+        if (!P.gh_global) c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
+        P.acc_off = (int)c;
+        if (P.acc == 0 && !P.acc_global) c += tt_embedding_backward_round4((int64_t)Rh * nh);
+        P.one_off = (int)c;
+        c += 4;
+        P.lk_off = (int)c;
         P.nb = nb;
-        P.ints_off = shared_floats + tt_embedding_backward_round4(region);
-        P.total_floats = P.ints_off + tt_embedding_backward_round4((int64_t)P.chunk * TT_BWD_INTS);
-        if ((size_t)P.total_floats * sizeof(float) <= (size_t)TT_BWD6_SMEM_TARGET) break;
-    }
+        c += tt_embedding_backward_round4((int64_t)nb * P.LB);
+        P.ints_off = (int)std::min<int64_t>(c, INT32_MAX / 2);
+        c += tt_embedding_backward_round4((int64_t)P.chunk * TT_BWD_INTS);
+        P.total_floats = (int)std::min<int64_t>(c, INT32_MAX / 2);
+        return (size_t)P.total_floats * sizeof(float);
+    };
+    bool placed = false;
+    for (int mode = 0; mode < 3 && !placed; mode++)
+        for (int nb = TT_BWD6_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_BWD6_SMEM_TARGET;
+    for (int mode = 0; mode < 3 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_BWD6_SMEM_MAX;
+    if (!placed) layout(2, 1);   // too large for any block: the skip reason reports it
     const int Kc = s.tables * s.p[h];
     P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
     int64_t items = 0;
@@ -1908,14 +1928,14 @@ TT_BWD_UNROLL
 // (strided: lanes with consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 bank groups):
 //   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c]
 __host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                              const float* sm, const int* bints, int nbb, int u, float* W) {
+                                                              const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4;
     int b, rt, ct;
     tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, tn, b, rt, ct);
     if (b >= nbb) return;
     float c[16];
     tt_embedding_backward6_dot_tile(c, sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh, nh,
-                                    sm + P.gh_off + (int64_t)ct * P.PH, tn * P.PH, nh);
+                                    gh + (int64_t)ct * P.PH, tn * P.PH, nh);
     // to the lookup's dM_{h-1} (m_{h-1} x R_h), or for h = 1 straight to its core-0 gradient row in W (q_0 x R_1)
     float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_BWD_INTS] * s.S[0]
                             : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.dM_off[h - 1];
@@ -1928,12 +1948,12 @@ TT_BWD_UNROLL
 // (III) unit u (lookup pairs): lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
 //   L_{h+1}[k', beta] = sum_{k, a} G_h[k, a, k'] L_h[(k, a), beta]  (float4 of G_h along k', of L_h along beta)
 __host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                               const float* sm, const int* bints, int nbb, int u, float* W) {
+                                                               const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4;
     int b, rt, ct;
     tt_embedding_backward6_rc_lookups(u, Rn / 4, tn, b, rt, ct);
     if (b >= nbb) return;
-    const float* G = sm + P.gh_off + 4 * rt;
+    const float* G = gh + 4 * rt;
     const float* Lh = sm + P.lk_off + (int64_t)b * P.LB + P.Lh_off + 4 * ct;
     float c[16];
 TT_BWD_UNROLL
@@ -2019,8 +2039,8 @@ __host__ __device__ inline void tt_embedding_backward6_to_W(TtEmbeddingBackwardG
 // F+1 Y and L_h, F+2 the pivot products, F+3..2F+2 side backward steps); false when the phase has fewer.
 // (Built by index rather than into an array, so that the kernel keeps the descriptor in registers.)
 __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                                 float* sm, const int* bints, int ph, int which, float* W,
-                                                                 TtEmbeddingBackwardGemm& out) {
+                                                                 float* sm, const float* gh, float* accp, const int* bints, int ph,
+                                                                 int which, float* W, TtEmbeddingBackwardGemm& out) {
     const int T = s.T, h = P.h, F = P.F, LB = P.LB;
     float* lk = sm + P.lk_off;
     int n = 0;
@@ -2057,19 +2077,19 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
         if (take(!P.fastI)) {                       // (I) dG_h += sum_b P^T Y (h = 0: P = [1])
             out = h >= 1 ? tt_embedding_backward6_gemm(s.R[h], s.n[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.Y_off, LB, s.n[h], 1)
                          : tt_embedding_backward6_gemm(1, s.n[0], 1, sm + P.one_off, 0, 0, 0, lk + P.Y_off, LB, s.n[0], 1);
-            out.C = sm + P.acc_off; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
+            out.C = accp; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
             out.mode = TT_BWD_ACCUM; out.sum_batches = 1;
             return true;
         }
         if (take(h >= 1 && !P.fastII)) {            // (II) dM_{h-1} = Y G_h^T
-            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, sm + P.gh_off, 0, 1, P.PH);
+            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, gh, 0, 1, P.PH);
             if (h - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
             else tt_embedding_backward6_to_buf(out, lk + P.dM_off[h - 1], LB, s.R[h]);
             return true;
         }
         if (take(h <= T - 2 && !P.fastIII)) {       // (III) L_{h+1} = G_h^T L_h (PH = n_h here: one flat (k, a) index)
             const int wn = P.w[h + 1];
-            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], sm + P.gh_off, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
+            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], gh, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
             if (h + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
             else tt_embedding_backward6_to_buf(out, lk + P.L_off[h + 1], LB, wn);
             return true;
@@ -2111,8 +2131,8 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
 // GEMMs' units in turn, starting at thread tiles_I % nt so that threads with fewer (I) tiles get units first.
 template <int ACC>
 __host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                            float* sm, const int* bints, int nbb, int ph, int tid, int nt,
-                                                            float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
+                                                            float* sm, const float* gh, float* accp, const int* bints, int nbb, int ph,
+                                                            int tid, int nt, float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
     const int h = P.h;
     int U2 = 0, U3 = 0, off = 0;
     if (ph == P.F + 2) {
@@ -2138,8 +2158,8 @@ TT_BWD_UNROLL
     }
     int u = (tid - off + nt) % nt;
     if (ph == P.F + 2) {
-        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, bints, nbb, u, W);
-        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, bints, nbb, u - U2, W);
+        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, gh, bints, nbb, u, W);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, gh, bints, nbb, u - U2, W);
     } else {
         for (; u < U2; u += nt) tt_embedding_backward6_unit_Y(s, P, sm, u);
         for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_L(s, P, sm, u - U2);
@@ -2148,7 +2168,7 @@ TT_BWD_UNROLL
 TT_BWD_UNROLL
     for (int which = 0; which < 4; which++) {
         TtEmbeddingBackwardGemm g;
-        if (!tt_embedding_backward6_phase_gemm(s, P, sm, bints, ph, which, W, g)) break;
+        if (!tt_embedding_backward6_phase_gemm(s, P, sm, gh, accp, bints, ph, which, W, g)) break;
         g.tile = tt_embedding_backward_pick_tile(g.M, g.N, g.sum_batches ? 1 : nbb, nt, 1);
         const int units = tt_embedding_backward_units(g, nbb);
         for (; u < base + units; u += nt) tt_embedding_backward_run_unit<1>(g, nbb, u - base);
@@ -2209,6 +2229,10 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
     const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
     const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
     int* ints = (int*)(sm + P.ints_off);
+    // G_h and dG_h's accumulator: in shared memory, or (P.gh_global, P.acc_global) the slice in the cores and the
+    // chunk's row of `partial` (only this block writes either, and only after its last read of G_h)
+    const float* gh = P.gh_global ? io.cores + slice_off : sm + P.gh_off;
+    float* accp = P.acc_global ? ws.partial + (int64_t)block * Sh : sm + P.acc_off;
     // the chunk's lookups (ranks lo .. hi of the slice's list) with their bags and slice rows; G_h's slice
     // (rows padded to PH); the accumulator's zeros
     const int* ids = ws.list + ws.start[s.key_base[h] + k] + lo;
@@ -2222,8 +2246,8 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
         }
         for (int e = tid; e < Sh; e += nt) {
             const int r = e / nh;
-            sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
-            if (ACC == 0) sm[P.acc_off + e] = 0.0f;
+            if (!P.gh_global) sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+            if (ACC == 0) accp[e] = 0.0f;
         }
         if (tid == 0) sm[P.one_off] = 1.0f;
         if (ACC > 0) {
@@ -2239,7 +2263,7 @@ TT_BWD_UNROLL
         const int* bints = ints + start * TT_BWD_INTS;
         ex.phase([&](int tid) { tt_embedding_backward6_load_batch(s, P, sm, bints, nbb, tid, nt, io.cores, io.dY); });
         for (int ph = 1; ph <= 2 * P.F + 2; ph++)
-            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
+            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, gh, accp, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
     }
     // the chunk's pivot gradient: the slice's update when it is the only chunk, else a partial for kernel 3
     float* part = ws.partial + (int64_t)block * Sh;
@@ -2263,7 +2287,7 @@ TT_BWD_UNROLL
                 }
             }
         } else {
-            for (int e = tid; e < Sh; e += nt) put(e, sm[P.acc_off + e]);
+            for (int e = tid; e < Sh; e += nt) put(e, accp[e]);
         }
     });
 }
@@ -2780,11 +2804,12 @@ tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardSh
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
                                    int* __restrict__ counts, int* __restrict__ bucket) {
     tt_bwd7_allow_next();
-    const int bag = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // 64-bit: num_bags * 32 threads
+    const int lane = threadIdx.x & 31;
     if (bag == 0 && s.nnz + lane < key_stride)
         for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + s.nnz + lane] = -1;
     if (bag >= s.num_bags) return;             // (no wait needed: this thread counts nothing)
-    const int tbl = bag / s.B;
+    const int tbl = (int)(bag / s.B);
     const int64_t j0 = offsets[bag], j1 = offsets[bag + 1];
     bool waited = false;
     for (int64_t j = j0 + lane; j < j1 || !waited; j += 32) {
@@ -2792,7 +2817,7 @@ tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardSh
         const bool mine = j < j1;
         if (mine) {
             tt_embedding_backward_decode_row(s, indices[j], row);
-            bag_of[j] = bag;
+            bag_of[j] = (int)bag;
             for (int t = 0; t < s.T; t++) {
                 row[t] += tbl * s.p[t];
                 keys[(int64_t)t * key_stride + j] = row[t];
@@ -3041,7 +3066,44 @@ struct TtEmbeddingBackwardArgs {
     // version 6 (its W is versions 4-5's, same pivot and layout); version 7 uses both and its buckets
     TtEmbeddingBackwardWs6 ws6;
     int* bucket7;
+    size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
+
+// why version 6's kernels cannot run this shape at `block` threads (0: at 128, 256 and 512), "" when they can
+std::string tt_embedding_backward_v6_reason(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+    char buf[256];
+    if (block > TT_BWD_MAX_FUSED_BLOCK) {
+        snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_BWD_MAX_FUSED_BLOCK, block);
+        return buf;
+    }
+    for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
+        const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, W_off, nt);
+        if (tt_embedding_backward_smem6_bytes(P) > smem_limit) {
+            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = 1, G_h in global memory: "
+                     "the other cores' slices of one lookup), more than the %zu a block can have", nt, tt_embedding_backward_smem6_bytes(P),
+                     smem_limit);
+            return buf;
+        }
+    }
+    return "";
+}
+
+// The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
+// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels (any
+// T, q and rank whose block fits in shared memory: up to rank 128 at T = 3 with G_h read from global memory);
+// else version 2's pipeline, which streams every slice through cuBLAS and so runs any shape.
+enum { TT_BWD_ROUTE_CUBLAS = 2, TT_BWD_ROUTE_GROUPED = 6, TT_BWD_ROUTE_TENSOR = 7 };
+int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+    if (tt_embedding_backward_v7_reason(s).empty() && block == TT_BWD7_BLOCK && tt_embedding_backward_smem7_bytes() <= smem_limit)
+        return TT_BWD_ROUTE_TENSOR;
+    if (tt_embedding_backward_v6_reason(s, W_off, smem_limit, block).empty()) return TT_BWD_ROUTE_GROUPED;
+    return TT_BWD_ROUTE_CUBLAS;
+}
+inline const char* tt_embedding_backward_route_name(int route) {
+    return route == TT_BWD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
+           : route == TT_BWD_ROUTE_GROUPED ? "version 6's grouped kernels (general shape)"
+                                           : "version 2's cuBLAS pipeline (the block of version 6 does not fit)";
+}
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
 void tt_embedding_backward_optimizer_pass(const TtEmbeddingBackwardArgs& a) {
@@ -3152,9 +3214,8 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK>>>(s, P, a.ws6, io);
 }
 
-// version 7: (dense: a memset of dG) four kernels, the last three launched with PDL
-void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
-    (void)block_size;   // 256: the skip reason refuses any other
+// version 7 on its compiled shapes: (dense: a memset of dG) four kernels, the last three launched with PDL
+void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
@@ -3175,6 +3236,14 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_side, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_BWD7_SIDE_BLOCK,
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket7, (const float*)W0,
                                      (const float*)W2, io);
+}
+// version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
+void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
+    switch (tt_embedding_backward_route(a.s, a.pv.W_off, a.smem_limit, block_size)) {
+        case TT_BWD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
+        case TT_BWD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
+        default: tt_embedding_backward2(a, block_size); break;
+    }
 }
 static_assert(TT_BWD7_PART >= TT_BWD6_CHUNK, "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
@@ -3203,34 +3272,12 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
             return buf;
         }
     }
-    if (k == 7) {
-        const std::string why = tt_embedding_backward_v7_reason(s);
-        if (!why.empty()) return why;
-        if (block && block != TT_BWD7_BLOCK) {
-            snprintf(buf, sizeof buf, "version 7 is written for %d threads per block (--block %d)", TT_BWD7_BLOCK, block);
-            return buf;
-        }
-        if (tt_embedding_backward_smem7_bytes() > smem_limit) {
-            snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory, more than the %zu a block can have",
-                     tt_embedding_backward_smem7_bytes(), smem_limit);
-            return buf;
-        }
-        return "";
-    }
+    if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
     if (k >= 3 && block > TT_BWD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_BWD_MAX_FUSED_BLOCK, block);
         return buf;
     }
-    if (k == 6) {   // its shared memory depends on the block size (register or shared accumulator)
-        for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
-            const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, a.pv.W_off, nt);
-            if (tt_embedding_backward_smem6_bytes(P) > smem_limit) {
-                snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
-                         nt, tt_embedding_backward_smem6_bytes(P), P.nb, smem_limit);
-                return buf;
-            }
-        }
-    }
+    if (k == 6) return tt_embedding_backward_v6_reason(s, a.pv.W_off, smem_limit, block);
     if (k >= 3 && k <= 5) {
         const TtEmbeddingBackwardLayout& L = k == 3 ? a.lay3 : k == 4 ? a.lay4 : a.lay5;
         if (tt_embedding_backward_smem_bytes(L) > smem_limit) {
@@ -3376,6 +3423,7 @@ int main(int argc, char** argv) {
     a.lay4 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 0);
     a.lay5 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 1);
     const size_t smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static TtEmbeddingBackwardShape/Layout copies
+    a.smem_limit = smem_limit;
     for (auto [kern, L] : {std::make_pair((const void*)tt_embedding_backward_kernel3, a.lay3),
                            std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<0>, a.lay4),
                            std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<1>, a.lay5)}) {
@@ -3422,6 +3470,10 @@ int main(int argc, char** argv) {
            plan6.h, plan6.chunk, plan6.nb, tt_embedding_backward_smem6_bytes(plan6),
            plan6.acc ? "registers" : "shared memory", plan6.fastI, plan6.fastII, plan6.fastIII, plan6.max_chunks, plan6.max_items);
 
+    {
+        const int route = tt_embedding_backward_route(s, a.pv.W_off, smem_limit, cli.block ? cli.block : TT_BWD7_BLOCK);
+        printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "", tt_embedding_backward_route_name(route));
+    }
     // what one check needs, and the workspace a version might read before writing
     auto restore = [&] {
         cudaCheck(cudaMemcpy(a.cores, d_cores0, C * sizeof(float), cudaMemcpyDeviceToDevice));
@@ -3506,7 +3558,8 @@ int main(int argc, char** argv) {
         std::vector<float> c, st, g;
         download(c, st, g);
         bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 4) {   // deterministic versions: a second run must give the same bits
+        const bool deterministic = k >= 4 && (k != 7 || tt_embedding_backward_route(s, a.pv.W_off, smem_limit, block) != TT_BWD_ROUTE_CUBLAS);
+        if (deterministic) {   // a second run must give the same bits
             r.prepare_check();
             r.launch(k, block);
             cudaCheck(cudaGetLastError());
