@@ -19,6 +19,6 @@ for k in 6 7; do for a in "" "--optimizer adagrad" "--alpha 1.15" "--B 4096"; do
 M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
 M=$M,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_pipe_tensor.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
-timeout 300 ncu --clock-control none -k regex:kernel7 -s 3 -c 3 --metrics $M ./tt_embedding_backward 7 --no-check --repeat 2 2>&1 |
-    grep -E "kernel7|gpu__|smsp__|sm__" | sed 's/  */ /g' | cut -c1-120 >> "$F"
+timeout 300 ncu --clock-control none -k regex:tt_embedding_backward7_ -s 3 -c 3 --metrics $M ./tt_embedding_backward 7 --no-check --repeat 2 2>&1 |
+    grep -E "tt_embedding_backward7_|gpu__|smsp__|sm__" | sed 's/  */ /g' | cut -c1-120 >> "$F"
 cat "$F"
