@@ -380,7 +380,7 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         }
     }
     // kernel 2
-    std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 32);
+    std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 64);
     for (int bi = 0; bi < P.max_chunks; bi++) {
         const int b = reverse ? P.max_chunks - 1 - bi : bi;
         std::fill(sm.begin(), sm.end(), std::numeric_limits<float>::quiet_NaN());
@@ -392,6 +392,9 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         } else if (P.acc == 2) {
             HostAcc6<2> acc{accbuf.data()};
             tt_embedding_backward6_chunk_block<2>(ex, acc, s, P, sm.data(), b, ws, io);
+        } else if (P.acc == 4) {
+            HostAcc6<4> acc{accbuf.data()};
+            tt_embedding_backward6_chunk_block<4>(ex, acc, s, P, sm.data(), b, ws, io);
         } else {
             HostAcc6<0> acc{accbuf.data()};
             tt_embedding_backward6_chunk_block<0>(ex, acc, s, P, sm.data(), b, ws, io);
@@ -1002,7 +1005,8 @@ int main() {
     test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
     // ranks 64 and 128: dG_h accumulated in global memory (mode 1), and G_h read from global memory too (mode 2),
     // at q 4,4,4 and EL-Rec's q 2,2,4, with split slices (Zipf) and several tables
-    test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, false, 0, 1);
+    test_v6({"rank64_acc4", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, true, 0, 0);
+    test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, D}, {512}, false, 0, 1);
     test_v6({"rank128_q444_gh_global", {2, 3, 2}, {4, 4, 4}, {128, 128}, 2, 20, 4, 1.2, true, 17}, {S, D}, {256}, false, 0, 2);
     test_v6({"rank128_q224_gh_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 1, 40, 3, 1.2, false, 18}, {A}, {256, 128}, false, 0, 2);
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs

@@ -45,8 +45,8 @@ Lessons:
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
   - On tensor cores in 3xTF32 the fp32 tolerance holds; splitting by masking costs 2 instructions, cvt 6.
   - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
-  - Rank 64-128 at T = 3: the pivot slice (64-256 KB) no longer fits beside a batch in shared memory; version 6
-    then reads G_h from L2 and accumulates dG_h in global memory, generic tiles: the next thing to make fast.
+  - Rank 64-128 at T = 3: the pivot slice (64-256 KB) crowds out the batch in shared memory; version 6 then keeps
+    dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "common.h"
@@ -470,7 +470,8 @@ bool tt_embedding_backward_check(const TtEmbeddingBackwardShape& s, int opt, flo
                 rG[e] = G0 - (double)lr * u;
                 // |du/dg| <= 1/sqrt(s0); an fp32 sqrt and divide add a few ulps of u
                 const double du = std::min(2.0, del / sqrt(std::max(s0, 1e-30)));
-                tG[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * fabs(rG[e]) + fabs((double)lr) * (du + 4.0 * TT_EMBEDDING_BACKWARD_ROUND * fabs(u));
+                tG[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * fabs(rG[e]) +
+                        fabs((double)lr) * (du + 4.0 * TT_EMBEDDING_BACKWARD_ROUND * fabs(u));
             }
         }
         const float* got = (opt == TT_EMBEDDING_BACKWARD_DENSE ? dG : cores) + off;
@@ -1098,7 +1099,7 @@ static const int TT_EMBEDDING_BACKWARD6_RC = 64;                       // final 
 static const int TT_EMBEDDING_BACKWARD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
 static const int TT_EMBEDDING_BACKWARD6_FINAL_BLOCK = 512;             // final kernel
 static const int TT_EMBEDDING_BACKWARD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
-static const int TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK = 256;          // two register tiles per thread only in blocks up to this
+static const int TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK = 256;          // two or four register tiles per thread only in blocks up to this
 static const int TT_EMBEDDING_BACKWARD6_LIST_BLOCK = 512;              // list kernel
 static const int TT_EMBEDDING_BACKWARD6_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
 static const int TT_EMBEDDING_BACKWARD6_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
@@ -1142,7 +1143,7 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     if (P.fastI) {
         P.tiles_I = (Rh / 4) * (nh / 4);
         const int need = (P.tiles_I + nt - 1) / nt;
-        P.acc = need <= 1 ? 1 : need <= 2 && nt <= TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK ? 2 : 0;
+        P.acc = need <= 1 ? 1 : nt > TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK ? 0 : need <= 2 ? 2 : need <= 4 ? 4 : 0;   // (4: rank 64)
         if (P.acc == 0) { P.fastI = 0; P.tiles_I = 0; }
     }
     P.fastII = h >= 1 && mprev % 4 == 0 && Rh % 4 == 0 && nh % 4 == 0;
@@ -1986,7 +1987,7 @@ struct TtEmbeddingBackward6AccRegs {
 // (two register tiles need more than the 128 registers a 512-thread block leaves: that instantiation is
 // compiled for 256 threads, and the plan uses it only up to 256)
 template <int ACC>
-__global__ void __launch_bounds__(ACC == 2 ? TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK : TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
+__global__ void __launch_bounds__(ACC >= 2 ? TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK : TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
 tt_embedding_backward6_chunk_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
                               const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardIo io) {
     __shared__ TtEmbeddingBackwardShape s;
@@ -2115,7 +2116,7 @@ tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const 
 //   - kernel 0 zeroes the counters, and kernels 1-3 are launched with programmatic dependent launch
 //     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
-// default family: any p, tables, bags); other shapes are skipped with the reason.
+// default family: any p, tables, bags); the dispatcher (version 7's launcher) runs every other shape elsewhere.
 // How it got here, step by step with the time of each: results/notes/tt_embedding_backward.md.
 // The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
@@ -2131,19 +2132,32 @@ static const int TT_EMBEDDING_BACKWARD7_SIDE_RG = 32;       // side kernel: rows
 static const int TT_EMBEDDING_BACKWARD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
 static const int TT_EMBEDDING_BACKWARD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
-    TT_EMBEDDING_BACKWARD7_R = 32, TT_EMBEDDING_BACKWARD7_Q = 4, TT_EMBEDDING_BACKWARD7_S1 = 4096, TT_EMBEDDING_BACKWARD7_S0 = 128,      // the compiled shape: slices of cores 1 and 0, 2
-    TT_EMBEDDING_BACKWARD7_YS = 136, TT_EMBEDDING_BACKWARD7_G0S = 40,                                   // row strides of Y / L^T, G_0
-    TT_EMBEDDING_BACKWARD7_Y = 0, TT_EMBEDDING_BACKWARD7_LT = 544, TT_EMBEDDING_BACKWARD7_G0 = 1088, TT_EMBEDDING_BACKWARD7_G = 1248, TT_EMBEDDING_BACKWARD7_G2 = 1312, TT_EMBEDDING_BACKWARD7_LS = 1444,
-    TT_EMBEDDING_BACKWARD7_SEG = TT_EMBEDDING_BACKWARD7_NB * TT_EMBEDDING_BACKWARD7_LS,                                // floats of a segment
-    TT_EMBEDDING_BACKWARD7_G1F = TT_EMBEDDING_BACKWARD7_S1,                                             // floats of the G_1 copy (swizzled, unpadded)
+    TT_EMBEDDING_BACKWARD7_R = 32,
+    TT_EMBEDDING_BACKWARD7_Q = 4,
+    TT_EMBEDDING_BACKWARD7_S1 = 4096,
+    TT_EMBEDDING_BACKWARD7_S0 = 128,  // the compiled shape: slices of cores 1 and 0, 2
+    TT_EMBEDDING_BACKWARD7_YS = 136,
+    TT_EMBEDDING_BACKWARD7_G0S = 40,  // row strides of Y / L^T, G_0
+    TT_EMBEDDING_BACKWARD7_Y = 0,
+    TT_EMBEDDING_BACKWARD7_LT = 544,
+    TT_EMBEDDING_BACKWARD7_G0 = 1088,
+    TT_EMBEDDING_BACKWARD7_G = 1248,
+    TT_EMBEDDING_BACKWARD7_G2 = 1312,
+    TT_EMBEDDING_BACKWARD7_LS = 1444,
+    TT_EMBEDDING_BACKWARD7_SEG = TT_EMBEDDING_BACKWARD7_NB * TT_EMBEDDING_BACKWARD7_LS,  // floats of a segment
+    TT_EMBEDDING_BACKWARD7_G1F = TT_EMBEDDING_BACKWARD7_S1,                              // floats of the G_1 copy (swizzled, unpadded)
 };
 static_assert(TT_EMBEDDING_BACKWARD7_LS % 32 == 4 && TT_EMBEDDING_BACKWARD7_YS % 32 == 8 && TT_EMBEDDING_BACKWARD7_G0S % 32 == 8, "conflict-free strides");
-static_assert(TT_EMBEDDING_BACKWARD7_LT >= 4 * TT_EMBEDDING_BACKWARD7_YS && TT_EMBEDDING_BACKWARD7_G0 >= TT_EMBEDDING_BACKWARD7_LT + 4 * TT_EMBEDDING_BACKWARD7_YS && TT_EMBEDDING_BACKWARD7_G >= TT_EMBEDDING_BACKWARD7_G0 + 4 * TT_EMBEDDING_BACKWARD7_G0S &&
-              TT_EMBEDDING_BACKWARD7_G2 >= TT_EMBEDDING_BACKWARD7_G + 64 && TT_EMBEDDING_BACKWARD7_LS >= TT_EMBEDDING_BACKWARD7_G2 + 128, "segment regions overlap");
+static_assert(TT_EMBEDDING_BACKWARD7_LT >= 4 * TT_EMBEDDING_BACKWARD7_YS &&
+                  TT_EMBEDDING_BACKWARD7_G0 >= TT_EMBEDDING_BACKWARD7_LT + 4 * TT_EMBEDDING_BACKWARD7_YS &&
+                  TT_EMBEDDING_BACKWARD7_G >= TT_EMBEDDING_BACKWARD7_G0 + 4 * TT_EMBEDDING_BACKWARD7_G0S &&
+                  TT_EMBEDDING_BACKWARD7_G2 >= TT_EMBEDDING_BACKWARD7_G + 64 && TT_EMBEDDING_BACKWARD7_LS >= TT_EMBEDDING_BACKWARD7_G2 + 128,
+              "segment regions overlap");
 static_assert(TT_EMBEDDING_BACKWARD7_SIDE_CAP % TT_EMBEDDING_BACKWARD7_SIDE_RG == 0, "side groups must not straddle passes");
 // chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
 inline size_t tt_embedding_backward7_smem_bytes() {
-    return sizeof(float) * (TT_EMBEDDING_BACKWARD7_G1F + TT_EMBEDDING_BACKWARD7_SEG) + sizeof(int) * (TT_EMBEDDING_BACKWARD7_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD7_BUCKET);
+    return sizeof(float) * (TT_EMBEDDING_BACKWARD7_G1F + TT_EMBEDDING_BACKWARD7_SEG) +
+           sizeof(int) * (TT_EMBEDDING_BACKWARD7_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD7_BUCKET);
 }
 
 // the shapes version 7 is compiled for; "" when it runs
@@ -2190,7 +2204,8 @@ __host__ __device__ __forceinline__ int tt_embedding_backward7_g1(int k1, int co
 }
 __host__ __device__ __forceinline__ int tt_embedding_backward7_II_b(int c, int n, int ks, int nt) { return tt_embedding_backward7_g1(8 * nt + n, 8 * ks + c); }
 __host__ __device__ __forceinline__ int tt_embedding_backward7_III_a(int m, int c, int ks) {
-    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + (m & 3) * TT_EMBEDDING_BACKWARD7_YS + (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * (ks >> 2) + c;
+    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + (m & 3) * TT_EMBEDDING_BACKWARD7_YS +
+           (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * (ks >> 2) + c;
 }
 __host__ __device__ __forceinline__ int tt_embedding_backward7_III_b(int c, int n, int ks, int nt) {
     return tt_embedding_backward7_g1(8 * (ks >> 2) + c, (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * nt + n);
@@ -2385,7 +2400,8 @@ __device__ __forceinline__ void tt_embedding_backward7_side_products(const float
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int c = tt_embedding_backward7_bk(lane, r), n = lane >> 2;
-                tt_embedding_backward7_split(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)], bh[nt][r], bl[nt][r]);
+                tt_embedding_backward7_split(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)],
+                                             bh[nt][r], bl[nt][r]);
             }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], al, bh[nt][0], bh[nt][1]);
@@ -2399,7 +2415,9 @@ __device__ __forceinline__ void tt_embedding_backward7_side_products(const float
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int m = tt_embedding_backward7_crow(lane, r), n = tt_embedding_backward7_ccol(lane, r), l = 4 * mt + (m >> 2);
-            if (l < ns) out[(int64_t)ids[l] * TT_EMBEDDING_BACKWARD7_S0 + (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt))] = acc[nt][r];
+            if (l < ns)
+                out[(int64_t)ids[l] * TT_EMBEDDING_BACKWARD7_S0 +
+                    (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt))] = acc[nt][r];
         }
 }
 
@@ -2411,11 +2429,15 @@ __device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                tt_embedding_backward7_split(seg[tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi)], ah[mi][r], al[mi][r]);
+                tt_embedding_backward7_split(
+                    seg[tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi)], ah[mi][r],
+                    al[mi][r]);
 #pragma unroll
         for (int ni = 0; ni < 2; ni++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) tt_embedding_backward7_split(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r], bl[ni][r]);
+            for (int r = 0; r < 2; r++)
+                tt_embedding_backward7_split(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
+                                             bl[ni][r]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -2542,7 +2564,8 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     float4 g1v[G1PER];
 #pragma unroll
     for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_EMBEDDING_BACKWARD7_BLOCK);
-    tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi, list, stage, warp_sums);
+    tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
+                                   list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
         meta[3 * e] = __ldcg(bag_of + j);
@@ -2658,8 +2681,9 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
 #endif
 }
 
-// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward7_lookups, CAP per pass), their W rows added per column in groups of RG rows (each group in order, the groups in order:
-// the same bits at any block size), then the optimizer. Untouched slices are left alone.
+// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward7_lookups, CAP per pass), their W rows added per
+// column in groups of RG rows (each group in order, the groups in order: the same bits at any block size), then the optimizer. Untouched slices are
+// left alone.
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD7_SIDE_BLOCK)
 tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                    const int* __restrict__ counts, const int* __restrict__ bucket, const float* __restrict__ W0,
@@ -2680,9 +2704,10 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     const int S = TT_EMBEDDING_BACKWARD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
     float total = 0.0f;
     for (int lo = 0; lo < n; lo += TT_EMBEDDING_BACKWARD7_SIDE_CAP) {
-        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD7_SIDE_CAP), rows = hi - lo, groups = (rows + TT_EMBEDDING_BACKWARD7_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD7_SIDE_RG;
-        tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + (int64_t)t * key_stride, key_stride, k, lo, hi,
-                        list, stage, warp_sums);
+        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD7_SIDE_CAP), rows = hi - lo,
+                  groups = (rows + TT_EMBEDDING_BACKWARD7_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD7_SIDE_RG;
+        tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + (int64_t)t * key_stride,
+                                       key_stride, k, lo, hi, list, stage, warp_sums);
         if (!waited) tt_embedding_backward7_wait_prior();      // kernel 2's W rows
         waited = true;
         for (int g0 = 0; g0 < groups; g0 += slots) {
@@ -2840,12 +2865,14 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, a.W_off, block_size);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P, a.offsets, a.indices, a.ws);
+    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P, a.offsets,
+                                                                                                                                  a.indices, a.ws);
     tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
                                           tt_embedding_backward6_list_stage(P) * sizeof(int)>>>(s, P, a.ws);
     const size_t smem = tt_embedding_backward6_smem_bytes(P);
     if (P.acc == 1) tt_embedding_backward6_chunk_kernel<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
     else if (P.acc == 2) tt_embedding_backward6_chunk_kernel<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else if (P.acc == 4) tt_embedding_backward6_chunk_kernel<4><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
     else tt_embedding_backward6_chunk_kernel<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
     tt_embedding_backward6_final_kernel<<<std::min(P.max_items, TT_EMBEDDING_BACKWARD6_FINAL_GRID), TT_EMBEDDING_BACKWARD6_FINAL_BLOCK>>>(s, P, a.ws, io);
 }
@@ -2862,9 +2889,9 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
     float* W2 = a.W + a.W_off[2];
     const int nzero = (int)(w.zeroed_bytes / sizeof(int));
     tt_embedding_backward7_zero_kernel<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward7_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD6_PREP_BLOCK),
-                                     (unsigned)TT_EMBEDDING_BACKWARD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts,
-                                     a.bucket);
+    tt_embedding_backward_launch_pdl(
+        tt_embedding_backward7_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD6_PREP_BLOCK),
+        (unsigned)TT_EMBEDDING_BACKWARD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
     const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD7_PART) + (int64_t)s.tables * s.p[1]);
     tt_embedding_backward_launch_pdl(tt_embedding_backward7_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD7_BLOCK, tt_embedding_backward7_smem_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
@@ -2881,7 +2908,8 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
         default: tt_embedding_backward2(a, block_size); break;
     }
 }
-static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK, "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
+static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
+              "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (kernel_num) {
@@ -3001,7 +3029,7 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
         cudaCheck(cudaFuncSetAttribute(tt_embedding_backward3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)tt_embedding_backward_smem_bytes(a.lay)));
     for (const void* kern : {(const void*)tt_embedding_backward6_chunk_kernel<0>, (const void*)tt_embedding_backward6_chunk_kernel<1>,
-                             (const void*)tt_embedding_backward6_chunk_kernel<2>})
+                             (const void*)tt_embedding_backward6_chunk_kernel<2>, (const void*)tt_embedding_backward6_chunk_kernel<4>})
         cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
     if (tt_embedding_backward7_smem_bytes() <= a.smem_limit)
         cudaCheck(cudaFuncSetAttribute(tt_embedding_backward7_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -3071,6 +3099,31 @@ void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingBackwar
            "(out_*: the last version run)\n", dir.c_str());
 }
 
+// Versions 4 and 5 are retired: asked for by number, exit 2 naming where their code is; `all` skips them.
+void tt_embedding_backward_drop_retired(Cli& cli) {
+    for (int k : cli.kernels)
+        if (!cli.all && (k == 4 || k == 5))
+            fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
+                      "tt_embedding_backward.cu); versions 1, 2, 3, 6 and 7 run", k);
+    cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
+}
+
+// Versions 6 and 7 use no float atomics: a second run from the same inputs must give the same bits.
+bool tt_embedding_backward_rerun_same(OpRunner& r, int k, int block, const std::function<void(std::vector<float>&, std::vector<float>&,
+                                      std::vector<float>&)>& download, const std::vector<float>& c, const std::vector<float>& st,
+                                      const std::vector<float>& g) {
+    r.prepare_check();
+    r.launch(k, block);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> c2, st2, g2;
+    download(c2, st2, g2);
+    auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) { return memcmp(x.data(), y.data(), x.size() * 4) == 0; };
+    const bool same = same_bits(c, c2) && same_bits(st, st2) && same_bits(g, g2);
+    printf("  rerun            %s\n", same ? "ok    (bitwise identical to the first run)" : "FAIL  (bits differ from the first run)");
+    return same;
+}
+
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
@@ -3102,16 +3155,12 @@ int main(int argc, char** argv) {
         "  tables * B < 2^31; tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
         "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 1 only\n"
         "  while its explicit sums stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at\n"
-        "  most 512 threads per block (a version asked for that cannot run is skipped with the reason).";
+        "  most 512 threads per block (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
 #endif
-    for (int k : cli.kernels)
-        if (!cli.all && (k == 4 || k == 5))
-            fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
-                      "tt_embedding_backward.cu); versions 1, 2, 3, 6 and 7 run", k);
-    cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
+    tt_embedding_backward_drop_retired(cli);
     const std::string err = tt_embedding_backward_check_shape(p, q, ranks, E, tables, B, L, alpha, lr, eps);
     if (!err.empty()) fail_args("%s", err.c_str());
     const int opt = optimizer == "dense" ? TT_EMBEDDING_BACKWARD_DENSE : optimizer == "sgd" ? TT_EMBEDDING_BACKWARD_SGD : TT_EMBEDDING_BACKWARD_ADAGRAD;
@@ -3149,6 +3198,10 @@ int main(int argc, char** argv) {
     a.offsets = in.offsets; a.indices = in.indices; a.dY = in.dY;
     printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
            tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD7_BLOCK)));
+    for (int k : cli.kernels) {   // a version asked for by number that cannot run this shape is an error, not a pass
+        const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
+        if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
+    }
     printf("computing the CPU reference (double)...\n");
     const TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY);
 
@@ -3161,15 +3214,20 @@ int main(int argc, char** argv) {
     auto poison_outputs = [&] {
         tt_embedding_backward_buffers(a, in, plan, [](void** ptr, size_t bytes, bool input) { if (!input) poison(*ptr, bytes); });
     };
-    auto download = [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
-        c = device_download(a.cores, C); st = device_download(a.state, C); g = device_download(a.dG, C);
-    };
+    std::function<void(std::vector<float>&, std::vector<float>&, std::vector<float>&)> download =
+        [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
+            c = device_download(a.cores, C); st = device_download(a.state, C); g = device_download(a.dG, C);
+        };
     OpRunner r;
     r.op = "tt_embedding_backward";
     r.shape = tt_embedding_backward_shape_string(s, p, q, ranks, L, alpha, ragged, opt);
     r.flops = tt_embedding_backward_flops_per_lookup(s) * s.nnz;
     const int64_t U = tt_embedding_backward_touched_elems(s, ref);
-    r.bytes = 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D + 4.0 * U * (1 + (opt == TT_EMBEDDING_BACKWARD_SGD ? 1 : opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3 : 0)) +
+    r.bytes = 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D +
+              4.0 * U *
+                  (1 + (opt == TT_EMBEDDING_BACKWARD_SGD       ? 1
+                        : opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3
+                                                               : 0)) +
               (opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * C : 0.0);
     r.blocks_for = [&](int k) -> std::vector<int> {
         if (k == 1) return {64, 128, 256, 512};
@@ -3185,18 +3243,8 @@ int main(int argc, char** argv) {
     r.check = [&](int k, int block) {
         download(c, st, g);
         bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS)) {
-            r.prepare_check();   // deterministic kernels (no float atomics): a second run must give the same bits
-            r.launch(k, block);
-            cudaCheck(cudaGetLastError());
-            cudaCheck(cudaDeviceSynchronize());
-            std::vector<float> c2, st2, g2;
-            download(c2, st2, g2);
-            auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) { return memcmp(x.data(), y.data(), x.size() * 4) == 0; };
-            const bool same = same_bits(c, c2) && same_bits(st, st2) && same_bits(g, g2);
-            printf("  rerun            %s\n", same ? "ok    (bitwise identical to the first run)" : "FAIL  (bits differ from the first run)");
-            pass = pass && same;
-        }
+        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
+            pass = tt_embedding_backward_rerun_same(r, k, block, download, c, st, g) && pass;
         return pass;
     };
     r.extra = [&](int, int, double ms) {
