@@ -43,7 +43,8 @@ Lessons:
   - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
     registers; versions 4-5 sorted and grouped too but summed the other cores' gradients one slice per block.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
-  - On tensor cores in 3xTF32 the fp32 tolerance holds; splitting by masking costs 2 instructions, cvt 6.
+  - On tensor cores in 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions):
+    cvt.rna splits were 11.3M of version 7's first 24.6M warp instructions.
   - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
   - Rank 64-128 at T = 3: the pivot slice (64-256 KB) crowds out the batch in shared memory; version 6 then keeps
     dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
