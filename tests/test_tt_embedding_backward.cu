@@ -1,11 +1,12 @@
 // CPU tests of dev/cuda/tt_embedding_backward.cu (no GPU is touched):
-//  - the reference's row decode on the spec's worked example, and the default shape's counts
+//  - the reference's row decode on a worked example, and the default shape's counts
 //  - the backward reference against central finite differences of <Y(G), dY> in double, T = 2..6
-//  - every version's device code emulated on the CPU (the kernels' __host__ __device__ bodies run
-//    thread by thread, phase by phase; cuBLAS's batched GEMM by a column-major loop with the same
-//    arguments; CUB's sort and scan by std::stable_sort and a prefix sum), checked against the
-//    reference by the op's own check, for T = 2..6, several optimizers, empty bags, tables > 1,
-//    Zipf hot slices longer than a pivot chunk, and block sizes that are not multiples of 32
+//  - versions 1-3 and 6 emulated on the CPU (the kernels' __host__ __device__ bodies run thread by thread,
+//    phase by phase; cuBLAS's batched GEMM by a column-major loop with the same arguments), checked against
+//    the reference by the op's own check, for T = 2..6, several optimizers, empty bags, tables > 1, Zipf hot
+//    slices longer than a chunk, ranks 64 and 128 (G_h and its gradient in global memory), and block sizes
+//    that are not multiples of 32; version 6 also bit for bit in reverse block and thread order
+//  - version 7's tensor-core fragment maps and small steps, and the default version's dispatcher
 //  - the check itself catches a changed untouched slice and a gradient error
 //  - FBTT's optimizer update grid at its default p: which core rows it never updates, against ours
 //  - the validators' messages (bad shapes, an index >= E, bad offsets)
@@ -108,7 +109,7 @@ struct StepOut {
 
 // the optimizer pass of versions 1-3, its grid-stride loop emulated block by block
 static void emulate_optimizer_pass(const TtEmbeddingBackwardShape& s, int opt, float lr, float eps, StepOut& o) {
-    if (opt == TT_BWD_DENSE) return;
+    if (opt == TT_EMBEDDING_BACKWARD_DENSE) return;
     const int64_t total = s.core_off[s.T];
     const int block = 256;
     const unsigned grid = tt_embedding_backward_optimizer_grid(total, block);
@@ -137,7 +138,7 @@ static void emulate_gemm_batched(const TtEmbeddingBackwardBlasCall& c, float** p
     }
 }
 
-// One step of version k (1..5) from the problem's inputs; nt = threads per block for versions 3-5.
+// One step of version k (1..3) from the problem's inputs; nt = threads per block for version 3.
 static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, int nt) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int64_t C = s.core_off[s.T];
@@ -190,11 +191,11 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
         }
         emulate_optimizer_pass(s, opt, lr, eps, o);
     } else if (k == 3) {
-        const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(s, -1, 1, 0);
+        const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(s, 1);
         Poisoned bag_of(s.nnz);
         for (int bag = 0; bag < s.num_bags; bag++)
             for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++)
-                tt_embedding_backward_decode_lookup(s, bag, (int)j, indices, bag_of.i(), nullptr, nullptr);
+                bag_of.i()[j] = bag;   // the bags kernel
         if (s.nnz > 0) {
             const int grid = (int)std::min<int64_t>(ceil_div<int64_t>(s.nnz, L.nb), 1 << 20);
             Poisoned sm(L.total_floats);
@@ -204,56 +205,6 @@ static StepOut emulate(int k, const Problem& pr, int opt, float lr, float eps, i
                                                   o.dG.data());
         }
         emulate_optimizer_pass(s, opt, lr, eps, o);
-    } else {
-        if (s.nnz == 0) {
-            if (opt == TT_BWD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);
-            return o;
-        }
-        TtEmbeddingBackwardPivot pv;
-        memset(&pv, 0, sizeof pv);
-        pv.pivot = tt_embedding_backward_pick_pivot(s);
-        pv.chunk = TT_BWD_CHUNK;
-        int64_t W_total = 0;
-        for (int t = 0; t < s.T; t++) {
-            pv.W_off[t] = W_total;
-            if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
-        }
-        const int nb = tt_embedding_backward_pick_nb(s, pv.pivot);
-        const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(s, pv.pivot, nb, k == 5);
-        const int K_total = s.key_base[s.T], Kc = s.tables * s.p[pv.pivot], N = s.T * s.nnz;
-        Poisoned bag_of(s.nnz), keys(N), vals(N), keys_sorted(N), vals_sorted(N), seg_lo(K_total), seg_hi(K_total),
-            chunk_count(Kc + 1), chunk_off(Kc + 1), W(W_total);
-        const int64_t max_chunks = tt_embedding_backward_max_chunks(s, pv);
-        Poisoned partial(max_chunks * s.S[pv.pivot]);
-        for (int bag = 0; bag < s.num_bags; bag++)
-            for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++)
-                tt_embedding_backward_decode_lookup(s, bag, (int)j, indices, bag_of.i(), keys.i(), vals.i());
-        // CUB's radix sort is stable: equal keys keep their input (lookup) order
-        std::vector<std::pair<int, int>> kv(N);
-        for (int i = 0; i < N; i++) kv[i] = {keys.i()[i], vals.i()[i]};
-        std::stable_sort(kv.begin(), kv.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-        for (int i = 0; i < N; i++) { keys_sorted.i()[i] = kv[i].first; vals_sorted.i()[i] = kv[i].second; }
-        for (int key = 0; key <= K_total; key++)
-            tt_embedding_backward_segment_key(s, pv, key, keys_sorted.i(), seg_lo.i(), seg_hi.i(), chunk_count.i());
-        int run = 0;
-        for (int i = 0; i <= Kc; i++) { chunk_off.i()[i] = run; run += chunk_count.i()[i]; }
-        Poisoned sm(L.total_floats);
-        HostExec ex{nt};
-        for (int64_t b = 0; b < max_chunks; b++) {
-            if (k == 5)
-                tt_embedding_backward_pivot_block<1>(ex, s, L, pv, sm.f(), (int)b, chunk_off.i(), seg_lo.i(), seg_hi.i(),
-                                                     vals_sorted.i(), indices, bag_of.i(), o.cores.data(), dY, W.f(),
-                                                     partial.f());
-            else
-                tt_embedding_backward_pivot_block<0>(ex, s, L, pv, sm.f(), (int)b, chunk_off.i(), seg_lo.i(), seg_hi.i(),
-                                                     vals_sorted.i(), indices, bag_of.i(), o.cores.data(), dY, W.f(),
-                                                     partial.f());
-        }
-        for (int key = 0; key < K_total; key++)
-            for (int tid = 0; tid < 128; tid++)
-                tt_embedding_backward_final_slice(s, pv, key, tid, 128, opt, lr, eps, o.cores.data(), o.state.data(),
-                                                  o.dG.data(), W.f(), partial.f(), chunk_off.i(), seg_lo.i(), seg_hi.i(),
-                                                  vals_sorted.i());
     }
     return o;
 }
@@ -274,25 +225,24 @@ static bool check_step(const Problem& pr, const TtEmbeddingBackwardReference& re
 static void test_decode_and_counts() {
     // the spec's worked example: p = [3,4,5], L = [20,5,1], row 37 -> (1,3,2)
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({3, 4, 5}, {2, 2, 2}, {2, 3}, 0, 1, 1);
-    int idx[TT_BWD_MAX_T];
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, 37, idx);
     result(s.Lrad[0] == 20 && s.Lrad[1] == 5 && s.Lrad[2] == 1 && idx[0] == 1 && idx[1] == 3 && idx[2] == 2 && s.E == 60 &&
                s.S[0] == 4 && s.S[1] == 12 && s.S[2] == 6,
            "decode_worked_example", "row 37 of p=[3,4,5] must decode to (1,3,2) with L = [20,5,1] and slices 4, 12, 6");
-    // FBTT's default: cores hold 958,720 floats, 106,496 backward FLOPs per lookup, pivot core 1, NB fits
+    // FBTT's default: cores hold 958,720 floats, 106,496 backward FLOPs per lookup, pivot core 1; version 3's layout aligned
     TtEmbeddingBackwardShape d = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     int64_t elems = 0;
     for (int t = 0; t < d.T; t++) elems += tt_embedding_backward_core_elems(d, t);
     const double flops = tt_embedding_backward_flops_per_lookup(d);
-    const int pivot = tt_embedding_backward_pick_pivot(d), nb = tt_embedding_backward_pick_nb(d, pivot);
-    const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(d, pivot, nb, 1);
-    bool aligned = L.shared_floats % 4 == 0 && L.lookup_floats % 4 == 0 && L.int_off % 4 == 0 && L.g_off % 4 == 0;
+    const int pivot = tt_embedding_backward_pick_pivot(d);
+    const TtEmbeddingBackwardLayout L = tt_embedding_backward_make_layout(d, 1);
+    bool aligned = L.lookup_floats % 4 == 0 && L.int_off % 4 == 0 && L.g_off % 4 == 0;
     for (int t = 0; t < d.T; t++) aligned = aligned && L.sl_off[t] % 4 == 0 && L.P_off[t] % 4 == 0 && L.dM_off[t] % 4 == 0;
     char why[256];
-    snprintf(why, sizeof why, "elements %lld (want 958720), E %lld, flops %.0f (want 106496), pivot %d (want 1), NB %d, smem %zu, aligned %d",
-             (long long)elems, (long long)d.E, flops, pivot, nb, tt_embedding_backward_smem_bytes(L), (int)aligned);
-    result(elems == 958720 && d.E == 11000000 && flops == 106496.0 && pivot == 1 && nb == TT_BWD_MAX_NB &&
-               tt_embedding_backward_smem_bytes(L) <= (size_t)TT_BWD_SMEM_TARGET && aligned && L.PS[1] == 129,
+    snprintf(why, sizeof why, "elements %lld (want 958720), E %lld, flops %.0f (want 106496), pivot %d (want 1), smem %zu, aligned %d",
+             (long long)elems, (long long)d.E, flops, pivot, tt_embedding_backward_smem_bytes(L), (int)aligned);
+    result(elems == 958720 && d.E == 11000000 && flops == 106496.0 && pivot == 1 && aligned && L.PS[1] == 129,
            "default_shape_counts", why);
 }
 
@@ -338,7 +288,7 @@ static void test_finite_differences(const Case& c) {
     result(bad == 0 && mag_bad == 0 && checked > 0, "finite_differences_" + c.name, why);
 }
 
-static const char* opt_name(int opt) { return TT_BWD_OPT_NAMES[opt]; }
+static const char* opt_name(int opt) { return TT_EMBEDDING_BACKWARD_OPT_NAMES[opt]; }
 
 // ------------------------------------------------------------------------------------------------
 // version 6, emulated: the prep kernel block by block (whichever block counts last plans, as on the GPU),
@@ -366,7 +316,7 @@ struct HostExec6 {
 };
 
 struct Emu6Info {
-    TtEmbeddingBackwardPlan6 plan;
+    TtEmbeddingBackward6Plan plan;
     int nchunks = 0, nitems = 0, multi_chunk_slices = 0, multi_part_items = 0, batches = 0;
     bool chunks_cover = false;   // the chunk list has every lookup of every pivot slice exactly once
     bool lists_ok = false;       // every slice's list holds exactly its lookups, in increasing order
@@ -382,57 +332,55 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
     o.cores = pr.cores;
     o.state = pr.state;
     o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());
-    if (opt == TT_BWD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
+    if (opt == TT_EMBEDDING_BACKWARD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
     if (s.nnz == 0) return o;
-    // W as main lays it out (versions 4-6 share it)
-    TtEmbeddingBackwardPivot pv;
-    memset(&pv, 0, sizeof pv);
-    pv.pivot = tt_embedding_backward_pick_pivot(s);
-    int64_t W_total = 0;
+    // W as main lays it out
+    const int pivot = tt_embedding_backward_pick_pivot(s);
+    int64_t W_total = 0, W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
     for (int t = 0; t < s.T; t++) {
-        pv.W_off[t] = W_total;
-        if (t != pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
+        W_off[t] = W_total;
+        if (t != pivot) W_total += (int64_t)s.nnz * s.S[t];
     }
-    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, pv.W_off, nt);
+    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
     const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
     Poisoned keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(Kc + 1), totals(2),
         item_desc((size_t)P.max_items * 4), W(W_total), partial((size_t)P.max_chunks * s.S[h]),
-        partial3((size_t)P.max_items * TT_BWD6_CW), start(K_total + 1), list((size_t)s.T * s.nnz);
+        partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW), start(K_total + 1), list((size_t)s.T * s.nnz);
     std::vector<int> zeroed((size_t)K_total + 1 + P.max_items, 0);   // the launcher's memset
-    TtEmbeddingBackwardWs6 ws;
+    TtEmbeddingBackwardWorkspace ws;
     memset(&ws, 0, sizeof ws);
     ws.keys = keys.i(); ws.bag_of = bag_of.i();
     ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
     ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
     ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f(); ws.start = start.i(); ws.list = list.i();
-    const TtEmbeddingBackwardIo6 io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
+    const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     // kernel 1
-    const int nblk1 = ceil_div(s.nnz, TT_BWD6_PREP_BLOCK);
-    std::vector<int> scan1(3 * TT_BWD6_PREP_BLOCK);
+    const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
+    std::vector<int> scan1(3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
     for (int b = 0; b < nblk1; b++) {
-        for (int th = 0; th < TT_BWD6_PREP_BLOCK; th++) {
-            const int j = b * TT_BWD6_PREP_BLOCK + th;
+        for (int th = 0; th < TT_EMBEDDING_BACKWARD6_PREP_BLOCK; th++) {
+            const int j = b * TT_EMBEDDING_BACKWARD6_PREP_BLOCK + th;
             tt_embedding_backward6_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts);
         }
         if (tt_embedding_backward6_atomic_inc(ws.done, 1) == nblk1 - 1) {
-            HostExec6 ex{TT_BWD6_PREP_BLOCK, reverse};
+            HostExec6 ex{TT_EMBEDDING_BACKWARD6_PREP_BLOCK, reverse};
             tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
                                               ws.totals);
         }
     }
     // list kernel
     {
-        std::vector<int> scanL(3 * TT_BWD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
+        std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
                                                                          : tt_embedding_backward6_list_stage(P));
         for (int gi = 0; gi < K_total; gi++) {
             const int g = reverse ? K_total - 1 - gi : gi;
             std::fill(stageL.begin(), stageL.end(), -7);
-            HostExec6 ex{TT_BWD6_LIST_BLOCK, reverse};
+            HostExec6 ex{TT_EMBEDDING_BACKWARD6_LIST_BLOCK, reverse};
             tt_embedding_backward6_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
         }
     }
     // kernel 2
-    std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 32);
+    std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 64);
     for (int bi = 0; bi < P.max_chunks; bi++) {
         const int b = reverse ? P.max_chunks - 1 - bi : bi;
         std::fill(sm.begin(), sm.end(), std::numeric_limits<float>::quiet_NaN());
@@ -444,20 +392,23 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         } else if (P.acc == 2) {
             HostAcc6<2> acc{accbuf.data()};
             tt_embedding_backward6_chunk_block<2>(ex, acc, s, P, sm.data(), b, ws, io);
+        } else if (P.acc == 4) {
+            HostAcc6<4> acc{accbuf.data()};
+            tt_embedding_backward6_chunk_block<4>(ex, acc, s, P, sm.data(), b, ws, io);
         } else {
             HostAcc6<0> acc{accbuf.data()};
             tt_embedding_backward6_chunk_block<0>(ex, acc, s, P, sm.data(), b, ws, io);
         }
     }
     // kernel 3
-    std::vector<int> ids(TT_BWD6_RC);
-    std::vector<float> sums(std::max(TT_BWD6_FINAL_BLOCK, TT_BWD6_CW));
+    std::vector<int> ids(TT_EMBEDDING_BACKWARD6_RC);
+    std::vector<float> sums(std::max(TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, TT_EMBEDDING_BACKWARD6_CW));
     int flag = 0;
     const int nitems = ws.totals[1];
     for (int ii = 0; ii < nitems; ii++) {
         const int item = reverse ? nitems - 1 - ii : ii;
         std::fill(sums.begin(), sums.end(), std::numeric_limits<float>::quiet_NaN());
-        HostExec6 ex{TT_BWD6_FINAL_BLOCK, reverse};
+        HostExec6 ex{TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, reverse};
         tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids.data(), sums.data(), &flag);
     }
     if (info) {
@@ -510,7 +461,8 @@ static bool same_bits(const StepOut& a, const StepOut& b) {
 // Version 6 against the reference at several block sizes, and bit for bit the same with the blocks, the
 // items and the threads of every phase run in the opposite order (another block finishing a long slice's
 // parts last; a phase that read another thread's writes of the same phase would show).
-static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile = 0) {
+static void test_v6(const Case& c, const std::vector<int>& opts, const std::vector<int>& nts, bool expect_fast = false, int tile = 0,
+                    int want_mode = -1) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
@@ -521,16 +473,17 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             const bool ok = check_step(pr, ref, opt, lr, eps, o);
             StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
-            const TtEmbeddingBackwardPlan6& P = info.plan;
-            const bool fast_ok = !expect_fast || (P.fastI && P.fastII + P.fastIII >= 1);
+            const TtEmbeddingBackward6Plan& P = info.plan;
+            const int mode = P.gh_global ? 2 : P.acc_global ? 1 : 0;   // where G_h and dG_h live (make_plan6)
+            const bool fast_ok = (!expect_fast || (P.fastI && P.fastII + P.fastIII >= 1)) && (want_mode < 0 || mode == want_mode);
             char name[160], why[400];
             snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
                      tile ? ("_tile" + std::to_string(tile)).c_str() : "");
             snprintf(why, sizeof why,
                      "check %d, bitwise same in reverse block and thread order %d, chunks cover %d, lists %d (nnz %d), float4 paths %d%d%d (expected: %d), "
-                     "pivot %d acc %d NB %d PH %d F %d, %d chunks (%d slices split), %d items (%d multi-part)",
+                     "pivot %d acc %d NB %d PH %d F %d, G_h/dG_h mode %d (expected %d), %d chunks (%d slices split), %d items (%d multi-part)",
                      (int)ok, (int)same, (int)info.chunks_cover, (int)info.lists_ok, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
-                     P.nb, P.PH, P.F, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
+                     P.nb, P.PH, P.F, mode, want_mode, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
             result(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
             if (ok && same) printf("     (%s)\n", why);
         }
@@ -544,8 +497,8 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
 static void test_lane_pairing() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     s.nnz = 10240;
-    int64_t W_off[TT_BWD_MAX_T] = {};
-    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, W_off, 256);
+    int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, 256);
     const int h = P.h, nbb = P.nb;
     struct U { int b, rt, ct; };
     // which unit each lane of warp w computes, for a decode function
@@ -597,17 +550,17 @@ static void test_plan6() {
     for (const S6& c : shapes) {
         TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(c.p, c.q, c.r, 0, 1, 512);
         s.nnz = 512 * 20;
-        int64_t W_off[TT_BWD_MAX_T] = {}, wt = 0;
+        int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {}, wt = 0;
         const int pivot = tt_embedding_backward_pick_pivot(s);
         for (int t = 0; t < s.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)s.nnz * s.S[t]; }
         for (int nt : {128, 256, 512}) {
-            const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, W_off, nt);
-            const size_t bytes = tt_embedding_backward_smem6_bytes(P);
+            const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
+            const size_t bytes = tt_embedding_backward6_smem_bytes(P);
             bool aligned = P.LB % 8 == 4 && P.lk_off % 4 == 0 && P.ints_off % 4 == 0 && P.g_off % 4 == 0 && P.Y_off % 4 == 0 &&
                            P.Lh_off % 4 == 0 && P.PH % 4 == 0;
             for (int t = 0; t < s.T; t++) aligned = aligned && P.sl_off[t] % 4 == 0 && P.P_off[t] % 4 == 0 && P.dM_off[t] % 4 == 0 &&
                                                     P.Suf_off[t] % 4 == 0 && P.L_off[t] % 4 == 0;
-            const bool fits = bytes <= (size_t)TT_BWD6_SMEM_TARGET && 2 * (bytes + 1024) <= 228 * 1024;
+            const bool fits = bytes <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET && 2 * (bytes + 1024) <= 228 * 1024;
             const int want_acc = P.tiles_I <= nt ? 1 : 2;
             char name[96], why[300];
             snprintf(name, sizeof name, "plan6_%s_nt%d", c.name, nt);
@@ -629,7 +582,7 @@ static void test_versions(const Case& c, const std::vector<int>& opts, const std
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     for (int opt : opts) {
-        for (int k = 1; k <= 5; k++) {
+        for (int k = 1; k <= 3; k++) {
             const std::vector<int> blocks = k >= 3 ? nts : std::vector<int>{0};
             for (int nt : blocks) {
                 StepOut o = emulate(k, pr, opt, lr, eps, nt);
@@ -649,8 +602,8 @@ static void test_checker_catches() {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
-    StepOut o = emulate(4, pr, TT_BWD_ADAGRAD, lr, eps, 128);
-    const bool base_ok = check_step(pr, ref, TT_BWD_ADAGRAD, lr, eps, o);
+    StepOut o = emulate(3, pr, TT_EMBEDDING_BACKWARD_ADAGRAD, lr, eps, 128);
+    const bool base_ok = check_step(pr, ref, TT_EMBEDDING_BACKWARD_ADAGRAD, lr, eps, o);
     int untouched_key = -1, touched_key = -1;
     for (int k = 0; k < pr.s.key_base[1]; k++) {
         if (!ref.touched[k] && untouched_key < 0) untouched_key = k;
@@ -662,12 +615,12 @@ static void test_checker_catches() {
     memcpy(&bits, &o1.state[(size_t)untouched_key * pr.s.S[0]], 4);
     bits ^= 1;
     memcpy(&o1.state[(size_t)untouched_key * pr.s.S[0]], &bits, 4);
-    const bool caught_untouched = !check_step(pr, ref, TT_BWD_ADAGRAD, lr, eps, o1, false);
+    const bool caught_untouched = !check_step(pr, ref, TT_EMBEDDING_BACKWARD_ADAGRAD, lr, eps, o1, false);
     // a gradient 0.1% off in one touched element, as a dropped term would make it
-    StepOut o2 = emulate(4, pr, TT_BWD_DENSE, lr, eps, 128);
-    const bool dense_ok = check_step(pr, ref, TT_BWD_DENSE, lr, eps, o2);
+    StepOut o2 = emulate(3, pr, TT_EMBEDDING_BACKWARD_DENSE, lr, eps, 128);
+    const bool dense_ok = check_step(pr, ref, TT_EMBEDDING_BACKWARD_DENSE, lr, eps, o2);
     o2.dG[(size_t)touched_key * pr.s.S[0]] *= 1.001f;
-    const bool caught_error = !check_step(pr, ref, TT_BWD_DENSE, lr, eps, o2, false);
+    const bool caught_error = !check_step(pr, ref, TT_EMBEDDING_BACKWARD_DENSE, lr, eps, o2, false);
     result(base_ok && dense_ok && untouched_key >= 0 && caught_untouched && caught_error, "check_catches_changes",
            "the check must pass the emulated step and fail a flipped bit in an untouched slice and a 0.1% gradient error");
 }
@@ -785,35 +738,35 @@ static void test_validators() {
 static void emulate_mma7(double (&d)[32][4], const double (&a)[32][4], const double (&b)[32][2]) {
     double A[16][8], B[8][8];
     for (int lane = 0; lane < 32; lane++) {
-        for (int r = 0; r < 4; r++) A[tt_bwd7_arow(lane, r)][tt_bwd7_acol(lane, r)] = a[lane][r];
-        for (int r = 0; r < 2; r++) B[tt_bwd7_bk(lane, r)][lane >> 2] = b[lane][r];
+        for (int r = 0; r < 4; r++) A[tt_embedding_backward7_arow(lane, r)][tt_embedding_backward7_acol(lane, r)] = a[lane][r];
+        for (int r = 0; r < 2; r++) B[tt_embedding_backward7_bk(lane, r)][lane >> 2] = b[lane][r];
     }
     for (int lane = 0; lane < 32; lane++)
         for (int r = 0; r < 4; r++) {
             double sum = 0.0;
-            for (int k = 0; k < 8; k++) sum += A[tt_bwd7_crow(lane, r)][k] * B[k][tt_bwd7_ccol(lane, r)];
+            for (int k = 0; k < 8; k++) sum += A[tt_embedding_backward7_crow(lane, r)][k] * B[k][tt_embedding_backward7_ccol(lane, r)];
             d[lane][r] += sum;
         }
 }
 
 static void test_v7(int ns) {
-    const int R = TT_BWD7_R, Q = TT_BWD7_Q, NB = TT_BWD7_NB;
+    const int R = TT_EMBEDDING_BACKWARD7_R, Q = TT_EMBEDDING_BACKWARD7_Q, NB = TT_EMBEDDING_BACKWARD7_NB;
     Rng rng(700 + ns);
-    std::vector<double> seg(TT_BWD7_SEG), g1s(TT_BWD7_G1F);
+    std::vector<double> seg(TT_EMBEDDING_BACKWARD7_SEG), g1s(TT_EMBEDDING_BACKWARD7_G1F);
     for (auto& v : seg) v = rng.uniform(-1.0f, 1.0f);
     for (auto& v : g1s) v = rng.uniform(-1.0f, 1.0f);
     // the semantic views of the layout (what the formulas read)
-    auto Y = [&](int l, int a0, int a1, int k2) { return seg[l * TT_BWD7_LS + TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * R + k2]; };
-    auto Lt = [&](int l, int a2, int a1, int k1) { return seg[l * TT_BWD7_LS + TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * R + k1]; };
-    auto G0 = [&](int l, int a0, int k1) { return seg[l * TT_BWD7_LS + TT_BWD7_G0 + a0 * TT_BWD7_G0S + k1]; };
+    auto Y = [&](int l, int a0, int a1, int k2) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k2]; };
+    auto Lt = [&](int l, int a2, int a1, int k1) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k1]; };
+    auto G0 = [&](int l, int a0, int k1) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_G0 + a0 * TT_EMBEDDING_BACKWARD7_G0S + k1]; };
     std::string why;
-    auto G1 = [&](int k1, int a1, int k2) { return g1s[tt_bwd7_g1(k1, a1 * R + k2)]; };
+    auto G1 = [&](int k1, int a1, int k2) { return g1s[tt_embedding_backward7_g1(k1, a1 * R + k2)]; };
     {   // the swizzled copy is a permutation of the slice that keeps float4s whole
-        std::vector<int> hit(TT_BWD7_S1, 0);
+        std::vector<int> hit(TT_EMBEDDING_BACKWARD7_S1, 0);
         for (int k1 = 0; k1 < R; k1++)
             for (int col = 0; col < Q * R; col++) {
-                const int at = tt_bwd7_g1(k1, col);
-                if (at < 0 || at >= TT_BWD7_S1 || (at & 3) != (col & 3)) why += " swizzle out of place";
+                const int at = tt_embedding_backward7_g1(k1, col);
+                if (at < 0 || at >= TT_EMBEDDING_BACKWARD7_S1 || (at & 3) != (col & 3)) why += " swizzle out of place";
                 else hit[at]++;
             }
         for (int v : hit)
@@ -828,8 +781,8 @@ static void test_v7(int ns) {
         }
     };
     // (II) and (III): per m-tile of 4 lookups, 4 n-tiles, 16 k-steps
-    std::vector<double> W0((size_t)NB * TT_BWD7_S0, 0.0), W2((size_t)NB * TT_BWD7_S0, 0.0);
-    std::vector<int> hits0((size_t)NB * TT_BWD7_S0, 0), hits2((size_t)NB * TT_BWD7_S0, 0);
+    std::vector<double> W0((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0.0), W2((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0.0);
+    std::vector<int> hits0((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0), hits2((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0);
     for (int III = 0; III < 2; III++)
         for (int mt = 0; 4 * mt < ns; mt++)
             for (int nt = 0; nt < 4; nt++) {
@@ -839,12 +792,12 @@ static void test_v7(int ns) {
                     int offa[4][32], offb[2][32];
                     for (int lane = 0; lane < 32; lane++) {
                         for (int r = 0; r < 4; r++) {
-                            const int m = tt_bwd7_arow(lane, r), c = tt_bwd7_acol(lane, r);
-                            offa[r][lane] = 4 * mt * TT_BWD7_LS + (III ? tt_bwd7_III_a(m, c, ks) : tt_bwd7_II_a(m, c, ks));
+                            const int m = tt_embedding_backward7_arow(lane, r), c = tt_embedding_backward7_acol(lane, r);
+                            offa[r][lane] = 4 * mt * TT_EMBEDDING_BACKWARD7_LS + (III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks));
                             a[lane][r] = seg[offa[r][lane]];
                         }
                         for (int r = 0; r < 2; r++) {
-                            offb[r][lane] = III ? tt_bwd7_III_b(tt_bwd7_bk(lane, r), lane >> 2, ks, nt) : tt_bwd7_II_b(tt_bwd7_bk(lane, r), lane >> 2, ks, nt);
+                            offb[r][lane] = III ? tt_embedding_backward7_III_b(tt_embedding_backward7_bk(lane, r), lane >> 2, ks, nt) : tt_embedding_backward7_II_b(tt_embedding_backward7_bk(lane, r), lane >> 2, ks, nt);
                             b[lane][r] = g1s[offb[r][lane]];
                         }
                     }
@@ -854,16 +807,16 @@ static void test_v7(int ns) {
                 }
                 for (int lane = 0; lane < 32; lane++)
                     for (int r = 0; r < 4; r++) {
-                        const int m = tt_bwd7_crow(lane, r), n = tt_bwd7_ccol(lane, r), l = 4 * mt + (m >> 2);
+                        const int m = tt_embedding_backward7_crow(lane, r), n = tt_embedding_backward7_ccol(lane, r), l = 4 * mt + (m >> 2);
                         if (l >= ns) continue;
-                        const size_t at = (size_t)l * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt) : tt_bwd7_II_c(m, n, nt));
+                        const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD7_S0 + (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt));
                         (III ? W2 : W0)[at] = acc[lane][r];
                         (III ? hits2 : hits0)[at]++;
                     }
             }
     // (I): warps w = 0..7, 2 x 2 tiles each, k-steps over lookup pairs
-    std::vector<double> dG1(TT_BWD7_S1, 0.0);
-    std::vector<int> hits1(TT_BWD7_S1, 0);
+    std::vector<double> dG1(TT_EMBEDDING_BACKWARD7_S1, 0.0);
+    std::vector<int> hits1(TT_EMBEDDING_BACKWARD7_S1, 0);
     for (int w = 0; w < 8; w++)
         for (int mi = 0; mi < 2; mi++)
             for (int ni = 0; ni < 2; ni++) {
@@ -873,13 +826,13 @@ static void test_v7(int ns) {
                     int offa[4][32], offb[2][32];
                     for (int lane = 0; lane < 32; lane++) {
                         for (int r = 0; r < 4; r++) {
-                            offa[r][lane] = tt_bwd7_I_a(tt_bwd7_arow(lane, r), tt_bwd7_acol(lane, r), kp, mi);
+                            offa[r][lane] = tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi);
                             // the kernel zero-fills the inputs of absent lookups (so G_0 and Y are 0 there)
-                            a[lane][r] = 2 * kp + (tt_bwd7_acol(lane, r) >> 2) < ns ? seg[offa[r][lane]] : 0.0;
+                            a[lane][r] = 2 * kp + (tt_embedding_backward7_acol(lane, r) >> 2) < ns ? seg[offa[r][lane]] : 0.0;
                         }
                         for (int r = 0; r < 2; r++) {
-                            offb[r][lane] = tt_bwd7_I_b(tt_bwd7_bk(lane, r), lane >> 2, kp, w, ni);
-                            b[lane][r] = 2 * kp + (tt_bwd7_bk(lane, r) >> 2) < ns ? seg[offb[r][lane]] : 0.0;
+                            offb[r][lane] = tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, w, ni);
+                            b[lane][r] = 2 * kp + (tt_embedding_backward7_bk(lane, r) >> 2) < ns ? seg[offb[r][lane]] : 0.0;
                         }
                     }
                     for (int r = 0; r < 4; r++) conflict_free(offa[r], "(I) A");
@@ -888,7 +841,7 @@ static void test_v7(int ns) {
                 }
                 for (int lane = 0; lane < 32; lane++)
                     for (int r = 0; r < 4; r++) {
-                        const int at = tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), w, mi, ni);
+                        const int at = tt_embedding_backward7_I_c(tt_embedding_backward7_crow(lane, r), tt_embedding_backward7_ccol(lane, r), w, mi, ni);
                         dG1[at] = acc[lane][r];
                         hits1[at]++;
                     }
@@ -896,8 +849,8 @@ static void test_v7(int ns) {
     // against the formulas
     double err = 0.0;
     for (int l = 0; l < NB; l++)
-        for (int e = 0; e < TT_BWD7_S0; e++) {
-            const size_t at = (size_t)l * TT_BWD7_S0 + e;
+        for (int e = 0; e < TT_EMBEDDING_BACKWARD7_S0; e++) {
+            const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD7_S0 + e;
             const int want = l < ns ? 1 : 0;
             if ((hits0[at] != want || hits2[at] != want) && why.size() < 300)
                 why += " W element (" + std::to_string(l) + "," + std::to_string(e) + ") written " + std::to_string(hits0[at]) + "/" +
@@ -931,10 +884,10 @@ static void test_v7(int ns) {
 
 // the small steps (16 threads per lookup) against Y = g x G_2 and L^T = G_0^T x g; the input map covers g, G_0, G_2
 static void test_v7_small_steps() {
-    const int R = TT_BWD7_R;
+    const int R = TT_EMBEDDING_BACKWARD7_R;
     Rng rng(77);
-    std::vector<float> region(TT_BWD7_LS, NAN);
-    std::vector<int> hit(TT_BWD7_LS, 0);
+    std::vector<float> region(TT_EMBEDDING_BACKWARD7_LS, NAN);
+    std::vector<int> hit(TT_EMBEDDING_BACKWARD7_LS, 0);
     std::vector<float> g(64), g0(128), g2(128);
     for (auto& v : g) v = rng.uniform(-1.0f, 1.0f);
     for (auto& v : g0) v = rng.uniform(-1.0f, 1.0f);
@@ -943,23 +896,23 @@ static void test_v7_small_steps() {
     for (int f = 0; f < 80; f++) {                 // the kernel's input copy: float4 f of g | G_0 | G_2
         const float* src = f < 16 ? g.data() + 4 * f : f < 48 ? g0.data() + 4 * (f - 16) : g2.data() + 4 * (f - 48);
         for (int c = 0; c < 4; c++) {
-            region[tt_bwd7_input_dst(f) + c] = src[c];
-            hit[tt_bwd7_input_dst(f) + c]++;
+            region[tt_embedding_backward7_input_dst(f) + c] = src[c];
+            hit[tt_embedding_backward7_input_dst(f) + c]++;
         }
     }
-    for (int i = 0; i < TT_BWD7_LS; i++)
+    for (int i = 0; i < TT_EMBEDDING_BACKWARD7_LS; i++)
         if (hit[i] > 1) why += " input slot " + std::to_string(i) + " written twice";
-    for (int u = 0; u < 16; u++) tt_bwd7_small_steps(region.data(), u);
+    for (int u = 0; u < 16; u++) tt_embedding_backward7_small_steps(region.data(), u);
     double err = 0.0;
     for (int a0 = 0; a0 < 4; a0++)
         for (int a1 = 0; a1 < 4; a1++)
             for (int k = 0; k < R; k++) {
                 double y = 0.0, lt = 0.0;
                 for (int a2 = 0; a2 < 4; a2++) y += (double)g[a0 * 16 + a1 * 4 + a2] * g2[k * 4 + a2];
-                err = std::max(err, fabs(region[TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * R + k] - y));
+                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k] - y));
                 const int a2 = a0;                   // L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2]
                 for (int b0 = 0; b0 < 4; b0++) lt += (double)g0[b0 * R + k] * g[b0 * 16 + a1 * 4 + a2];
-                err = std::max(err, fabs(region[TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * R + k] - lt));
+                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k] - lt));
             }
     if (!(err < 1e-5)) why += " max error " + std::to_string(err);
     result(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
@@ -967,16 +920,35 @@ static void test_v7_small_steps() {
 
 static void test_v7_filter() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
-    result(tt_embedding_backward_v7_reason(s).empty(), "version 7 runs FBTT's default");
+    result(tt_embedding_backward7_reason(s).empty(), "version 7 runs FBTT's default");
     s = tt_embedding_backward_make_shape({7, 300, 9}, {4, 4, 4}, {32, 32}, 0, 2, 45);
-    result(tt_embedding_backward_v7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
+    result(tt_embedding_backward7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
     s = tt_embedding_backward_make_shape({20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 1, 512);
-    std::string why = tt_embedding_backward_v7_reason(s);
+    std::string why = tt_embedding_backward7_reason(s);
     result(why.find("T = 4") != std::string::npos, "version 7 refuses the 4-core shape naming T", why);
     s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
-    why = tt_embedding_backward_v7_reason(s);
+    why = tt_embedding_backward7_reason(s);
     result(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
-    result(tt_bwd7_parts(0) == 0 && tt_bwd7_parts(1) == 1 && tt_bwd7_parts(TT_BWD7_PART) == 1 && tt_bwd7_parts(TT_BWD7_PART + 1) == 2,
+    // the default version's dispatcher (H200: 232,448 bytes per block, less the 1,024 reserved)
+    const size_t lim = 232448 - 1024;
+    auto route = [&](std::vector<int> p, std::vector<int> q, std::vector<int> r, int block) {
+        TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape(p, q, r, 0, 1, 4096);
+        sh.nnz = 4096 * 20;
+        int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {}, wt = 0;
+        const int pivot = tt_embedding_backward_pick_pivot(sh);
+        for (int t = 0; t < sh.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)sh.nnz * sh.S[t]; }
+        return tt_embedding_backward_route(sh, W_off, lim, block);
+    };
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
+    result(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
+    result(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
+    result(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
+    result(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
+    result(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
+           "default version: cuBLAS pipeline at T = 6, rank 128 (other slices beyond a block)");
+    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
+    result(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }
 
@@ -996,7 +968,7 @@ int main() {
     for (const Case& c : fd) test_finite_differences(c);
 
     // every version, emulated
-    const int D = TT_BWD_DENSE, S = TT_BWD_SGD, A = TT_BWD_ADAGRAD;
+    const int D = TT_EMBEDDING_BACKWARD_DENSE, S = TT_EMBEDDING_BACKWARD_SGD, A = TT_EMBEDDING_BACKWARD_ADAGRAD;
     test_versions({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D}, {128, 100});
     test_versions({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, {128, 37});
     test_versions({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A}, {256});
@@ -1031,12 +1003,18 @@ int main() {
     test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
     test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);
     test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
+    // ranks 64 and 128: dG_h accumulated in global memory (mode 1), and G_h read from global memory too (mode 2),
+    // at q 4,4,4 and EL-Rec's q 2,2,4, with split slices (Zipf) and several tables
+    test_v6({"rank64_acc4", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, true, 0, 0);
+    test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, D}, {512}, false, 0, 1);
+    test_v6({"rank128_q444_gh_global", {2, 3, 2}, {4, 4, 4}, {128, 128}, 2, 20, 4, 1.2, true, 17}, {S, D}, {256}, false, 0, 2);
+    test_v6({"rank128_q224_gh_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 1, 40, 3, 1.2, false, 18}, {A}, {256, 128}, false, 0, 2);
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
-    test_v7(TT_BWD7_NB);
+    test_v7(TT_EMBEDDING_BACKWARD7_NB);
     test_v7(13);                // a partial last segment: the absent lookups' rows not written, their k-steps zeros
     test_v7(1);
     test_v7_small_steps();

@@ -1,189 +1,74 @@
 /*
-tt_embedding backward: the gradients of the tensor-train (TT) cores of a pooled embedding bag, and the
-optimizer step on them (dense gradient, SGD, or elementwise Adagrad). The backward of FBTT-Embedding
-(the TT-Rec paper's library, Yin et al. MLSys 2021), for any number of cores from 2 to 6.
+tt_embedding backward: the gradients of the tensor-train (TT) cores of a pooled embedding bag, and the optimizer
+step on them (dense gradient, SGD, or elementwise Adagrad): the backward of FBTT-Embedding (TT-Rec, Yin et al.,
+MLSys 2021) for T = 2..6 cores.
 
-Shapes and layout (FBTT's, ../../shared/specs/tt_embedding.md):
-  T cores, ranks R_0 = R_T = 1 and inner ranks R_1 .. R_{T-1}; E <= prod p_t logical rows of D = prod q_t.
-  core t: fp32 [tables, p_t, R_t * q_t * R_{t+1}]. The slice G_t[tbl][i] is an R_t x q_t x R_{t+1}
-  block, element (k, a, k') at (k*q_t + a)*R_{t+1} + k'; n_t = q_t R_{t+1} is its row length.
-  row -> (i_0 .. i_{T-1}) and d -> (a_0 .. a_{T-1}) in mixed radix, index 0 most significant:
-    Emb[row][d] = sum_{k_1..k_{T-1}} G_0[i_0][0,a_0,k_1] G_1[i_1][k_1,a_1,k_2] ... G_{T-1}[i_{T-1}][k_{T-1},a_{T-1},0]
-  bags: offsets [tables*B + 1] int64 (bag (tbl, b) is offsets[tbl*B + b] .. offsets[tbl*B + b + 1]),
-  indices [nnz] int64; dY, the pooled (SUM) gradient: fp32 [tables, B, D].
+Layout. Core t: fp32 [tables, p_t, R_t q_t R_{t+1}] (R_0 = R_T = 1); slice G_t[tbl][i] is R_t x q_t x R_{t+1}, element
+  (k, a, k') at (k q_t + a) R_{t+1} + k'. Row -> (i_0 .. i_{T-1}), d -> (a_0 .. a_{T-1}) in mixed radix (0 most
+  significant); Emb[row][d] = G_0[i_0][0,a_0,:] G_1[i_1][:,a_1,:] ... G_{T-1}[i_{T-1}][:,a_{T-1},0].
+  Bags: offsets [tables*B + 1], indices [nnz] (int64); dY, the pooled (SUM) gradient: fp32 [tables, B, D].
+Math. Per lookup of bag (tbl, b), g = dY[tbl][b], prefix P_t = G_0 .. G_t (m_t x R_{t+1}, m_t = q_0 .. q_t):
+  dM_{T-1} = g,  dM_{t-1} = dM_t G_t^T,  dG_t[tbl][i_t] += P_{t-1}^T dM_t, summed over lookups; then once per
+  touched slice: dense writes dG (zeros elsewhere); sgd G -= lr dG; adagrad s += dG^2, G -= lr dG / (sqrt(s) + eps).
+  Untouched slices stay bit-identical. lr 0.05, eps 1e-8; the Adagrad state starts uniform in [0.1, 1).
+FLOPs per lookup (FBTT's count): F = sum_{t=0}^{T-3} 2 m_t R_{t+1} n_{t+1} + sum_{t=1}^{T-1} 4 m_{t-1} R_t n_t (n_t = q_t
+  R_{t+1}); 106,496 at FBTT's default (p 200,220,250, q 4,4,4, ranks 32,32; B 512, L 20: 1.09 GFLOP a step).
+Bytes (fewest): 8 nnz + 8 (tables B + 1) + 4 tables B D + 4 U (1 + w) + (dense) 4 C; U = elements of touched slices,
+  w = 1 (sgd), 3 (adagrad), 0 (dense); C = all core elements. ~4-12 MB at the default: bound by arithmetic.
 
-Math. A lookup of bag (tbl, b) back-propagates g = dY[tbl][b]. With m_t = q_0 ... q_t, the prefix
-  P_t = G_0[i_0] ... G_t[i_t] as an m_t x R_{t+1} matrix, and dM_t, the gradient of P_t:
-    dM_{T-1} = g (m_{T-2} x q_{T-1}),   dM_{t-1} = dM_t . G_t^T    (dM_t viewed as m_{t-1} x n_t)
-    dG_t[tbl][i_t] += P_{t-1}^T . dM_t                              (P_{-1} = 1, so dG_0 = dM_0)
-  summed over every lookup. Then, on the summed gradient, once per touched slice:
-    dense:   dG is written with the cores' shapes, zero where no lookup touched; cores unchanged
-    sgd:     G -= lr * dG
-    adagrad: s += dG^2;  G -= lr * dG / (sqrt(s) + eps)        (s: fp32, same shape as the cores)
-  lr = 0.05 and eps = 1e-8 unless --lr / --eps say otherwise; the Adagrad state starts uniform in
-  [0.1, 1) (a state earlier steps accumulated), so a step depends on the size of dG, not only its sign.
-  Slices no lookup touched stay bit-identical (cores and state); the check verifies it.
+Versions (H200, FBTT's default, SGD, results/h200.md, 2026-11-29: ms, % of the FP32 FMA peak):
+  1  the explicit sum: a thread per (lookup, slice element), atomics into dG, optimizer pass   11.29   0.2%
+  2  FBTT's pipeline: per 1000 lookups pointer arrays, cublasGemmBatchedEx per chain step,
+     atomic scatter of per-lookup slice gradients, optimizer pass (the baseline)                  0.851   2.3%
+  3  fused: one block per lookup, slices and chain in shared memory, one launch              0.447   4.3%
+  4  retired: sort by slice, pivot slice shared by a chunk of lookups (0.442, 4.3%)
+  5  retired: version 4 on register tiles (0.280, 6.9%); both lost to version 6 at every shape
+     (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
+  6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
+     once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.150  12.8%
+  7  the default: version 6's grouping with the three pivot products on tensor cores
+     (3xTF32) where compiled (T = 3, q 4,4,4, ranks 32,32), and a dispatcher for every other
+     shape: version 6's kernels (G_h and dG_h in global memory where they do not fit in
+     shared memory: ranks 64-128), else version 2's pipeline (T >= 4 at rank 128)             0.0651 29.5%
+  Other shapes (2026-12-01, version 6, the best then): q 8,4,4 0.203 ms; ranks 16,16 0.098; ranks 64,64 1.552;
+  T = 4 (p 40,50,55,60, q 4,4,2,4) 0.653. Zipf 1.15: version 7 0.0974, version 6 0.180.
 
-FLOPs per lookup (FBTT's count: the forward chain recomputed, then two GEMMs per step):
-    F = sum_{t=0}^{T-3} 2 m_t R_{t+1} n_{t+1}  +  sum_{t=1}^{T-1} 2 * 2 m_{t-1} R_t n_t
-  default (p 200,220,250  q 4,4,4  ranks 32,32): 32,768 + 2*(32,768 + 4,096) = 106,496 FLOPs per lookup,
-  1.09 GFLOP for the 10,240 lookups of a step. OpRunner::flops = F * nnz; every RESULT line adds
-  us_per_lookup = time / nnz.
-Fewest bytes: indices and offsets and dY read once; every touched slice of every core read once; the
-  update written once: bytes = 8 nnz + 8 (tables B + 1) + 4 tables B D + 4 U (1 + w) + (dense) 4 C,
-  U = elements of the touched slices, w = 1 (sgd: write G), 3 (adagrad: read and write s, write G),
-  0 (dense), C = all core elements (dense writes every slice). About 4-12 MB at the default: the op is
-  bound by arithmetic and latency, not bandwidth; pct_copy is reported anyway.
+Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
+      ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
+Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
+  first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
+  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-7 run twice, same bits.
 
-Versions (one idea each). Measured on the H200 (results/h200.md, 2026-11-29; median ms at the default /
-Zipf 1.15 / 4-core / 5-core shape, SGD): v1 11.29; v2 0.846 / 0.834 / 1.058 / 1.424; v3 0.447 / 0.447 /
-0.529 / 0.797; v4 0.441 / 0.528 / 3.158 / 2.086; v5 0.278 / 0.365 / 3.019 / 1.734; v6 (this file's
-code, the day's last run) 0.150 / 0.180 / - / -. An earlier variant of version 6 (the same kernels, but each
-chunk and final item scanning the keys itself instead of the list kernel) measured 0.146 / 0.193 / 0.599 /
-0.586, adagrad 0.151, --B 4096 1.107. A second run the same day (unchanged code; results/logs/
-2026-11-29_s2_bench_tt.log) timed this file's version 6 at every shape: 0.1500 / 0.1798 / 0.5781 / 0.5595,
-adagrad 0.1550, --B 4096 0.8284 (versions 1-5 within 2% of the numbers above; at the 4-core shape version 3,
-0.5299, is the fastest). Version 6's prediction is kept beside the measurement below.
-Fourth session (results/logs/2026-11-29_s4_bench_tt.log, `scripts/gpu_check.sh --only tt_embedding`): v7 0.0651 /
-0.0967 / - / -, adagrad 0.0687, --B 4096 0.4697; in the same run v2 0.833 / 0.834, v6 0.1495 / 0.1796 / 0.5763 /
-0.5585, and the forward's version 11 0.0334: forward + this backward = 0.0985 ms, a full step under 0.1 ms.
-  1  naive: one thread per (lookup, core, slice element) forms the partial derivative by the explicit
-     sum over every other digit and rank index, atomicAdd into a zeroed dense dG; then an elementwise
-     optimizer pass over all core elements.
-  2  FBTT's pipeline, in our own code: per chunk of 1000 lookups a pointer-array kernel, the forward
-     chain recomputed with one cublasGemmBatchedEx per step, then per step back two batched GEMMs
-     (dG_t = P^T . dM, dM_{t-1} = dM . G_t^T) and an atomicAdd scatter of the [chunk, slice] gradients;
-     then the optimizer pass. (FBTT's own optimizer grid leaves core rows stale; ours covers every
-     element: tests/test_tt_embedding_backward.cu emulates both.)
-  3  fused: one block per lookup holds its slices, its dY row and the chain in shared memory, runs the
-     2T-3 phases of small GEMMs with one output per thread, and atomically adds every slice gradient
-     straight from registers into the dense dG; then the optimizer pass. One launch instead of ~9 per
-     1000 lookups, and no [nnz, slice] buffers in global memory.
-  4  deterministic, optimizer fused: one CUB radix sort of the T*nnz (slice key, lookup) pairs groups
-     the lookups of every slice. The core with the largest slice (the pivot: core 1 at the default,
-     4096 floats) is processed slice by slice: a block takes up to 32 lookups of one pivot slice, loads
-     that slice once instead of once per lookup, runs their chains in batches of NB and sums the pivot
-     gradient in shared memory in a fixed order; the other cores' per-lookup gradients go to a
-     workspace. A last kernel, one block per slice, sums each slice's gradients in sorted order and
-     applies the optimizer there. No float atomics: the result is bitwise the same run after run.
-  5  version 4 with register tiles: every thread computes a 4x4 (or 2x2) tile of each small GEMM, 8
-     shared-memory loads per 16 FMAs instead of 2 per FMA (versions 3 and 4 are bound by shared-memory
-     bandwidth: one 32-lane load wavefront per 16 FMAs).
-     Why versions 4-5 are 6x slower than version 3 at the 4- and 5-core shapes: their last kernel gives
-     each slice one block of 128 threads that adds the slice's per-lookup W rows one after another. Those
-     shapes have few slices with many lookups (4-core: 25 slices of core 2, 2048 floats each, ~410 lookups
-     per slice: 3.3 MB read by each of 25 blocks), so that kernel alone takes milliseconds.
-  6  grouped by the pivot slice, without a sort, in the "sandwich" form, on float4 register tiles. Per
-     lookup with prefix P = G_0..G_{h-1} and suffix Suf = G_{h+1}..G_{T-1} around the pivot core h:
-     Y = g x Suf and L_h = P^T x g (8,192 FLOPs at the default), then the three products with the pivot
-     slice, 3 x 32,768 FLOPs: (I) dG_h += P^T Y, summed over the slice's lookups in registers; (II)
-     dM_{h-1} = Y G_h^T, the gradient flowing left (at h = 1 it is core 0's gradient); (III) L_{h+1} =
-     G_h^T L_h, flowing right (at h = T-2 core T-1's gradient); the side cores finish with short chains
-     (F = max(h-1, T-2-h) phases each way, none at T = 3). Launches: a memset of the counters, then
-       prep: a thread per lookup writes its bag and slice row per core and counts the lookups of every
-         slice with int atomics (exact, so deterministic); the last block to finish plans the work: the
-         chunks (<= 64 lookups) of every pivot slice, the items of the final kernel, and where every
-         slice's lookups go in one list;
-       lists: one block per slice writes the slice's lookups in lookup order, by an ordered scan of its
-         core's keys staged in shared memory (a block scan of match counts: no sort, no order from
-         timing; O(slices x nnz) work, 27 MB of L2 reads at the default);
-       chunks: one block per chunk takes its lookups from the list, loads G_h's slice once, runs
-         batches of NB = 16 lookups through 3 phases (load; Y and L_h; the pivot products) with Y,
-         L_h, (I), (II), (III) as 4x4 tiles fed by float4 loads (2 per 16 FMAs), the lanes ordered so that both loads of a step are shared by lane pairs (n, n^1 and n,
-         n^2: 2 shared-memory requests per 128-bit load instead of 4, so the loads keep up with the FMA
-         pipes), writes the side cores' per-lookup gradients to W (256 floats per lookup), and applies
-         the optimizer to a slice with one chunk right there (a partial otherwise);
-       final: one block per (slice, 512 columns, 64 rows) of every other slice: its rows in lookup
-         order (from the list) or chunk order, row groups added in a fixed order; a slice with
-         several parts is finished by whichever part counts last (an int counter, then the parts in
-         part order) and the optimizer applied there.
-     No float atomics: bitwise the same run after run and whatever the block order (the CPU test runs
-     blocks, items and the threads of every phase in both orders). Counts at the default: 220 chunks
-     (no slice over 64 lookups at uniform), 457 final items, 105 KB of shared memory and 128 registers
-     per 256-thread block: two blocks per SM, so every chunk is resident at once, <= 2 per SM. L2
-     traffic: G_h 16 KB per chunk (3.6 MB), the other slices and dY 1.25 KB per lookup (12.8 MB), W
-     10.5 MB written and read once, keys staged 40 KB per slice in the list kernel (27 MB): ~60 MB,
-     ~10 us of L2 bandwidth spread over the kernels, not the bound; the counts say FMA issue is. The
-     list kernel's scan grows as slices x nnz: 220 MB at --B 4096 (~40 us of L2 reads against ~0.2 ms
-     of FMAs), fine up to there; a radix sort is the way beyond.
-     Prediction, not a measurement: an SM with two chunks does ~93 lookups x 53,248 FMA = 4.95 M FMA,
-     19.5 us at the FP32 FMA peak; at 50-65% of it the chunk kernel takes 30-40 us, the prep, list and
-     final kernels and the memset ~10 us more: 40-50 us at the default (5-7x version 5), a little more at Zipf
-     1.15 (300 chunks, 41 slices split in two or more). At the 4-core shape the second heavy core's
-     per-lookup gradients (8 KB per lookup, 84 MB) still go through W, now reduced by 512-column x
-     64-row items in parallel: predicted ~0.1 ms (v3 0.53, v5 3.0); the 5-core shape's W is 64 MB:
-     predicted 0.1 ms or less. Next steps: group by both heavy cores there (W would shrink to 1 KB per
-     lookup), and the pivot products on tensor cores (3xTF32 keeps fp32 accuracy).
-     Measured: 0.150 ms at the default (block 256: 3x slower than the predicted 40-50 us), 0.180 at Zipf 1.15,
-     0.578 / 0.560 ms at the 4-/5-core shapes (predicted ~0.1). ncu (scripts/profile.sh, second session): the
-     prep kernel 16 us, the list kernel 20 us, the chain kernel 113 us (177 registers, 10% occupancy), the
-     final kernel 23 us. Version 6 is the default: 1.9x version 5, 5.6x FBTT's pipeline (2). A full step,
-     forward (tt_embedding_forward version 3, 0.044 ms) + this backward with SGD, is 0.194 ms at the default:
-     the 0.1 ms target is not met; it is 10.6x PyTorch's bmm-chain forward + backward + SGD step (2.06 ms in
-     the same session) and 7.2x its forward + backward (1.40 ms), and 2.7x the time per lookup of dense
-     nn.EmbeddingBag 11M x 64 forward + backward + SGD (0.534 ms in the same session) at 734x less memory.
-     Where the missing 3x went is the next question for a profiler (ncu works on this machine): the counts
-     say FMA issue, the measurement says something serial (the planner's last block, the list kernel's
-     scan, or the chunk kernel's three phases per batch of 16) costs more than the arithmetic.
-  7  FBTT's default family (T = 3, q = 4,4,4, ranks 32,32; any p, tables and bags) on tensor cores, in one
-     wave, without a planning block or list kernel: the three products with G_1 as GEMMs over each slice's
-     lookups in 3xTF32 mma.sync (FP32-accurate, checked at the FP32 tolerance), items found by each block
-     from the counts, lists from slice buckets, four kernels chained with programmatic dependent launch.
-     See its section for the design and the ncu numbers behind each step. Measured (fourth session):
-     0.0651 ms at the default, 0.0967 at Zipf 1.15, adagrad 0.0687, --B 4096 0.4697: 2.3x version 6 and
-     12.8x FBTT's pipeline (2) at the default. The default version; other shapes are skipped with the reason.
-Checks: every version at every block size against the double reference, outputs poisoned first (NaN
-in dG and every workspace; cores and state restored). Per element |got - ref| <= atol + ROUND |ref| +
-RTOL_MAG * (the element's sum of |terms|, propagated through the optimizer): see the tolerances below.
-Versions 1-3 add with float atomics in a run-dependent order, so only the tolerance applies to them;
-versions 4-6 are also run twice and must agree bit for bit. Slices no lookup touched must come back
-bit-identical. The CPU test (tests/test_tt_embedding_backward.cu) runs every version's device code on
-the CPU, thread by thread (cuBLAS and CUB replaced by loops with the same arguments), on T = 2..6.
-Inputs: those of tt_embedding_forward for the same --seed and flags (cores, indices, offsets), then
-dY uniform in [-1, 1) and the Adagrad state.
-Timing: every sample restores the cores and the Adagrad state (untimed, prepare_timing), so each
-sample runs the same step from the same weights. Workspace (chunk buffers, pointer arrays, CUB temp
-storage, sort and segment arrays) is allocated once, before timing.
-
-Predictions from the counts (not measurements): at the default, 1.09 GFLOP per step is ~18 us at a
-60 TFLOP/s FP32 peak. Version 3 fetches 17 KB of slices per lookup (174 MB per step from L2) and
-issues 4352 float atomics per lookup (45 M per step): L2-bound, tens of us at best. Versions 4-5 fetch
-the 16 KB pivot slice once per chunk of up to 32 lookups (~440 blocks) and write 1 KB per lookup of
-non-pivot gradients (10 MB): bound by shared-memory bandwidth in version 4 (2 loads per FMA, ~4x the
-FLOP floor), closer to the FLOP floor in version 5; the sort, segment search, scan and reduction add
-~6 launches. At the 4-core shape both middle cores hold 2048-float slices: only the pivot is grouped,
-the other's per-lookup gradients (8 KB per lookup, 84 MB per step) go through the workspace, the next
-thing to fix there (group by both heavy cores, as tt_embedding_forward's version 4 does).
-
-Compile and run (fp32 only: FBTT's cores and optimizer state are fp32; the _bf16 build exits 2):
-  make tt_embedding_backward && ./tt_embedding_backward all
-  ./tt_embedding_backward 5 --optimizer adagrad --alpha 1.15
-  ./tt_embedding_backward 6 --block 256
-  ./tt_embedding_backward 7 --alpha 1.15
-  ./tt_embedding_backward all --p 20,22,25,20 --q 4,2,2,4 --ranks 32,32,32
+Lessons:
+  - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
+    registers; versions 4-5 sorted and grouped too but summed the other cores' gradients one slice per block.
+  - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
+  - On tensor cores in 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions):
+    cvt.rna splits were 11.3M of version 7's first 24.6M warp instructions.
+  - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
+  - Rank 64-128 at T = 3: the pivot slice (64-256 KB) crowds out the batch in shared memory; version 6 then keeps
+    dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
+  - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "common.h"
-#include <cub/cub.cuh>
+#include <unistd.h>
 
-#define TT_BWD_MAX_T 6
+#define TT_EMBEDDING_BACKWARD_MAX_T 6
 // #pragma unroll inside __host__ __device__ code, for the device pass only (the host compiler warns)
 #ifdef __CUDA_ARCH__
-#define TT_BWD_UNROLL _Pragma("unroll")
-#define TT_BWD_UNROLL4 _Pragma("unroll 4")
-#define TT_BWD_UNROLL2 _Pragma("unroll 2")
+#define TT_EMBEDDING_BACKWARD_UNROLL _Pragma("unroll")
+#define TT_EMBEDDING_BACKWARD_UNROLL4 _Pragma("unroll 4")
+#define TT_EMBEDDING_BACKWARD_UNROLL2 _Pragma("unroll 2")
 #else
-#define TT_BWD_UNROLL
-#define TT_BWD_UNROLL4
-#define TT_BWD_UNROLL2
+#define TT_EMBEDDING_BACKWARD_UNROLL
+#define TT_EMBEDDING_BACKWARD_UNROLL4
+#define TT_EMBEDDING_BACKWARD_UNROLL2
 #endif
-enum { TT_BWD_DENSE = 0, TT_BWD_SGD = 1, TT_BWD_ADAGRAD = 2 };
-static const char* TT_BWD_OPT_NAMES[3] = {"dense", "sgd", "adagrad"};
-static const int TT_BWD_FBTT_CHUNK = 1000;      // version 2: lookups per batched-GEMM call (FBTT's batch_count)
-static const int TT_BWD_CHUNK = 32;             // versions 4-5: lookups of one pivot slice per block
-static const int TT_BWD_MAX_NB = 8;             // versions 4-5: lookups per batch in a block
-static const int TT_BWD_SMEM_TARGET = 80 * 1024;  // versions 4-5: largest NB whose shared memory fits this
-static const int TT_BWD_MAX_FUSED_BLOCK = 512;  // versions 3-5 are compiled for at most 512 threads
-static const double TT_BWD_NAIVE_MAX_TERMS = 4e9;  // version 1 is skipped above this many explicit-sum terms
+enum { TT_EMBEDDING_BACKWARD_DENSE = 0, TT_EMBEDDING_BACKWARD_SGD = 1, TT_EMBEDDING_BACKWARD_ADAGRAD = 2 };
+static const char* TT_EMBEDDING_BACKWARD_OPT_NAMES[3] = {"dense", "sgd", "adagrad"};
+static const int TT_EMBEDDING_BACKWARD_FBTT_CHUNK = 1000;      // version 2: lookups per batched-GEMM call (FBTT's batch_count)
+static const int TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK = 512;  // versions 3 and 6 are compiled for at most 512 threads
+static const double TT_EMBEDDING_BACKWARD_NAIVE_MAX_TERMS = 4e9;  // version 1 is skipped above this many explicit-sum terms
 
 // Tolerances. Every GPU version computes in fp32, and sums many products of T factors: the error of
 // an element is bounded by a multiple of u * mag, where mag is the same sum over |factors| (the CPU
@@ -191,7 +76,7 @@ static const double TT_BWD_NAIVE_MAX_TERMS = 4e9;  // version 1 is skipped above
 // u * mag whatever N; a same-sign one by about sqrt(N/3) u * mag. 2e-5 (about 170 u) leaves room for
 // atomics in any order and long segments, and still fails a dropped lookup in a slice summed over
 // 10,000 lookups (an error near 1e-4 mag). The stored fp32 result adds its own rounding (ROUND * |ref|).
-static const double TT_BWD_ATOL = 1e-7, TT_BWD_RTOL_MAG = 2e-5, TT_BWD_ROUND = 4.8e-7;  // ROUND = 4 ulp
+static const double TT_EMBEDDING_BACKWARD_ATOL = 1e-7, TT_EMBEDDING_BACKWARD_RTOL_MAG = 2e-5, TT_EMBEDDING_BACKWARD_ROUND = 4.8e-7;  // ROUND = 4 ulp
 
 // ----------------------------------------------------------------------------------------------
 // shape, validation, inputs (host)
@@ -214,8 +99,8 @@ std::string tt_embedding_backward_check_shape(const std::vector<int>& p, const s
                                               double alpha, double lr, double eps) {
     char buf[256];
     const int T = (int)p.size();
-    if (T < 2 || T > TT_BWD_MAX_T) {
-        snprintf(buf, sizeof buf, "T = the number of cores (entries of --p) is %d; it must be 2..%d", T, TT_BWD_MAX_T);
+    if (T < 2 || T > TT_EMBEDDING_BACKWARD_MAX_T) {
+        snprintf(buf, sizeof buf, "T = the number of cores (entries of --p) is %d; it must be 2..%d", T, TT_EMBEDDING_BACKWARD_MAX_T);
         return buf;
     }
     if (q.size() != p.size()) {
@@ -257,6 +142,10 @@ std::string tt_embedding_backward_check_shape(const std::vector<int>& p, const s
     }
     if ((double)tables * sum_p >= 2147483647.0) {
         snprintf(buf, sizeof buf, "tables * sum(p) (%.0f slices) must be < 2^31 (int32 sort keys)", (double)tables * sum_p);
+        return buf;
+    }
+    if ((double)tables * B >= 2147483647.0) {
+        snprintf(buf, sizeof buf, "tables * B (%.0f bags) must be < 2^31 (int32 bag ids)", (double)tables * B);
         return buf;
     }
     if ((double)T * tables * B * L >= 2147483647.0) {
@@ -378,8 +267,8 @@ void tt_embedding_backward_make_bags(const TtEmbeddingBackwardShape& s, int L, d
 
 // row -> core indices (mixed radix, i_0 most significant)
 __host__ __device__ inline void tt_embedding_backward_decode_row(const TtEmbeddingBackwardShape& s, int64_t row, int* idx) {
-TT_BWD_UNROLL
-    for (int t = 0; t < TT_BWD_MAX_T; t++) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int t = 0; t < TT_EMBEDDING_BACKWARD_MAX_T; t++) {
         if (t >= s.T) break;
         idx[t] = (int)(row / s.Lrad[t]);
         row -= (int64_t)idx[t] * s.Lrad[t];
@@ -400,14 +289,14 @@ void tt_embedding_backward_cpu(const TtEmbeddingBackwardShape& s, const float* c
     int64_t w[8];                      // w[t] = q_t ... q_{T-1}, w[T] = 1
     w[T] = 1;
     for (int t = T - 1; t >= 0; t--) w[t] = w[t + 1] * s.q[t];
-    std::vector<double> P[TT_BWD_MAX_T], Suf[TT_BWD_MAX_T + 1], H, sl[TT_BWD_MAX_T], g(s.D);
+    std::vector<double> P[TT_EMBEDDING_BACKWARD_MAX_T], Suf[TT_EMBEDDING_BACKWARD_MAX_T + 1], H, sl[TT_EMBEDDING_BACKWARD_MAX_T], g(s.D);
     for (int bag = 0; bag < s.num_bags; bag++) {
         const int tbl = bag / s.B;
         for (int d = 0; d < s.D; d++) g[d] = val(dY_f[(int64_t)bag * s.D + d]);
         for (int64_t j = offsets[bag]; j < offsets[bag + 1]; j++) {
-            int idx[TT_BWD_MAX_T];
+            int idx[TT_EMBEDDING_BACKWARD_MAX_T];
             tt_embedding_backward_decode_row(s, indices[j], idx);
-            int64_t off[TT_BWD_MAX_T];
+            int64_t off[TT_EMBEDDING_BACKWARD_MAX_T];
             for (int t = 0; t < T; t++) {
                 off[t] = s.core_off[t] + ((int64_t)tbl * s.p[t] + idx[t]) * s.S[t];
                 sl[t].resize(s.S[t]);
@@ -466,7 +355,7 @@ void tt_embedding_backward_cpu(const TtEmbeddingBackwardShape& s, const float* c
     }
 }
 
-// The pooled forward Y [num_bags, D] by the explicit sum over rank indices (the spec's formula),
+// The pooled forward Y [num_bags, D] by the explicit sum over rank indices (the definition),
 // in double from double cores: the tests differentiate <Y(G), dY> with it.
 void tt_embedding_backward_forward_cpu(const TtEmbeddingBackwardShape& s, const double* cores, const int64_t* offsets,
                                        const int64_t* indices, double* Y) {
@@ -475,15 +364,15 @@ void tt_embedding_backward_forward_cpu(const TtEmbeddingBackwardShape& s, const 
     for (int bag = 0; bag < s.num_bags; bag++) {
         const int tbl = bag / s.B;
         for (int64_t j = offsets[bag]; j < offsets[bag + 1]; j++) {
-            int idx[TT_BWD_MAX_T];
+            int idx[TT_EMBEDDING_BACKWARD_MAX_T];
             tt_embedding_backward_decode_row(s, indices[j], idx);
-            const double* sl[TT_BWD_MAX_T];
+            const double* sl[TT_EMBEDDING_BACKWARD_MAX_T];
             for (int t = 0; t < T; t++) sl[t] = cores + s.core_off[t] + ((int64_t)tbl * s.p[t] + idx[t]) * s.S[t];
             for (int d = 0; d < s.D; d++) {
-                int a[TT_BWD_MAX_T];
+                int a[TT_EMBEDDING_BACKWARD_MAX_T];
                 int rest = d;
                 for (int t = T - 1; t >= 0; t--) { a[t] = rest % s.q[t]; rest /= s.q[t]; }
-                int k[TT_BWD_MAX_T + 1] = {0};
+                int k[TT_EMBEDDING_BACKWARD_MAX_T + 1] = {0};
                 double sum = 0.0;
                 for (;;) {
                     double prod = 1.0;
@@ -507,16 +396,18 @@ struct TtEmbeddingBackwardReference {
 
 TtEmbeddingBackwardReference tt_embedding_backward_reference(const TtEmbeddingBackwardShape& s, const std::vector<float>& cores,
                                                const std::vector<int64_t>& offsets, const std::vector<int64_t>& indices,
-                                               const std::vector<float>& dY) {
-    TtEmbeddingBackwardReference ref;
-    ref.dG.resize((size_t)s.core_off[s.T]);
-    ref.mag.resize((size_t)s.core_off[s.T]);
-    tt_embedding_backward_cpu(s, cores.data(), offsets.data(), indices.data(), dY.data(), ref.dG.data(), false);
-    tt_embedding_backward_cpu(s, cores.data(), offsets.data(), indices.data(), dY.data(), ref.mag.data(), true);
+                                               const std::vector<float>& dY, bool values = true) {
+    TtEmbeddingBackwardReference ref;   // values = false (--no-check): only which slices are touched
+    ref.dG.resize(values ? (size_t)s.core_off[s.T] : 0);
+    ref.mag.resize(values ? (size_t)s.core_off[s.T] : 0);
+    if (values) {
+        tt_embedding_backward_cpu(s, cores.data(), offsets.data(), indices.data(), dY.data(), ref.dG.data(), false);
+        tt_embedding_backward_cpu(s, cores.data(), offsets.data(), indices.data(), dY.data(), ref.mag.data(), true);
+    }
     ref.touched.assign((size_t)s.key_base[s.T], 0);
     for (int bag = 0; bag < s.num_bags; bag++)
         for (int64_t j = offsets[bag]; j < offsets[bag + 1]; j++) {
-            int idx[TT_BWD_MAX_T];
+            int idx[TT_EMBEDDING_BACKWARD_MAX_T];
             tt_embedding_backward_decode_row(s, indices[j], idx);
             for (int t = 0; t < s.T; t++) ref.touched[(size_t)s.key_base[t] + (bag / s.B) * s.p[t] + idx[t]] = 1;
         }
@@ -544,7 +435,7 @@ ValidateStats tt_embedding_backward_compare(const float* got, const double* ref,
         } else {
             const double abs_err = fabs(g - r);
             st.max_abs = std::max(st.max_abs, abs_err);
-            if (fabs(r) > TT_BWD_ATOL) st.max_rel = std::max(st.max_rel, abs_err / fabs(r));
+            if (fabs(r) > TT_EMBEDDING_BACKWARD_ATOL) st.max_rel = std::max(st.max_rel, abs_err / fabs(r));
             bad = abs_err > tol[i];
         }
         if (bad) {
@@ -566,36 +457,37 @@ bool tt_embedding_backward_check(const TtEmbeddingBackwardShape& s, int opt, flo
     for (int t = 0; t < s.T; t++) {
         const int64_t n = tt_embedding_backward_core_elems(s, t), off = s.core_off[t];
         std::vector<double> rG(n), tG(n), rS, tS;
-        if (opt == TT_BWD_ADAGRAD) { rS.resize(n); tS.resize(n); }
+        if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) { rS.resize(n); tS.resize(n); }
         for (int64_t e = 0; e < n; e++) {
-            const double g = ref.dG[off + e], del = TT_BWD_RTOL_MAG * ref.mag[off + e], G0 = cores0[off + e];
-            if (opt == TT_BWD_DENSE) {
+            const double g = ref.dG[off + e], del = TT_EMBEDDING_BACKWARD_RTOL_MAG * ref.mag[off + e], G0 = cores0[off + e];
+            if (opt == TT_EMBEDDING_BACKWARD_DENSE) {
                 rG[e] = g;
-                tG[e] = TT_BWD_ATOL + TT_BWD_ROUND * fabs(g) + del;
-            } else if (opt == TT_BWD_SGD) {
+                tG[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * fabs(g) + del;
+            } else if (opt == TT_EMBEDDING_BACKWARD_SGD) {
                 rG[e] = G0 - (double)lr * g;
-                tG[e] = TT_BWD_ATOL + TT_BWD_ROUND * fabs(rG[e]) + fabs((double)lr) * del;
+                tG[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * fabs(rG[e]) + fabs((double)lr) * del;
             } else {
                 const double s0 = state0[off + e], s1 = s0 + g * g, u = g / (sqrt(s1) + eps);
                 rS[e] = s1;
-                tS[e] = TT_BWD_ATOL + TT_BWD_ROUND * s1 + 2.0 * fabs(g) * del + del * del;
+                tS[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * s1 + 2.0 * fabs(g) * del + del * del;
                 rG[e] = G0 - (double)lr * u;
                 // |du/dg| <= 1/sqrt(s0); an fp32 sqrt and divide add a few ulps of u
                 const double du = std::min(2.0, del / sqrt(std::max(s0, 1e-30)));
-                tG[e] = TT_BWD_ATOL + TT_BWD_ROUND * fabs(rG[e]) + fabs((double)lr) * (du + 4.0 * TT_BWD_ROUND * fabs(u));
+                tG[e] = TT_EMBEDDING_BACKWARD_ATOL + TT_EMBEDDING_BACKWARD_ROUND * fabs(rG[e]) +
+                        fabs((double)lr) * (du + 4.0 * TT_EMBEDDING_BACKWARD_ROUND * fabs(u));
             }
         }
-        const float* got = (opt == TT_BWD_DENSE ? dG : cores) + off;
+        const float* got = (opt == TT_EMBEDDING_BACKWARD_DENSE ? dG : cores) + off;
         std::vector<float> rG_f(rG.begin(), rG.end());
         char name[32];
-        snprintf(name, sizeof name, "%s%d", opt == TT_BWD_DENSE ? "dG" : "G", t);
+        snprintf(name, sizeof name, "%s%d", opt == TT_EMBEDDING_BACKWARD_DENSE ? "dG" : "G", t);
         ValidateStats st = tt_embedding_backward_compare(got, rG.data(), tG.data(), (size_t)n);
-        bool ok = report_validation(name, st, got, rG_f.data(), (float)TT_BWD_ATOL, (float)TT_BWD_RTOL_MAG);
-        if (opt == TT_BWD_ADAGRAD) {
+        bool ok = report_validation(name, st, got, rG_f.data(), (float)TT_EMBEDDING_BACKWARD_ATOL, (float)TT_EMBEDDING_BACKWARD_RTOL_MAG);
+        if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) {
             std::vector<float> rS_f(rS.begin(), rS.end());
             snprintf(name, sizeof name, "state%d", t);
             ValidateStats ss = tt_embedding_backward_compare(state + off, rS.data(), tS.data(), (size_t)n);
-            ok = report_validation(name, ss, state + off, rS_f.data(), (float)TT_BWD_ATOL, (float)TT_BWD_RTOL_MAG) && ok;
+            ok = report_validation(name, ss, state + off, rS_f.data(), (float)TT_EMBEDDING_BACKWARD_ATOL, (float)TT_EMBEDDING_BACKWARD_RTOL_MAG) && ok;
         }
         if (!ok) {
             for (size_t i : st.first_bad) {
@@ -613,11 +505,11 @@ bool tt_embedding_backward_check(const TtEmbeddingBackwardShape& s, int opt, flo
             const int64_t off = s.core_off[t] + (int64_t)(k - s.key_base[t]) * s.S[t];
             const size_t bytes = (size_t)s.S[t] * sizeof(float);
             bool same = true;
-            if (opt == TT_BWD_DENSE || !ref.touched[k]) same = memcmp(cores + off, cores0 + off, bytes) == 0;
+            if (opt == TT_EMBEDDING_BACKWARD_DENSE || !ref.touched[k]) same = memcmp(cores + off, cores0 + off, bytes) == 0;
             if (!ref.touched[k]) {
                 untouched++;
-                if (opt == TT_BWD_ADAGRAD) same = same && memcmp(state + off, state0 + off, bytes) == 0;
-                if (opt == TT_BWD_DENSE)
+                if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) same = same && memcmp(state + off, state0 + off, bytes) == 0;
+                if (opt == TT_EMBEDDING_BACKWARD_DENSE)
                     for (int e = 0; e < s.S[t]; e++) same = same && dG[off + e] == 0.0f;
             }
             if (!same) {
@@ -633,7 +525,7 @@ bool tt_embedding_backward_check(const TtEmbeddingBackwardShape& s, int opt, flo
         pass = false;
     } else {
         printf("  untouched        ok    (%lld of %d slices untouched by lookups: bit-identical%s)\n", (long long)untouched,
-               s.key_base[s.T], opt == TT_BWD_DENSE ? "; cores unchanged, dG zero there" : "");
+               s.key_base[s.T], opt == TT_EMBEDDING_BACKWARD_DENSE ? "; cores unchanged, dG zero there" : "");
     }
     return pass;
 }
@@ -662,24 +554,13 @@ __host__ __device__ inline int tt_embedding_backward_bag_of(const int64_t* offse
     return lo;
 }
 
-// first position in a sorted int array with a[pos] >= key
-__host__ __device__ inline int tt_embedding_backward_lower_bound(const int* a, int n, int key) {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (a[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
 // The optimizer on one element, given its summed gradient (used by the optimizer pass of versions 1-3
-// and the fused reduction of versions 4-5, so all apply the same fp32 arithmetic).
+// and the reductions of versions 6-7, so all apply the same fp32 arithmetic).
 __host__ __device__ inline void tt_embedding_backward_apply(int opt, float lr, float eps, float* G, float* st, float* dG,
                                                             int64_t i, float grad) {
-    if (opt == TT_BWD_DENSE) {
+    if (opt == TT_EMBEDDING_BACKWARD_DENSE) {
         dG[i] = grad;
-    } else if (opt == TT_BWD_SGD) {
+    } else if (opt == TT_EMBEDDING_BACKWARD_SGD) {
         G[i] -= lr * grad;
     } else {
         const float s = st[i] + grad * grad;
@@ -715,11 +596,11 @@ __host__ __device__ inline void tt_embedding_backward_naive_element(const TtEmbe
     while (r >= s.S[t]) { r -= s.S[t]; t++; }
     const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, n);
     const int tbl = bag / s.B;
-    int idx[TT_BWD_MAX_T];
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[n], idx);
-    int64_t off[TT_BWD_MAX_T];
+    int64_t off[TT_EMBEDDING_BACKWARD_MAX_T];
     for (int j = 0; j < T; j++) off[j] = s.core_off[j] + ((int64_t)tbl * s.p[j] + idx[j]) * s.S[j];
-    int a[TT_BWD_MAX_T] = {0}, k[TT_BWD_MAX_T + 1] = {0};
+    int a[TT_EMBEDDING_BACKWARD_MAX_T] = {0}, k[TT_EMBEDDING_BACKWARD_MAX_T + 1] = {0};
     k[t] = r / s.n[t];
     a[t] = (r % s.n[t]) / s.R[t + 1];
     k[t + 1] = r % s.R[t + 1];
@@ -749,7 +630,7 @@ __host__ __device__ inline void tt_embedding_backward_naive_element(const TtEmbe
     tt_embedding_backward_atomic_add(dG + off[t] + r, sum);
 }
 
-__global__ void tt_embedding_backward_kernel1(const __grid_constant__ TtEmbeddingBackwardShape s, int Ssum, const int64_t* offsets,
+__global__ void tt_embedding_backward1_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int Ssum, const int64_t* offsets,
                                               const int64_t* indices, const float* cores, const float* dY, float* dG) {
     const int64_t total = (int64_t)s.nnz * Ssum;
     for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < total; gid += (int64_t)gridDim.x * blockDim.x)
@@ -777,8 +658,8 @@ inline double tt_embedding_backward_naive_terms(const TtEmbeddingBackwardShape& 
 // P_0 is core 0's slice itself, dM_{T-1} the dY row; dM_t (1 <= t <= T-2) overwrites P_t in place
 // (P_t is read by grad t+1, which runs before dm t+1 writes dM_t), and dM_0 is core 0's gradient.
 struct TtEmbeddingBackwardFbttBufs {
-    float* P[TT_BWD_MAX_T];     // t = 1..T-2: [chunk, m_t R_{t+1}]
-    float* trG[TT_BWD_MAX_T];   // t = 0..T-1: [chunk, S_t] per-lookup slice gradients
+    float* P[TT_EMBEDDING_BACKWARD_MAX_T];     // t = 1..T-2: [chunk, m_t R_{t+1}]
+    float* trG[TT_EMBEDDING_BACKWARD_MAX_T];   // t = 0..T-1: [chunk, S_t] per-lookup slice gradients
 };
 
 inline int tt_embedding_backward_fbtt_slots(int T) { return 3 * (T - 2) + 6 * (T - 1); }
@@ -827,11 +708,11 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const Tt
     const int64_t j = start + nl;
     const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j);
     const int tbl = bag / s.B;
-    int idx[TT_BWD_MAX_T];
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[j], idx);
-    float* sl[TT_BWD_MAX_T] = {};
-    float* P[TT_BWD_MAX_T] = {};
-    float* dM[TT_BWD_MAX_T] = {};
+    float* sl[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    float* P[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    float* dM[TT_EMBEDDING_BACKWARD_MAX_T] = {};
     for (int t = 0; t < T; t++) {
         const int row = tbl * s.p[t] + idx[t];
         rows[t * chunk + nl] = row;
@@ -858,7 +739,7 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const Tt
     }
 }
 
-__global__ void tt_embedding_backward_kernel2_setup(const __grid_constant__ TtEmbeddingBackwardShape s, int64_t start, int N, int chunk,
+__global__ void tt_embedding_backward2_setup_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int64_t start, int N, int chunk,
                                                     const int64_t* offsets, const int64_t* indices, const float* cores,
                                                     const float* dY, const __grid_constant__ TtEmbeddingBackwardFbttBufs bufs,
                                                     float** ptrs, int* rows) {
@@ -874,48 +755,37 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_scatter_element(const
     tt_embedding_backward_atomic_add(dG + s.core_off[t] + (int64_t)rows_t[nl] * s.S[t] + e, trG_t[i]);
 }
 
-__global__ void tt_embedding_backward_kernel2_scatter(const __grid_constant__ TtEmbeddingBackwardShape s, int t, int N, const int* rows_t,
+__global__ void tt_embedding_backward2_scatter_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int t, int N, const int* rows_t,
                                                       const float* trG_t, float* dG) {
     const int64_t total = (int64_t)N * s.S[t];
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         tt_embedding_backward_fbtt_scatter_element(s, t, i, rows_t, trG_t, dG);
 }
 
-// ---- versions 3-5: the chain in shared memory ----------------------------------------------------
+// ---- version 3: the chain in shared memory, one lookup per block ------------------------------------
 
 // Shared-memory layout of a fused block (host-built; in floats, every region 16-byte aligned):
-//   [pivot slice R_c x PS_c][pivot accumulator S_c]     (versions 4-5; none in version 3)
 //   nb x per-lookup: [slices of the other cores, row pitch PS_t][g: D][P_t, dM_t for t = 1..T-2]
 //   nb x 8 ints: lookup id, bag, slice row tbl*p_t + i_t of each core
 // A slice row's pitch PS_t is n_t rounded up to odd: dM_{t-1} = dM_t . G_t^T reads G_t down its
 // columns, and an odd pitch puts 32 consecutive rows in 32 different banks.
 struct TtEmbeddingBackwardLayout {
-    int nb, pivot, tiled;                  // lookups per batch; pivot core or -1; register tiles (version 5)
-    int PS[TT_BWD_MAX_T];                  // slice row pitch in shared memory
-    int sl_off[TT_BWD_MAX_T];              // slice offset: in the shared region (pivot) or in a lookup's region
-    int g_off, P_off[TT_BWD_MAX_T], dM_off[TT_BWD_MAX_T];   // in a lookup's region
-    int acc_off, shared_floats, lookup_floats, int_off, total_floats;
+    int nb;                                // lookups per batch
+    int PS[TT_EMBEDDING_BACKWARD_MAX_T];                  // slice row pitch in shared memory
+    int sl_off[TT_EMBEDDING_BACKWARD_MAX_T], g_off, P_off[TT_EMBEDDING_BACKWARD_MAX_T], dM_off[TT_EMBEDDING_BACKWARD_MAX_T];   // in a lookup's region
+    int lookup_floats, int_off, total_floats;
 };
-#define TT_BWD_INTS 8
+#define TT_EMBEDDING_BACKWARD_INTS 8
 
 inline int tt_embedding_backward_round4(int64_t x) { return (int)((x + 3) / 4 * 4); }
 
-inline TtEmbeddingBackwardLayout tt_embedding_backward_make_layout(const TtEmbeddingBackwardShape& s, int pivot, int nb, int tiled) {
+inline TtEmbeddingBackwardLayout tt_embedding_backward_make_layout(const TtEmbeddingBackwardShape& s, int nb) {
     TtEmbeddingBackwardLayout L;
     memset(&L, 0, sizeof L);
-    L.nb = nb; L.pivot = pivot; L.tiled = tiled;
+    L.nb = nb;
     for (int t = 0; t < s.T; t++) L.PS[t] = s.R[t] == 1 ? s.n[t] : (s.n[t] | 1);
     int cur = 0;
-    if (pivot >= 0) {
-        L.sl_off[pivot] = cur;
-        cur += tt_embedding_backward_round4((int64_t)s.R[pivot] * L.PS[pivot]);
-        L.acc_off = cur;
-        cur += tt_embedding_backward_round4(s.S[pivot]);
-    }
-    L.shared_floats = cur;
-    cur = 0;
     for (int t = 0; t < s.T; t++) {
-        if (t == pivot) continue;
         L.sl_off[t] = cur;
         cur += tt_embedding_backward_round4((int64_t)s.R[t] * L.PS[t]);
     }
@@ -928,8 +798,8 @@ inline TtEmbeddingBackwardLayout tt_embedding_backward_make_layout(const TtEmbed
         cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]);
     }
     L.lookup_floats = cur;
-    L.int_off = L.shared_floats + nb * L.lookup_floats;
-    L.total_floats = L.int_off + tt_embedding_backward_round4(nb * TT_BWD_INTS);
+    L.int_off = nb * L.lookup_floats;
+    L.total_floats = L.int_off + tt_embedding_backward_round4(nb * TT_EMBEDDING_BACKWARD_INTS);
     return L;
 }
 inline size_t tt_embedding_backward_smem_bytes(const TtEmbeddingBackwardLayout& L) { return (size_t)L.total_floats * sizeof(float); }
@@ -937,9 +807,9 @@ inline size_t tt_embedding_backward_smem_bytes(const TtEmbeddingBackwardLayout& 
 // One small GEMM of a batch of lookups, all operands in shared memory except a global destination:
 //   C(b, i, j) (mode)= sum_k A(b, i, k) B(b, k, j),  i < M, j < N, k < K, b < nb
 //   A(b, i, k) = A[b*a_bs + i*a_rs + k*a_cs], B(b, k, j) = B[b*b_bs + k*b_rs + j*b_cs]
-//   C(b, i, j) = C[cb*c_bs + i*c_rs + j*c_cs], cb = c_bidx ? c_bidx[b*TT_BWD_INTS] : b
+//   C(b, i, j) = C[cb*c_bs + i*c_rs + j*c_cs], cb = c_bidx ? c_bidx[b*TT_EMBEDDING_BACKWARD_INTS] : b
 // sum_batches: one C for the whole batch, C(i, j) (mode)= sum_b sum_k A(b,i,k) B(b,k,j).
-enum { TT_BWD_STORE = 0, TT_BWD_ACCUM = 1, TT_BWD_ATOMIC = 2 };
+enum { TT_EMBEDDING_BACKWARD_STORE = 0, TT_EMBEDDING_BACKWARD_ACCUM = 1, TT_EMBEDDING_BACKWARD_ATOMIC = 2 };
 struct TtEmbeddingBackwardGemm {
     int M, N, K;
     const float* A; int a_bs, a_rs, a_cs;
@@ -948,10 +818,9 @@ struct TtEmbeddingBackwardGemm {
     int mode, sum_batches, tile;
 };
 
-// The largest square register tile (4, 2 or 1) whose tile count still gives every thread one
-// (version 5); versions 3-4 compute one output per unit.
-__host__ __device__ inline int tt_embedding_backward_pick_tile(int M, int N, int mult, int nt, int tiled) {
-    if (!tiled) return 1;
+// The largest square register tile (4, 2 or 1) whose tile count still gives every thread one (version 6's
+// generic GEMMs); version 3 computes one output per unit.
+__host__ __device__ inline int tt_embedding_backward_pick_tile(int M, int N, int mult, int nt) {
     for (int tl = 4; tl >= 2; tl /= 2)
         if ((int64_t)mult * ((M + tl - 1) / tl) * ((N + tl - 1) / tl) >= nt) return tl;
     return 1;
@@ -971,50 +840,50 @@ __host__ __device__ __forceinline__ void tt_embedding_backward_tile(const TtEmbe
     const int b = g.sum_batches ? 0 : unit / per;
     const int tl = unit - b * per, rt = tl / tiles_n, ct = tl - rt * tiles_n;
     int arow[TM], bcol[TN];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < TM; r++) arow[r] = min(rt * TM + r, g.M - 1) * g.a_rs;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int c = 0; c < TN; c++) bcol[c] = min(ct + c * tiles_n, g.N - 1) * g.b_cs;
     float acc[TM][TN];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < TM; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int c = 0; c < TN; c++) acc[r][c] = 0.0f;
     const int b_lo = g.sum_batches ? 0 : b, b_hi = g.sum_batches ? nb : b + 1;
     for (int bb = b_lo; bb < b_hi; bb++) {
         const float* A = g.A + bb * g.a_bs;
         const float* B = g.B + bb * g.b_bs;
-TT_BWD_UNROLL4
+TT_EMBEDDING_BACKWARD_UNROLL4
         for (int k = 0; k < g.K; k++) {
             float av[TM], bv[TN];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int r = 0; r < TM; r++) av[r] = A[arow[r] + k * g.a_cs];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int c = 0; c < TN; c++) bv[c] = B[k * g.b_rs + bcol[c]];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int r = 0; r < TM; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
                 for (int c = 0; c < TN; c++) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
         }
     }
-    float* C = g.C + (g.c_bidx ? (int64_t)g.c_bidx[b * TT_BWD_INTS] : (int64_t)b) * g.c_bs;
-TT_BWD_UNROLL
+    float* C = g.C + (g.c_bidx ? (int64_t)g.c_bidx[b * TT_EMBEDDING_BACKWARD_INTS] : (int64_t)b) * g.c_bs;
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < TM; r++) {
         const int i = rt * TM + r;
         if (i >= g.M) break;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int c = 0; c < TN; c++) {
             const int j = ct + c * tiles_n;
             if (j >= g.N) break;
             float* dst = C + (int64_t)i * g.c_rs + (int64_t)j * g.c_cs;
-            if (g.mode == TT_BWD_STORE) *dst = acc[r][c];
-            else if (g.mode == TT_BWD_ACCUM) *dst += acc[r][c];
+            if (g.mode == TT_EMBEDDING_BACKWARD_STORE) *dst = acc[r][c];
+            else if (g.mode == TT_EMBEDDING_BACKWARD_ACCUM) *dst += acc[r][c];
             else tt_embedding_backward_atomic_add(dst, acc[r][c]);
         }
     }
 }
 
-// TILED = 0 compiles only the one-output unit (versions 3-4: fewer registers), 1 all three tiles
+// TILED = 0 compiles only the one-output unit (version 3: fewer registers), 1 all three tiles
 template <int TILED>
 __host__ __device__ __forceinline__ void tt_embedding_backward_run_unit(const TtEmbeddingBackwardGemm& g, int nb, int unit) {
     if (TILED && g.tile == 4) tt_embedding_backward_tile<4, 4>(g, nb, unit);
@@ -1022,40 +891,22 @@ __host__ __device__ __forceinline__ void tt_embedding_backward_run_unit(const Tt
     else tt_embedding_backward_tile<1, 1>(g, nb, unit);
 }
 
-// Where the slice gradients of the non-pivot cores go: version 3 atomically adds them into the dense
-// dG (base = dG, off = core_off, per lookup its slice row); versions 4-5 store them into the workspace
-// W (base = W, off = W_off, per lookup its id).
-struct TtEmbeddingBackwardDest {
-    float* base;
-    const int64_t* off;      // [T]: points at the block's shared copy of core_off or W_off
-    int use_rows, atomic;
-};
-
 // One phase of the chain for the batch's nb lookups, thread tid of nt. Phases:
 //   ph < T-2:   forward t = ph:   P_{t+1} = P_t . G_{t+1}
 //   otherwise:  backward t = T-1 - (ph - (T-2)), two independent GEMMs sharing the phase's units:
 //               dG_t = P_{t-1}^T . dM_t   and   dM_{t-1} = dM_t . G_t^T  (dM_0 is core 0's gradient)
-// The pivot core's gradient is summed over the batch into the shared accumulator (sum_batches: the
-// thread that owns an element adds every lookup's term in order).
-template <int TILED>
+// Every slice gradient is atomically added into the dense dG at the lookup's slice row.
 __host__ __device__ inline void tt_embedding_backward_chain_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L, float* sm,
-                                                                  int ph, int nb, int tid, int nt, const TtEmbeddingBackwardDest& dst) {
+                                                                  int ph, int nb, int tid, int nt, float* dG) {
     const int T = s.T, LB = L.lookup_floats;
-    float* lk = sm + L.shared_floats;                      // lookup 0's region; lookup b at + b*LB
+    float* lk = sm;                                        // lookup 0's region; lookup b at + b*LB
     const int* ints = (const int*)(sm + L.int_off);
-    auto slice = [&](int t, const float*& p, int& bs) {
-        if (t == L.pivot) { p = sm + L.sl_off[t]; bs = 0; }
-        else { p = lk + L.sl_off[t]; bs = LB; }
-    };
+    auto slice = [&](int t, const float*& p, int& bs) { p = lk + L.sl_off[t]; bs = LB; };
     // the destination of core u's slice gradient, a dense R_u x n_u (for u = 0: q_0 x R_1) block
     auto grad_dest = [&](TtEmbeddingBackwardGemm& g, int u, int row_len) {
         g.c_rs = row_len; g.c_cs = 1;
-        if (u == L.pivot) {
-            g.C = sm + L.acc_off; g.c_bs = 0; g.c_bidx = nullptr; g.mode = TT_BWD_ACCUM; g.sum_batches = 1;
-        } else {
-            g.C = dst.base + dst.off[u]; g.c_bs = s.S[u]; g.c_bidx = ints + (dst.use_rows ? 2 + u : 0);
-            g.mode = dst.atomic ? TT_BWD_ATOMIC : TT_BWD_STORE; g.sum_batches = 0;
-        }
+        g.C = dG + s.core_off[u]; g.c_bs = s.S[u]; g.c_bidx = ints + 2 + u;
+        g.mode = TT_EMBEDDING_BACKWARD_ATOMIC; g.sum_batches = 0;
     };
     TtEmbeddingBackwardGemm g0 = {}, g1 = {};
     int ng;
@@ -1069,7 +920,7 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TtEmbedd
         slice(t + 1, f.B, f.b_bs);
         f.b_rs = L.PS[t + 1]; f.b_cs = 1;
         f.C = lk + L.P_off[t + 1]; f.c_bs = LB; f.c_rs = s.n[t + 1]; f.c_cs = 1; f.c_bidx = nullptr;
-        f.mode = TT_BWD_STORE; f.sum_batches = 0;
+        f.mode = TT_EMBEDDING_BACKWARD_STORE; f.sum_batches = 0;
         ng = 1;
     } else {
         const int t = T - 1 - (ph - (T - 2));
@@ -1088,23 +939,23 @@ __host__ __device__ inline void tt_embedding_backward_chain_phase(const TtEmbedd
         d.b_rs = 1; d.b_cs = L.PS[t];
         if (t - 1 >= 1) {
             d.C = lk + L.dM_off[t - 1]; d.c_bs = LB; d.c_rs = s.R[t]; d.c_cs = 1; d.c_bidx = nullptr;
-            d.mode = TT_BWD_STORE; d.sum_batches = 0;
+            d.mode = TT_EMBEDDING_BACKWARD_STORE; d.sum_batches = 0;
         } else {
             grad_dest(d, 0, s.R[1]);
         }
         ng = 2;
     }
     // the phase's units: g0's, then g1's, dealt round-robin to the nt threads
-    g0.tile = tt_embedding_backward_pick_tile(g0.M, g0.N, g0.sum_batches ? 1 : nb, nt, TILED);
+    g0.tile = 1;
     const int u0 = tt_embedding_backward_units(g0, nb);
     int u1 = 0;
     if (ng == 2) {
-        g1.tile = tt_embedding_backward_pick_tile(g1.M, g1.N, g1.sum_batches ? 1 : nb, nt, TILED);
+        g1.tile = 1;
         u1 = tt_embedding_backward_units(g1, nb);
     }
     int u = tid;
-    for (; u < u0; u += nt) tt_embedding_backward_run_unit<TILED>(g0, nb, u);
-    for (; u < u0 + u1; u += nt) tt_embedding_backward_run_unit<TILED>(g1, nb, u - u0);
+    for (; u < u0; u += nt) tt_embedding_backward_run_unit<0>(g0, nb, u);
+    for (; u < u0 + u1; u += nt) tt_embedding_backward_run_unit<0>(g1, nb, u - u0);
 }
 
 // The batch's ints: thread b < nbb decodes lookup ids[b] (or first + b when ids is null)
@@ -1114,28 +965,27 @@ __host__ __device__ inline void tt_embedding_backward_decode_batch(const TtEmbed
     if (tid >= nbb) return;
     const int lid = ids ? ids[tid] : first + tid;
     const int bag = bag_of[lid], tbl = bag / s.B;
-    int idx[TT_BWD_MAX_T];
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[lid], idx);
-    int* si = (int*)(sm + L.int_off) + tid * TT_BWD_INTS;
+    int* si = (int*)(sm + L.int_off) + tid * TT_EMBEDDING_BACKWARD_INTS;
     si[0] = lid;
     si[1] = bag;
-TT_BWD_UNROLL
-    for (int t = 0; t < TT_BWD_MAX_T; t++) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int t = 0; t < TT_EMBEDDING_BACKWARD_MAX_T; t++) {
         if (t >= s.T) break;
         si[2 + t] = tbl * s.p[t] + idx[t];
     }
 }
 
-// The batch's slices (all but the pivot's) and dY rows into shared memory
+// The batch's slices and dY rows into shared memory
 __host__ __device__ inline void tt_embedding_backward_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L, float* sm,
                                                                  int nbb, int tid, int nt, const float* cores,
                                                                  const float* dY) {
     const int* ints = (const int*)(sm + L.int_off);
     for (int b = 0; b < nbb; b++) {
-        float* lk = sm + L.shared_floats + b * L.lookup_floats;
+        float* lk = sm + b * L.lookup_floats;
         for (int t = 0; t < s.T; t++) {
-            if (t == L.pivot) continue;
-            const float* src = cores + s.core_off[t] + (int64_t)ints[b * TT_BWD_INTS + 2 + t] * s.S[t];
+            const float* src = cores + s.core_off[t] + (int64_t)ints[b * TT_EMBEDDING_BACKWARD_INTS + 2 + t] * s.S[t];
             float* d = lk + L.sl_off[t];
             const int nr = s.n[t], ps = L.PS[t];
             for (int e = tid; e < s.S[t]; e += nt) {
@@ -1143,7 +993,7 @@ __host__ __device__ inline void tt_embedding_backward_load_batch(const TtEmbeddi
                 d[k * ps + (e - k * nr)] = src[e];
             }
         }
-        const float* g = dY + (int64_t)ints[b * TT_BWD_INTS + 1] * s.D;
+        const float* g = dY + (int64_t)ints[b * TT_EMBEDDING_BACKWARD_INTS + 1] * s.D;
         for (int e = tid; e < s.D; e += nt) lk[L.g_off + e] = g[e];
     }
 }
@@ -1170,24 +1020,19 @@ __host__ __device__ void tt_embedding_backward_fused_block(Exec& ex, const TtEmb
                                                            float* sm, int block, int nblocks, const int64_t* indices,
                                                            const int* bag_of, const float* cores, const float* dY,
                                                            float* dG) {
-    TtEmbeddingBackwardDest dst;
-    dst.base = dG;
-    dst.off = s.core_off;
-    dst.use_rows = 1;
-    dst.atomic = 1;
     for (int64_t first = (int64_t)block * L.nb; first < s.nnz; first += (int64_t)nblocks * L.nb) {
         const int nbb = (int)min((int64_t)L.nb, (int64_t)s.nnz - first);
         ex.phase([&](int tid) { tt_embedding_backward_decode_batch(s, L, sm, nbb, tid, nullptr, (int)first, indices, bag_of); });
         ex.phase([&](int tid) { tt_embedding_backward_load_batch(s, L, sm, nbb, tid, ex.nt, cores, dY); });
         for (int ph = 0; ph < 2 * s.T - 3; ph++)
-            ex.phase([&](int tid) { tt_embedding_backward_chain_phase<0>(s, L, sm, ph, nbb, tid, ex.nt, dst); });
+            ex.phase([&](int tid) { tt_embedding_backward_chain_phase(s, L, sm, ph, nbb, tid, ex.nt, dG); });
     }
 }
 
 extern __shared__ float4 tt_embedding_backward_smem[];
 
-__global__ void __launch_bounds__(TT_BWD_MAX_FUSED_BLOCK)
-tt_embedding_backward_kernel3(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardLayout lay, const int64_t* indices, const int* bag_of,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
+tt_embedding_backward3_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardLayout lay, const int64_t* indices, const int* bag_of,
                               const float* cores, const float* dY, float* dG) {
     __shared__ TtEmbeddingBackwardShape s;
     __shared__ TtEmbeddingBackwardLayout L;
@@ -1198,183 +1043,19 @@ tt_embedding_backward_kernel3(const TtEmbeddingBackwardShape shape, const TtEmbe
                                       bag_of, cores, dY, dG);
 }
 
-// ---- versions 4-5: sorted segments, pivot chunks, fused optimizer -------------------------------
-
-// Lookup j of bag `bag`: its bag id and, for the sort, one (key, j) pair per core (core t's pairs at t*nnz + j)
-__host__ __device__ inline void tt_embedding_backward_decode_lookup(const TtEmbeddingBackwardShape& s, int bag, int j,
-                                                                    const int64_t* indices, int* bag_of, int* keys,
-                                                                    int* vals) {
-    bag_of[j] = bag;
-    if (!keys) return;
-    const int tbl = bag / s.B;
-    int idx[TT_BWD_MAX_T];
-    tt_embedding_backward_decode_row(s, indices[j], idx);
-TT_BWD_UNROLL
-    for (int t = 0; t < TT_BWD_MAX_T; t++) {
-        if (t >= s.T) break;
-        keys[(int64_t)t * s.nnz + j] = s.key_base[t] + tbl * s.p[t] + idx[t];
-        vals[(int64_t)t * s.nnz + j] = j;
-    }
-}
-
-// one warp per bag, its lanes over the bag's lookups (versions 3-5; keys only for 4-5)
-__global__ void tt_embedding_backward_bags_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const int64_t* offsets,
-                                                  const int64_t* indices, int* bag_of, int* keys, int* vals) {
+// one warp per bag, its lanes over the bag's lookups: the bag of every lookup (version 3's kernels read it)
+__global__ void tt_embedding_backward_bags_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const int64_t* offsets, int* bag_of) {
     const int lane = threadIdx.x & 31;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; bag < s.num_bags; bag += nwarps)
-        for (int64_t j = offsets[bag] + lane; j < offsets[bag + 1]; j += 32)
-            tt_embedding_backward_decode_lookup(s, (int)bag, (int)j, indices, bag_of, keys, vals);
+        for (int64_t j = offsets[bag] + lane; j < offsets[bag + 1]; j += 32) bag_of[j] = (int)bag;
 }
 
-// what the pivot scheme needs besides the shape
-struct TtEmbeddingBackwardPivot {
-    int pivot, chunk;                 // pivot core, lookups per pivot block
-    int64_t W_off[TT_BWD_MAX_T];      // core t's [nnz, S_t] block in the workspace W (t != pivot)
-};
-
-// Slice key `key` (0..K_total; K_total writes the scan's sentinel): its run [lo, hi) in the sorted
-// keys, and for a pivot slice its number of chunks of `chunk` lookups.
-__host__ __device__ inline void tt_embedding_backward_segment_key(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv, int key,
-                                                                  const int* sorted_keys, int* seg_lo, int* seg_hi,
-                                                                  int* chunk_count) {
-    const int Kc = s.tables * s.p[pv.pivot];
-    if (key == s.key_base[s.T]) { chunk_count[Kc] = 0; return; }
-    const int N = s.T * s.nnz;
-    const int lo = tt_embedding_backward_lower_bound(sorted_keys, N, key);
-    const int hi = tt_embedding_backward_lower_bound(sorted_keys, N, key + 1);
-    seg_lo[key] = lo;
-    seg_hi[key] = hi;
-    const int local = key - s.key_base[pv.pivot];
-    if (local >= 0 && local < Kc) chunk_count[local] = (hi - lo + pv.chunk - 1) / pv.chunk;
-}
-
-__global__ void tt_embedding_backward_segments_kernel(const __grid_constant__ TtEmbeddingBackwardShape s,
-                                                      const __grid_constant__ TtEmbeddingBackwardPivot pv, const int* sorted_keys,
-                                                      int* seg_lo, int* seg_hi, int* chunk_count) {
-    const int key = blockIdx.x * blockDim.x + threadIdx.x;
-    if (key <= s.key_base[s.T]) tt_embedding_backward_segment_key(s, pv, key, sorted_keys, seg_lo, seg_hi, chunk_count);
-}
-
-// Version 4-5's block program: block `block` takes chunk j of pivot slice `key` (found by a binary
-// search of the chunk offsets), loads the pivot slice once, zeroes the accumulator, runs the chains of
-// its lookups nb at a time in sorted order, and writes its partial sum of the pivot gradient to
-// partial[block]. The other cores' per-lookup gradients go to W. Blocks past the last chunk return.
-template <int TILED, class Exec>
-__host__ __device__ void tt_embedding_backward_pivot_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardLayout& L,
-                                                           const TtEmbeddingBackwardPivot& pv, float* sm, int block,
-                                                           const int* chunk_off, const int* seg_lo, const int* seg_hi,
-                                                           const int* sorted_vals, const int64_t* indices,
-                                                           const int* bag_of, const float* cores, const float* dY,
-                                                           float* W, float* partial) {
-    const int c = pv.pivot, Kc = s.tables * s.p[c];
-    if (block >= chunk_off[Kc]) return;
-    const int key = tt_embedding_backward_lower_bound(chunk_off, Kc + 1, block + 1) - 1;
-    const int gkey = s.key_base[c] + key;
-    const int lo = seg_lo[gkey] + (block - chunk_off[key]) * pv.chunk;
-    const int hi = min(lo + pv.chunk, seg_hi[gkey]);
-    TtEmbeddingBackwardDest dst;
-    dst.base = W;
-    dst.off = pv.W_off;
-    dst.use_rows = 0;
-    dst.atomic = 0;
-    const int Sc = s.S[c], nr = s.n[c], ps = L.PS[c];
-    ex.phase([&](int tid) {
-        const float* src = cores + s.core_off[c] + (int64_t)key * Sc;
-        for (int e = tid; e < Sc; e += ex.nt) {
-            const int k = e / nr;
-            sm[L.sl_off[c] + k * ps + (e - k * nr)] = src[e];
-            sm[L.acc_off + e] = 0.0f;
-        }
-    });
-    for (int first = lo; first < hi; first += L.nb) {
-        const int nbb = min(L.nb, hi - first);
-        ex.phase([&](int tid) { tt_embedding_backward_decode_batch(s, L, sm, nbb, tid, sorted_vals + first, 0, indices, bag_of); });
-        ex.phase([&](int tid) { tt_embedding_backward_load_batch(s, L, sm, nbb, tid, ex.nt, cores, dY); });
-        for (int ph = 0; ph < 2 * s.T - 3; ph++)
-            ex.phase([&](int tid) { tt_embedding_backward_chain_phase<TILED>(s, L, sm, ph, nbb, tid, ex.nt, dst); });
-    }
-    ex.phase([&](int tid) {
-        for (int e = tid; e < Sc; e += ex.nt) partial[(int64_t)block * Sc + e] = sm[L.acc_off + e];
-    });
-}
-
-template <int TILED>
-__global__ void __launch_bounds__(TT_BWD_MAX_FUSED_BLOCK)
-tt_embedding_backward_kernel4_pivot(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardLayout lay, const TtEmbeddingBackwardPivot piv,
-                                    const int* chunk_off, const int* seg_lo, const int* seg_hi, const int* sorted_vals,
-                                    const int64_t* indices, const int* bag_of, const float* cores, const float* dY,
-                                    float* W, float* partial) {
-    __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackwardLayout L;
-    __shared__ TtEmbeddingBackwardPivot pv;
-    if (threadIdx.x == 0) { s = shape; L = lay; pv = piv; }
-    __syncthreads();
-    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward_pivot_block<TILED>(ex, s, L, pv, (float*)tt_embedding_backward_smem, blockIdx.x, chunk_off, seg_lo,
-                                      seg_hi, sorted_vals, indices, bag_of, cores, dY, W, partial);
-}
-
-// The fused reduction of slice `key` (one block per slice of every core), thread tid of nt: sum the
-// slice's gradients in a fixed order (pivot: its chunks' partial sums in chunk order; other cores:
-// its lookups' W rows in sorted order, that is by lookup id) and apply the optimizer. A slice with no
-// lookup is left alone (dense: its dG is written zero).
-__host__ __device__ inline void tt_embedding_backward_final_slice(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv, int key,
-                                                                  int tid, int nt, int opt, float lr, float eps,
-                                                                  float* cores, float* state, float* dG, const float* W,
-                                                                  const float* partial, const int* chunk_off,
-                                                                  const int* seg_lo, const int* seg_hi,
-                                                                  const int* sorted_vals) {
-    int t = 0;
-    while (key >= s.key_base[t + 1]) t++;
-    const int local = key - s.key_base[t], S = s.S[t];
-    const int64_t off = s.core_off[t] + (int64_t)local * S;
-    const bool piv = t == pv.pivot;
-    const int first = piv ? chunk_off[local] : seg_lo[key];
-    const int count = (piv ? chunk_off[local + 1] : seg_hi[key]) - first;
-    if (count == 0) {
-        if (opt == TT_BWD_DENSE)
-            for (int e = tid; e < S; e += nt) dG[off + e] = 0.0f;
-        return;
-    }
-    const float* Wt = W + pv.W_off[t];
-    for (int e = tid; e < S; e += nt) {
-        float sum = 0.0f;
-        for (int i = 0; i < count; i++) {
-            const float* src = piv ? partial + (int64_t)(first + i) * S : Wt + (int64_t)sorted_vals[first + i] * S;
-            sum += src[e];
-        }
-        tt_embedding_backward_apply(opt, lr, eps, cores, state, dG, off + e, sum);
-    }
-}
-
-__global__ void tt_embedding_backward_kernel4_final(const __grid_constant__ TtEmbeddingBackwardShape s,
-                                                    const __grid_constant__ TtEmbeddingBackwardPivot pv, int opt, float lr, float eps,
-                                                    float* cores, float* state, float* dG, const float* W,
-                                                    const float* partial, const int* chunk_off, const int* seg_lo,
-                                                    const int* seg_hi, const int* sorted_vals) {
-    tt_embedding_backward_final_slice(s, pv, blockIdx.x, threadIdx.x, blockDim.x, opt, lr, eps, cores, state, dG, W,
-                                      partial, chunk_off, seg_lo, seg_hi, sorted_vals);
-}
-
-// the pivot core: the largest slice (the first of equals)
+// the pivot core of versions 6-7: the largest slice (the first of equals)
 inline int tt_embedding_backward_pick_pivot(const TtEmbeddingBackwardShape& s) {
     int c = 0;
     for (int t = 1; t < s.T; t++) if (s.S[t] > s.S[c]) c = t;
     return c;
-}
-
-// largest NB (8, 4, 2, 1) whose shared memory stays under the target (1 if none does)
-inline int tt_embedding_backward_pick_nb(const TtEmbeddingBackwardShape& s, int pivot) {
-    for (int nb = TT_BWD_MAX_NB; nb > 1; nb /= 2)
-        if (nb <= TT_BWD_CHUNK &&
-            tt_embedding_backward_smem_bytes(tt_embedding_backward_make_layout(s, pivot, nb, 0)) <= (size_t)TT_BWD_SMEM_TARGET)
-            return nb;
-    return 1;
-}
-
-inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPivot& pv) {
-    return ceil_div<int64_t>(s.nnz, pv.chunk) + (int64_t)s.tables * s.p[pv.pivot];
 }
 
 // ---- version 6: grouped by the pivot slice, sandwich form, float4 register tiles, deterministic ----
@@ -1401,47 +1082,50 @@ inline int64_t tt_embedding_backward_max_chunks(const TtEmbeddingBackwardShape& 
 // (4) one block per (slice, columns, part) of everything else: the rows of a slice in a fixed order (lookup
 // order for W, chunk order for pivot partials), the parts of a long slice combined by the last block to
 // finish (a counter), then the optimizer. No float atomics anywhere: the bits do not depend on timing.
-static const int TT_BWD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
-static const int TT_BWD6_MAX_NB = 16;                   // lookups per batch
-static const int TT_BWD6_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
-static const int TT_BWD6_CW = 512;                      // final kernel: columns of a slice per item
-static const int TT_BWD6_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
-static const int TT_BWD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
-static const int TT_BWD6_FINAL_BLOCK = 512;             // final kernel
-static const int TT_BWD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
-static const int TT_BWD6_MAX_ACC2_BLOCK = 256;          // two register tiles per thread only in blocks up to this
-static const int TT_BWD6_LIST_BLOCK = 512;              // list kernel
-static const int TT_BWD6_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
-static const int TT_BWD6_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
+static const int TT_EMBEDDING_BACKWARD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
+static const int TT_EMBEDDING_BACKWARD6_MAX_NB = 16;                   // lookups per batch
+static const int TT_EMBEDDING_BACKWARD6_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
+static const int TT_EMBEDDING_BACKWARD6_SMEM_MAX = 227 * 1024 - 1024;  // else the most an sm_90 block can have (less the static copies)
+static const int TT_EMBEDDING_BACKWARD6_CW = 512;                      // final kernel: columns of a slice per item
+static const int TT_EMBEDDING_BACKWARD6_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
+static const int TT_EMBEDDING_BACKWARD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
+static const int TT_EMBEDDING_BACKWARD6_FINAL_BLOCK = 512;             // final kernel
+static const int TT_EMBEDDING_BACKWARD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
+static const int TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK = 256;          // two or four register tiles per thread only in blocks up to this
+static const int TT_EMBEDDING_BACKWARD6_LIST_BLOCK = 512;              // list kernel
+static const int TT_EMBEDDING_BACKWARD6_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
+static const int TT_EMBEDDING_BACKWARD6_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
 
 // what every kernel of version 6 needs to know besides the shape (host-built per block size)
-struct TtEmbeddingBackwardPlan6 {
+struct TtEmbeddingBackward6Plan {
     int h, nt, nb, chunk;   // pivot core, threads per block, lookups per batch, lookups per chunk
     int acc;                // 1, 2: 4x4 register tiles of dG_h per thread; 0: dG_h accumulated in shared memory
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
     int fastY, fastL;             // ... and of Y and L_h
     int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
-    int w[TT_BWD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
+    int gh_global;          // G_h read from the cores in global memory (its slice does not fit beside NB >= 1 lookups)
+    int acc_global;         // dG_h (acc == 0) accumulated in the chunk's row of `partial`, not in shared memory
+    int w[TT_EMBEDDING_BACKWARD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
     int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
     int key_stride;         // row stride of the key array (nnz rounded up to 4; the pad holds -1)
     // a lookup's region: other cores' slices (unpadded), g, left prefixes P_t, right suffixes Suf_t, Y, L_h,
     // left gradients dM_t, right L_t (Y and L_h alias g where they are g itself)
-    int sl_off[TT_BWD_MAX_T], g_off, P_off[TT_BWD_MAX_T], Suf_off[TT_BWD_MAX_T], Y_off, Lh_off;
-    int dM_off[TT_BWD_MAX_T], L_off[TT_BWD_MAX_T];
-    int64_t W_off[TT_BWD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
-    int ncol[TT_BWD_MAX_T];        // final kernel: column items per slice of core t
+    int sl_off[TT_EMBEDDING_BACKWARD_MAX_T], g_off, P_off[TT_EMBEDDING_BACKWARD_MAX_T], Suf_off[TT_EMBEDDING_BACKWARD_MAX_T], Y_off, Lh_off;
+    int dM_off[TT_EMBEDDING_BACKWARD_MAX_T], L_off[TT_EMBEDDING_BACKWARD_MAX_T];
+    int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
+    int ncol[TT_EMBEDDING_BACKWARD_MAX_T];        // final kernel: column items per slice of core t
     int max_chunks, max_items;     // grid bounds (the real counts come from the prep kernel)
 };
 
-inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
-    TtEmbeddingBackwardPlan6 P;
+inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
+    TtEmbeddingBackward6Plan P;
     memset(&P, 0, sizeof P);
     const int T = s.T;
     const int h = tt_embedding_backward_pick_pivot(s);
     P.h = h;
     P.nt = nt;
-    P.chunk = TT_BWD6_CHUNK;
+    P.chunk = TT_EMBEDDING_BACKWARD6_CHUNK;
     P.w[T] = 1;
     for (int t = T - 1; t >= 0; t--) P.w[t] = P.w[t + 1] * s.q[t];
     for (int t = 0; t < T; t++) P.W_off[t] = W_off[t];
@@ -1451,75 +1135,88 @@ inline TtEmbeddingBackwardPlan6 tt_embedding_backward_make_plan6(const TtEmbeddi
     if (P.fastI) {
         P.tiles_I = (Rh / 4) * (nh / 4);
         const int need = (P.tiles_I + nt - 1) / nt;
-        P.acc = need <= 1 ? 1 : need <= 2 && nt <= TT_BWD6_MAX_ACC2_BLOCK ? 2 : 0;
+        P.acc = need <= 1 ? 1 : nt > TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK ? 0 : need <= 2 ? 2 : need <= 4 ? 4 : 0;   // (4: rank 64)
         if (P.acc == 0) { P.fastI = 0; P.tiles_I = 0; }
     }
     P.fastII = h >= 1 && mprev % 4 == 0 && Rh % 4 == 0 && nh % 4 == 0;
     P.fastIII = h <= T - 2 && Rn % 4 == 0 && wn % 4 == 0;
     P.fastY = h <= T - 2 && s.m[h] % 4 == 0 && Rn % 4 == 0 && wn % 4 == 0;
     P.fastL = h >= 1 && Rh % 4 == 0 && P.w[h] % 4 == 0;
-    // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
-    // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
-    // (III) is absent or runs its own float4 tiles.
-    P.PH = nh;
-    if ((h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
-    int cur = 0;
-    P.gh_off = cur;
-    cur += tt_embedding_backward_round4((int64_t)Rh * P.PH);
-    P.acc_off = cur;
-    if (P.acc == 0) cur += tt_embedding_backward_round4((int64_t)Rh * nh);
-    P.one_off = cur;
-    cur += 4;
-    P.lk_off = cur;
-    const int shared_floats = cur;
-    cur = 0;
+    // a lookup's region first (offsets from lk_off)
+    auto r4 = [](int64_t x) -> int64_t { return (x + 3) / 4 * 4; };   // (64-bit: huge shapes must not wrap into a fit)
+    int64_t cur = 0;
     for (int t = 0; t < T; t++) {
         if (t == h) continue;
-        P.sl_off[t] = cur;
-        cur += tt_embedding_backward_round4(s.S[t]);
+        P.sl_off[t] = (int)cur;
+        cur += r4(s.S[t]);
     }
-    P.g_off = cur;
-    cur += tt_embedding_backward_round4(s.D);
-    for (int t = 1; t <= h - 1; t++) { P.P_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
-    for (int t = h + 1; t <= T - 2; t++) { P.Suf_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
-    if (h <= T - 2) { P.Y_off = cur; cur += tt_embedding_backward_round4((int64_t)s.m[h] * s.R[h + 1]); }
+    P.g_off = (int)cur;
+    cur += r4(s.D);
+    for (int t = 1; t <= h - 1; t++) { P.P_off[t] = (int)cur; cur += r4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.Suf_off[t] = (int)cur; cur += r4((int64_t)s.R[t] * P.w[t]); }
+    if (h <= T - 2) { P.Y_off = (int)cur; cur += r4((int64_t)s.m[h] * s.R[h + 1]); }
     else P.Y_off = P.g_off;     // h = T-1: Y = dM_{T-1} = g
-    if (h >= 1) { P.Lh_off = cur; cur += tt_embedding_backward_round4((int64_t)s.R[h] * P.w[h]); }
+    if (h >= 1) { P.Lh_off = (int)cur; cur += r4((int64_t)s.R[h] * P.w[h]); }
     else P.Lh_off = P.g_off;    // h = 0: L_0 = g
-    for (int t = 1; t <= h - 1; t++) { P.dM_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.m[t] * s.R[t + 1]); }
-    for (int t = h + 1; t <= T - 2; t++) { P.L_off[t] = cur; cur += tt_embedding_backward_round4((int64_t)s.R[t] * P.w[t]); }
+    for (int t = 1; t <= h - 1; t++) { P.dM_off[t] = (int)cur; cur += r4((int64_t)s.m[t] * s.R[t + 1]); }
+    for (int t = h + 1; t <= T - 2; t++) { P.L_off[t] = (int)cur; cur += r4((int64_t)s.R[t] * P.w[t]); }
     if (cur % 8 == 0) cur += 4;   // LB/4 odd: the same row of 8 consecutive lookups falls in 8 different bank groups
-    P.LB = cur;
+    P.LB = (int)std::min<int64_t>(cur, INT32_MAX / 64);
     P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
-    for (int nb = TT_BWD6_MAX_NB; nb >= 1; nb--) {
-        const int region = nb * P.LB;
+    // The block's part: [G_h: R_h x PH][dG_h (acc == 0)][1.0f]. mode 0 keeps G_h and dG_h in shared memory; mode 1
+    // accumulates dG_h in the chunk's row of `partial` instead; mode 2 also reads G_h from the cores (rank 128:
+    // a 128 x 4 x 128 slice is 256 KB). The first mode whose block fits the target with some NB wins (NB as large
+    // as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    auto layout = [&](int mode, int nb) {
+        P.gh_global = mode >= 2;
+        P.acc_global = mode >= 1 && P.acc == 0;
+        // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
+        // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
+        // (III) is absent or runs its own float4 tiles.
+        P.PH = nh;
+        if (!P.gh_global && (h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
+        int64_t c = 0;
+        P.gh_off = 0;
+        if (!P.gh_global) c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
+        P.acc_off = (int)c;
+        if (P.acc == 0 && !P.acc_global) c += tt_embedding_backward_round4((int64_t)Rh * nh);
+        P.one_off = (int)c;
+        c += 4;
+        P.lk_off = (int)c;
         P.nb = nb;
-        P.ints_off = shared_floats + tt_embedding_backward_round4(region);
-        P.total_floats = P.ints_off + tt_embedding_backward_round4((int64_t)P.chunk * TT_BWD_INTS);
-        if ((size_t)P.total_floats * sizeof(float) <= (size_t)TT_BWD6_SMEM_TARGET) break;
-    }
+        c += tt_embedding_backward_round4((int64_t)nb * P.LB);
+        P.ints_off = (int)std::min<int64_t>(c, INT32_MAX / 2);
+        c += tt_embedding_backward_round4((int64_t)P.chunk * TT_EMBEDDING_BACKWARD_INTS);
+        P.total_floats = (int)std::min<int64_t>(c, INT32_MAX / 2);
+        return (size_t)P.total_floats * sizeof(float);
+    };
+    bool placed = false;
+    for (int mode = 0; mode < 3 && !placed; mode++)
+        for (int nb = TT_EMBEDDING_BACKWARD6_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET;
+    for (int mode = 0; mode < 3 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
+    if (!placed) layout(2, 1);   // too large for any block: the skip reason reports it
     const int Kc = s.tables * s.p[h];
     P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
     int64_t items = 0;
     for (int t = 0; t < T; t++) {
-        P.ncol[t] = (int)ceil_div<int64_t>(s.S[t], TT_BWD6_CW);
-        const int64_t rows = t == h ? ceil_div<int64_t>(P.max_chunks, TT_BWD6_RC) + Kc
-                                    : ceil_div<int64_t>(s.nnz, TT_BWD6_RC) + (int64_t)s.tables * s.p[t];
+        P.ncol[t] = (int)ceil_div<int64_t>(s.S[t], TT_EMBEDDING_BACKWARD6_CW);
+        const int64_t rows = t == h ? ceil_div<int64_t>(P.max_chunks, TT_EMBEDDING_BACKWARD6_RC) + Kc
+                                    : ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD6_RC) + (int64_t)s.tables * s.p[t];
         items += P.ncol[t] * rows;
     }
     P.max_items = (int)std::min<int64_t>(items, INT32_MAX);
     return P;
 }
-inline size_t tt_embedding_backward_smem6_bytes(const TtEmbeddingBackwardPlan6& P) { return (size_t)P.total_floats * sizeof(float); }
+inline size_t tt_embedding_backward6_smem_bytes(const TtEmbeddingBackward6Plan& P) { return (size_t)P.total_floats * sizeof(float); }
 // the list kernel's staged keys per tile (its dynamic shared memory, in ints)
-__host__ __device__ inline int tt_embedding_backward6_list_stage(const TtEmbeddingBackwardPlan6& P) {
-    return P.key_stride < TT_BWD6_LIST_STAGE ? P.key_stride : TT_BWD6_LIST_STAGE;
+__host__ __device__ inline int tt_embedding_backward6_list_stage(const TtEmbeddingBackward6Plan& P) {
+    return P.key_stride < TT_EMBEDDING_BACKWARD6_LIST_STAGE ? P.key_stride : TT_EMBEDDING_BACKWARD6_LIST_STAGE;
 }
 // kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
-static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardPlan6) <= 1024, "static shared copies exceed the reserve");
+static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackward6Plan) <= 1024, "static shared copies exceed the reserve");
 
 // device workspace of version 6 (allocated once, outside timing)
-struct TtEmbeddingBackwardWs6 {
+struct TtEmbeddingBackwardWorkspace {
     int* keys;         // [T][key_stride]: slice row (tbl * p_t + i_t) of every lookup in every core, -1 past nnz
     int* bag_of;       // [nnz]
     int* zeroed;       // one memset per call: counts [K_total] | done [1] | item counters [max_items]
@@ -1576,9 +1273,9 @@ __host__ __device__ __forceinline__ float4 tt_embedding_backward6_ld4(const floa
 // c[r][q] += a[r] b[q] (a 4x4 outer product), c[r][q] += a_r . b_q (four 4-long dot products)
 __host__ __device__ __forceinline__ void tt_embedding_backward6_outer(float (&c)[16], float4 a, float4 b) {
     const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) c[r * 4 + q] = fmaf(av[r], bv[q], c[r * 4 + q]);
 }
 __host__ __device__ __forceinline__ void tt_embedding_backward6_dot(float& c, float4 a, float4 b) {
@@ -1664,11 +1361,11 @@ __host__ __device__ inline void tt_embedding_backward6_prep_lookup(const TtEmbed
         return;
     }
     const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j), tbl = bag / s.B;
-    int idx[TT_BWD_MAX_T];
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[j], idx);
     bag_of[j] = bag;
-TT_BWD_UNROLL
-    for (int t = 0; t < TT_BWD_MAX_T; t++) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int t = 0; t < TT_EMBEDDING_BACKWARD_MAX_T; t++) {
         if (t >= s.T) break;
         const int row = tbl * s.p[t] + idx[t];
         keys[(int64_t)t * key_stride + j] = row;
@@ -1681,7 +1378,7 @@ __host__ __device__ inline int tt_embedding_backward6_nchunks(int n, int chunk) 
 
 // final-kernel rows of slice key g: its lookups (other cores) or its chunk partials (pivot, only when it has
 // more than one chunk: a one-chunk slice is finished by its chunk's block)
-__host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+__host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                                 int g, int cnt) {
     if (g >= s.key_base[P.h] && g < s.key_base[P.h + 1]) {
         const int nch = tt_embedding_backward6_nchunks(cnt, P.chunk);
@@ -1694,7 +1391,7 @@ __host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddi
 // kernel 3 (each written by the thread that owns the slice) and their totals, and where every slice's
 // lookups go in the list. Threads own contiguous ranges of slices; three block scans give the offsets.
 template <class Exec>
-__host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+__host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
                                                                  int* item_desc, int* start, int* totals) {
     const int nt = ex.nt, h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
@@ -1734,7 +1431,7 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
         int t = 0;
         while (g >= s.key_base[t + 1]) t++;
         const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
-        parts = (rows + TT_BWD6_RC - 1) / TT_BWD6_RC;
+        parts = (rows + TT_EMBEDDING_BACKWARD6_RC - 1) / TT_EMBEDDING_BACKWARD6_RC;
         ncol = P.ncol[t];
         return parts * ncol;
     };
@@ -1787,10 +1484,10 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
     });
 }
 
-__global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
-tt_embedding_backward_kernel6_prep(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardPlan6 P,
-                                   const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWs6 ws) {
-    __shared__ int scan[3 * TT_BWD6_PREP_BLOCK];
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
+tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P,
+                                   const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
     __shared__ int last;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     tt_embedding_backward6_prep_lookup(s, P.key_stride, j, offsets, indices, ws.keys, ws.bag_of, ws.counts);
@@ -1809,8 +1506,8 @@ tt_embedding_backward_kernel6_prep(const __grid_constant__ TtEmbeddingBackwardSh
 // Slice key g's lookups in lookup order to list[start[g] ..): one ordered scan of its core's keys. One
 // block per slice (O(slices x nnz) work in all, done once; kernels 2 and 3 read their rows from the list).
 template <class Exec>
-__host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                                 int g, const TtEmbeddingBackwardWs6& ws, int* scan, int* stage, int cap) {
+__host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                                 int g, const TtEmbeddingBackwardWorkspace& ws, int* scan, int* stage, int cap) {
     const int n = ws.counts[g];
     if (n == 0) return;
     int t = 0;
@@ -1820,12 +1517,12 @@ __host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, cons
                                    [](int) {}, [&](int i, int id) { dst[i] = id; });
 }
 
-__global__ void __launch_bounds__(TT_BWD6_LIST_BLOCK, 2)
-tt_embedding_backward_kernel6_lists(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
-                                    const __grid_constant__ TtEmbeddingBackwardWs6 ws) {
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_LIST_BLOCK, 2)
+tt_embedding_backward6_lists_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackwardPlan6 P;
-    __shared__ int scan[3 * TT_BWD6_LIST_BLOCK];
+    __shared__ TtEmbeddingBackward6Plan P;
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK];
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
@@ -1868,7 +1565,7 @@ __host__ __device__ inline void tt_embedding_backward6_rc_lookups(int u, int nr,
 __host__ __device__ inline int tt_embedding_backward6_units_lookups(int nbb, int per) { return (nbb + 1) / 2 * 2 * per; }
 
 // (I)'s tile of thread-owned tile index `tile` (rows 4 rt .., columns 4 ct .. of dG_h)
-__host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P, int tile,
+__host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P, int tile,
                                                                 int& rt, int& ct) {
     int b;
     tt_embedding_backward6_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
@@ -1880,7 +1577,7 @@ __host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], co
     for (int b = 0; b < nbb; b++) {
         const float* Pr = Pb + (int64_t)b * LB + 4 * rt;
         const float* Yr = Yb + (int64_t)b * LB + 4 * ct;
-TT_BWD_UNROLL4
+TT_EMBEDDING_BACKWARD_UNROLL4
         for (int al = 0; al < mprev; al++)
             tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + al * Rh), tt_embedding_backward6_ld4(Yr + al * nh));
     }
@@ -1888,18 +1585,18 @@ TT_BWD_UNROLL4
 
 // A 4x4 tile of dot products along K in float4 steps: c[r][q] = sum_k A[r*a_rs + k] B[q*b_rs + k]
 __host__ __device__ inline void tt_embedding_backward6_dot_tile(float (&c)[16], const float* A, int a_rs, const float* B, int b_rs, int K) {
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
-TT_BWD_UNROLL2
+TT_EMBEDDING_BACKWARD_UNROLL2
     for (int kk = 0; kk < K; kk += 4) {
         float4 x[4], y[4];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++) x[r] = tt_embedding_backward6_ld4(A + (int64_t)r * a_rs + kk);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) y[q] = tt_embedding_backward6_ld4(B + (int64_t)q * b_rs + kk);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int q = 0; q < 4; q++) tt_embedding_backward6_dot(c[r * 4 + q], x[r], y[q]);
     }
 }
@@ -1907,56 +1604,56 @@ TT_BWD_UNROLL
 // (II) unit u (lookup pairs): lookup b, rows alpha = 4 rt .. 4 rt + 3, columns k = ct + (R_h/4) q, q < 4
 // (strided: lanes with consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 bank groups):
 //   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c]
-__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                              const float* sm, const int* bints, int nbb, int u, float* W) {
+__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                              const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4;
     int b, rt, ct;
     tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, tn, b, rt, ct);
     if (b >= nbb) return;
     float c[16];
     tt_embedding_backward6_dot_tile(c, sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh, nh,
-                                    sm + P.gh_off + (int64_t)ct * P.PH, tn * P.PH, nh);
+                                    gh + (int64_t)ct * P.PH, tn * P.PH, nh);
     // to the lookup's dM_{h-1} (m_{h-1} x R_h), or for h = 1 straight to its core-0 gradient row in W (q_0 x R_1)
-    float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_BWD_INTS] * s.S[0]
+    float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_EMBEDDING_BACKWARD_INTS] * s.S[0]
                             : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.dM_off[h - 1];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * Rh + ct + tn * q] = c[r * 4 + q];
 }
 
 // (III) unit u (lookup pairs): lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
 //   L_{h+1}[k', beta] = sum_{k, a} G_h[k, a, k'] L_h[(k, a), beta]  (float4 of G_h along k', of L_h along beta)
-__host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                               const float* sm, const int* bints, int nbb, int u, float* W) {
+__host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                               const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4;
     int b, rt, ct;
     tt_embedding_backward6_rc_lookups(u, Rn / 4, tn, b, rt, ct);
     if (b >= nbb) return;
-    const float* G = sm + P.gh_off + 4 * rt;
+    const float* G = gh + 4 * rt;
     const float* Lh = sm + P.lk_off + (int64_t)b * P.LB + P.Lh_off + 4 * ct;
     float c[16];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
     for (int k = 0; k < Rh; k++) {
-TT_BWD_UNROLL4
+TT_EMBEDDING_BACKWARD_UNROLL4
         for (int a = 0; a < qh; a++)
             tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(G + (int64_t)k * P.PH + a * Rn),
                                          tt_embedding_backward6_ld4(Lh + (int64_t)(k * qh + a) * wn));
     }
     // to the lookup's L_{h+1} (R_{h+1} x w_{h+1}), or for h = T-2 straight to its core-(T-1) gradient row in W
     const int T = s.T;
-    float* dst = h + 1 == T - 1 ? W + P.W_off[T - 1] + (int64_t)bints[b * TT_BWD_INTS] * s.S[T - 1]
+    float* dst = h + 1 == T - 1 ? W + P.W_off[T - 1] + (int64_t)bints[b * TT_EMBEDDING_BACKWARD_INTS] * s.S[T - 1]
                                 : (float*)sm + P.lk_off + (int64_t)b * P.LB + P.L_off[h + 1];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * wn + 4 * ct + q] = c[r * 4 + q];
 }
 
 // Y unit u (pairing rows): lookup b, rows (alpha, a) = 4 rt .., columns k' = ct + (R_{h+1}/4) q:
 //   Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]   (float4 along beta)
-__host__ __device__ inline void tt_embedding_backward6_unit_Y(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+__host__ __device__ inline void tt_embedding_backward6_unit_Y(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                              float* sm, int u) {
     const int h = P.h, T = s.T, Rn = s.R[h + 1], wn = P.w[h + 1], tn = Rn / 4;
     int b, rt, ct;
@@ -1966,15 +1663,15 @@ __host__ __device__ inline void tt_embedding_backward6_unit_Y(const TtEmbeddingB
     float c[16];
     tt_embedding_backward6_dot_tile(c, lk + P.g_off + (int64_t)4 * rt * wn, wn, Suf + (int64_t)ct * wn, tn * wn, wn);
     float* dst = lk + P.Y_off;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * Rn + ct + tn * q] = c[r * 4 + q];
 }
 
 // L_h unit u (pairing rows): lookup b, rows k = 4 rt .., columns (a, beta) = 4 ct ..:
 //   L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]   (outer products of float4s)
-__host__ __device__ inline void tt_embedding_backward6_unit_L(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+__host__ __device__ inline void tt_embedding_backward6_unit_L(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                              float* sm, int u) {
     const int h = P.h, Rh = s.R[h], wh = P.w[h];
     int b, rt, ct;
@@ -1983,27 +1680,27 @@ __host__ __device__ inline void tt_embedding_backward6_unit_L(const TtEmbeddingB
     const float* Pr = lk + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]) + 4 * rt;
     const float* gr = lk + P.g_off + 4 * ct;
     float c[16];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
-TT_BWD_UNROLL4
+TT_EMBEDDING_BACKWARD_UNROLL4
     for (int al = 0; al < s.m[h - 1]; al++)
         tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + (int64_t)al * Rh), tt_embedding_backward6_ld4(gr + (int64_t)al * wh));
     float* dst = lk + P.Lh_off;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) dst[(int64_t)(4 * rt + r) * wh + 4 * ct + q] = c[r * 4 + q];
 }
 
 // Generic GEMMs of a phase (the side chains, and the pivot products where the float4 paths do not apply),
-// built on version 4-5's strided tile (TtEmbeddingBackwardGemm). Per-lookup operands have batch stride LB.
+// built on version 3's strided tile (TtEmbeddingBackwardGemm). Per-lookup operands have batch stride LB.
 __host__ __device__ inline TtEmbeddingBackwardGemm tt_embedding_backward6_gemm(int M, int N, int K, const float* A, int a_bs, int a_rs,
                                                                                int a_cs, const float* B, int b_bs, int b_rs, int b_cs) {
     TtEmbeddingBackwardGemm g = {};
     g.M = M; g.N = N; g.K = K;
     g.A = A; g.a_bs = a_bs; g.a_rs = a_rs; g.a_cs = a_cs;
     g.B = B; g.b_bs = b_bs; g.b_rs = b_rs; g.b_cs = b_cs;
-    g.mode = TT_BWD_STORE;
+    g.mode = TT_EMBEDDING_BACKWARD_STORE;
     return g;
 }
 // destination: a per-lookup buffer (row stride c_rs) or core u's W row of the lookup
@@ -2011,16 +1708,16 @@ __host__ __device__ inline void tt_embedding_backward6_to_buf(TtEmbeddingBackwar
     g.C = C; g.c_bs = LB; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = nullptr;
 }
 __host__ __device__ inline void tt_embedding_backward6_to_W(TtEmbeddingBackwardGemm& g, const TtEmbeddingBackwardShape& s,
-                                                           const TtEmbeddingBackwardPlan6& P, float* W, int u, const int* bints, int c_rs) {
+                                                           const TtEmbeddingBackward6Plan& P, float* W, int u, const int* bints, int c_rs) {
     g.C = W + P.W_off[u]; g.c_bs = s.S[u]; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = bints;
 }
 
 // Generic GEMM number `which` (0..3) of phase `ph` of a batch (phases: 0 load, 1..F side forward steps,
 // F+1 Y and L_h, F+2 the pivot products, F+3..2F+2 side backward steps); false when the phase has fewer.
 // (Built by index rather than into an array, so that the kernel keeps the descriptor in registers.)
-__host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                                 float* sm, const int* bints, int ph, int which, float* W,
-                                                                 TtEmbeddingBackwardGemm& out) {
+__host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                                 float* sm, const float* gh, float* accp, const int* bints, int ph,
+                                                                 int which, float* W, TtEmbeddingBackwardGemm& out) {
     const int T = s.T, h = P.h, F = P.F, LB = P.LB;
     float* lk = sm + P.lk_off;
     int n = 0;
@@ -2057,19 +1754,19 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
         if (take(!P.fastI)) {                       // (I) dG_h += sum_b P^T Y (h = 0: P = [1])
             out = h >= 1 ? tt_embedding_backward6_gemm(s.R[h], s.n[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.Y_off, LB, s.n[h], 1)
                          : tt_embedding_backward6_gemm(1, s.n[0], 1, sm + P.one_off, 0, 0, 0, lk + P.Y_off, LB, s.n[0], 1);
-            out.C = sm + P.acc_off; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
-            out.mode = TT_BWD_ACCUM; out.sum_batches = 1;
+            out.C = accp; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
+            out.mode = TT_EMBEDDING_BACKWARD_ACCUM; out.sum_batches = 1;
             return true;
         }
         if (take(h >= 1 && !P.fastII)) {            // (II) dM_{h-1} = Y G_h^T
-            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, sm + P.gh_off, 0, 1, P.PH);
+            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, gh, 0, 1, P.PH);
             if (h - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
             else tt_embedding_backward6_to_buf(out, lk + P.dM_off[h - 1], LB, s.R[h]);
             return true;
         }
         if (take(h <= T - 2 && !P.fastIII)) {       // (III) L_{h+1} = G_h^T L_h (PH = n_h here: one flat (k, a) index)
             const int wn = P.w[h + 1];
-            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], sm + P.gh_off, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
+            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], gh, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
             if (h + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
             else tt_embedding_backward6_to_buf(out, lk + P.L_off[h + 1], LB, wn);
             return true;
@@ -2110,16 +1807,16 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
 // pivot phase only), then units dealt round-robin over the float4 (II) and (III) units and the generic
 // GEMMs' units in turn, starting at thread tiles_I % nt so that threads with fewer (I) tiles get units first.
 template <int ACC>
-__host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                            float* sm, const int* bints, int nbb, int ph, int tid, int nt,
-                                                            float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
+__host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                            float* sm, const float* gh, float* accp, const int* bints, int nbb, int ph,
+                                                            int tid, int nt, float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
     const int h = P.h;
     int U2 = 0, U3 = 0, off = 0;
     if (ph == P.F + 2) {
         if (ACC > 0 && P.fastI) {
             const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
             const float* Yb = sm + P.lk_off + P.Y_off;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
                 const int tile = tid + i * nt;
                 if (tile < P.tiles_I) {
@@ -2138,18 +1835,18 @@ TT_BWD_UNROLL
     }
     int u = (tid - off + nt) % nt;
     if (ph == P.F + 2) {
-        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, bints, nbb, u, W);
-        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, bints, nbb, u - U2, W);
+        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, gh, bints, nbb, u, W);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, gh, bints, nbb, u - U2, W);
     } else {
         for (; u < U2; u += nt) tt_embedding_backward6_unit_Y(s, P, sm, u);
         for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_L(s, P, sm, u - U2);
     }
     int base = U2 + U3;
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
     for (int which = 0; which < 4; which++) {
         TtEmbeddingBackwardGemm g;
-        if (!tt_embedding_backward6_phase_gemm(s, P, sm, bints, ph, which, W, g)) break;
-        g.tile = tt_embedding_backward_pick_tile(g.M, g.N, g.sum_batches ? 1 : nbb, nt, 1);
+        if (!tt_embedding_backward6_phase_gemm(s, P, sm, gh, accp, bints, ph, which, W, g)) break;
+        g.tile = tt_embedding_backward_pick_tile(g.M, g.N, g.sum_batches ? 1 : nbb, nt);
         const int units = tt_embedding_backward_units(g, nbb);
         for (; u < base + units; u += nt) tt_embedding_backward_run_unit<1>(g, nbb, u - base);
         base += units;
@@ -2159,7 +1856,7 @@ TT_BWD_UNROLL
 // The batch's slices of the other cores (unpadded) and dY rows: per segment (a core's slice, or g), the
 // threads stride over (lookup, element), in float4 where the segment length is a multiple of 4 (every
 // source row and destination is then 16-byte aligned: cores 128-byte aligned, regions multiples of 4).
-__host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
+__host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                                  float* sm, const int* bints, int nbb, int tid, int nt,
                                                                  const float* cores, const float* dY) {
     float* lk = sm + P.lk_off;
@@ -2167,7 +1864,7 @@ __host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbedd
         if (t == P.h) continue;
         const int len = t < s.T ? s.S[t] : s.D, dst_off = t < s.T ? P.sl_off[t] : P.g_off;
         auto src = [&](int b) -> const float* {
-            const int* bi = bints + b * TT_BWD_INTS;
+            const int* bi = bints + b * TT_EMBEDDING_BACKWARD_INTS;
             return t < s.T ? cores + s.core_off[t] + (int64_t)bi[2 + t] * len : dY + (int64_t)bi[1] * len;
         };
         if (len % 4 == 0) {
@@ -2191,7 +1888,7 @@ __host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbedd
 }
 
 // where version 6 finds its inputs and puts its outputs
-struct TtEmbeddingBackwardIo6 {
+struct TtEmbeddingBackwardIo {
     const float* dY;
     float *cores, *state, *dG;
     int opt;
@@ -2201,20 +1898,24 @@ struct TtEmbeddingBackwardIo6 {
 // Kernel 2's block program for chunk `block`. acc(tid) is the thread's register accumulator (ACC 4x4 tiles).
 template <int ACC, class Exec, class Acc>
 __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
-                                                           const TtEmbeddingBackwardPlan6& P, float* sm, int block,
-                                                           const TtEmbeddingBackwardWs6& ws, const TtEmbeddingBackwardIo6& io) {
+                                                           const TtEmbeddingBackward6Plan& P, float* sm, int block,
+                                                           const TtEmbeddingBackwardWorkspace& ws, const TtEmbeddingBackwardIo& io) {
     if (block >= ws.totals[0]) return;
     const int* d = ws.chunk_desc + (int64_t)block * 4;
     const int k = d[0], lo = d[1], hi = d[2], nch = d[3], n = hi - lo;
     const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
     const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
     int* ints = (int*)(sm + P.ints_off);
+    // G_h and dG_h's accumulator: in shared memory, or (P.gh_global, P.acc_global) the slice in the cores and the
+    // chunk's row of `partial` (only this block writes either, and only after its last read of G_h)
+    const float* gh = P.gh_global ? io.cores + slice_off : sm + P.gh_off;
+    float* accp = P.acc_global ? ws.partial + (int64_t)block * Sh : sm + P.acc_off;
     // the chunk's lookups (ranks lo .. hi of the slice's list) with their bags and slice rows; G_h's slice
     // (rows padded to PH); the accumulator's zeros
     const int* ids = ws.list + ws.start[s.key_base[h] + k] + lo;
     ex.phase([&](int tid) {
         for (int i = tid; i < n; i += nt) {
-            int* si = ints + i * TT_BWD_INTS;
+            int* si = ints + i * TT_EMBEDDING_BACKWARD_INTS;
             const int id = ids[i];
             si[0] = id;
             si[1] = ws.bag_of[id];
@@ -2222,24 +1923,24 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
         }
         for (int e = tid; e < Sh; e += nt) {
             const int r = e / nh;
-            sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
-            if (ACC == 0) sm[P.acc_off + e] = 0.0f;
+            if (!P.gh_global) sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+            if (ACC == 0) accp[e] = 0.0f;
         }
         if (tid == 0) sm[P.one_off] = 1.0f;
         if (ACC > 0) {
             auto& a = acc(tid);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int i = 0; i < (ACC > 0 ? ACC : 1); i++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
                 for (int j = 0; j < 16; j++) a[i][j] = 0.0f;
         }
     });
     for (int start = 0; start < n; start += P.nb) {
         const int nbb = min(P.nb, n - start);
-        const int* bints = ints + start * TT_BWD_INTS;
+        const int* bints = ints + start * TT_EMBEDDING_BACKWARD_INTS;
         ex.phase([&](int tid) { tt_embedding_backward6_load_batch(s, P, sm, bints, nbb, tid, nt, io.cores, io.dY); });
         for (int ph = 1; ph <= 2 * P.F + 2; ph++)
-            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
+            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, gh, accp, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
     }
     // the chunk's pivot gradient: the slice's update when it is the only chunk, else a partial for kernel 3
     float* part = ws.partial + (int64_t)block * Sh;
@@ -2250,27 +1951,27 @@ TT_BWD_UNROLL
         };
         if (ACC > 0) {
             auto& a = acc(tid);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
                 const int tile = tid + i * nt;
                 if (tile < P.tiles_I) {
                     int rt, ct;
                     tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
                     for (int r = 0; r < 4; r++)
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
                         for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
                 }
             }
         } else {
-            for (int e = tid; e < Sh; e += nt) put(e, sm[P.acc_off + e]);
+            for (int e = tid; e < Sh; e += nt) put(e, accp[e]);
         }
     });
 }
 
 // register accumulators: on the GPU the thread's own array; the CPU test gives every emulated thread one
 template <int ACC>
-struct TtEmbeddingBackwardAccRegs6 {
+struct TtEmbeddingBackward6AccRegs {
     float v[ACC > 0 ? ACC : 1][16];
     __host__ __device__ float (&operator()(int))[ACC > 0 ? ACC : 1][16] { return v; }
 };
@@ -2278,15 +1979,15 @@ struct TtEmbeddingBackwardAccRegs6 {
 // (two register tiles need more than the 128 registers a 512-thread block leaves: that instantiation is
 // compiled for 256 threads, and the plan uses it only up to 256)
 template <int ACC>
-__global__ void __launch_bounds__(ACC == 2 ? TT_BWD6_MAX_ACC2_BLOCK : TT_BWD_MAX_FUSED_BLOCK)
-tt_embedding_backward_kernel6(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
-                              const __grid_constant__ TtEmbeddingBackwardWs6 ws, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+__global__ void __launch_bounds__(ACC >= 2 ? TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK : TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
+tt_embedding_backward6_chunk_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+                              const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardIo io) {
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackwardPlan6 P;
+    __shared__ TtEmbeddingBackward6Plan P;
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    TtEmbeddingBackwardAccRegs6<ACC> acc;
+    TtEmbeddingBackward6AccRegs<ACC> acc;
     tt_embedding_backward6_chunk_block<ACC>(ex, acc, s, P, (float*)tt_embedding_backward_smem, blockIdx.x, ws, io);
 }
 
@@ -2299,18 +2000,18 @@ tt_embedding_backward_kernel6(const TtEmbeddingBackwardShape shape, const TtEmbe
 // and the last part to finish (a counter per (slice, column item)) adds the parts in part order and applies
 // the optimizer. Shared memory: ids [RC] ints, sums [max(nt, CW)] floats, flag.
 template <class Exec>
-__host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardPlan6& P,
-                                                          int item, const TtEmbeddingBackwardWs6& ws, const TtEmbeddingBackwardIo6& io,
+__host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                          int item, const TtEmbeddingBackwardWorkspace& ws, const TtEmbeddingBackwardIo& io,
                                                           int* ids, float* sums, int* flag) {
     const int nt = ex.nt;
     const int* d = ws.item_desc + (int64_t)item * 4;
     const int g = d[0], cc = d[1], p = d[2], parts = d[3];
     int t = 0;
     while (g >= s.key_base[t + 1]) t++;
-    const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_BWD6_CW, cw = min(TT_BWD6_CW, S - c0);
+    const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_EMBEDDING_BACKWARD6_CW, cw = min(TT_EMBEDDING_BACKWARD6_CW, S - c0);
     const bool piv = t == P.h;
     const int n = piv ? ws.choff[k + 1] - ws.choff[k] : ws.counts[g];
-    const int r0 = p * TT_BWD6_RC, r1 = min(n, r0 + TT_BWD6_RC), nr = r1 - r0;
+    const int r0 = p * TT_EMBEDDING_BACKWARD6_RC, r1 = min(n, r0 + TT_EMBEDDING_BACKWARD6_RC), nr = r1 - r0;
     if (!piv)
         ex.phase([&](int tid) {
             for (int i = tid; i < nr; i += nt) ids[i] = ws.list[ws.start[g] + r0 + i];
@@ -2321,7 +2022,7 @@ __host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmb
         if (gi >= groups) return;
         for (int col = tid - gi * tpc; col < cw; col += tpc) {
             float sum = 0.0f;
-TT_BWD_UNROLL4
+TT_EMBEDDING_BACKWARD_UNROLL4
             for (int i = gi; i < nr; i += groups) {
                 const float* row = piv ? ws.partial + (int64_t)(ws.choff[k] + r0 + i) * S : ws.W + P.W_off[t] + (int64_t)ids[i] * S;
                 sum += row[c0 + col];
@@ -2345,7 +2046,7 @@ TT_BWD_UNROLL4
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
             for (int gi = 0; gi < groups; gi++) v += sums[gi * cw + col];
-            ws.partial3[(int64_t)item * TT_BWD6_CW + col] = v;
+            ws.partial3[(int64_t)item * TT_EMBEDDING_BACKWARD6_CW + col] = v;
         }
         tt_embedding_backward6_fence();
     });
@@ -2357,19 +2058,19 @@ TT_BWD_UNROLL4
     ex.phase([&](int tid) {
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
-            for (int q = 0; q < parts; q++) v += tt_embedding_backward6_ldcg(ws.partial3 + (int64_t)(first + q) * TT_BWD6_CW + col);
+            for (int q = 0; q < parts; q++) v += tt_embedding_backward6_ldcg(ws.partial3 + (int64_t)(first + q) * TT_EMBEDDING_BACKWARD6_CW + col);
             tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, off + col, v);
         }
     });
 }
 
-__global__ void __launch_bounds__(TT_BWD6_FINAL_BLOCK, 2)
-tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardPlan6 plan,
-                                    const __grid_constant__ TtEmbeddingBackwardWs6 ws, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, 2)
+tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardIo io) {
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackwardPlan6 P;
-    __shared__ int ids[TT_BWD6_RC], flag;
-    __shared__ float sums[TT_BWD6_FINAL_BLOCK > TT_BWD6_CW ? TT_BWD6_FINAL_BLOCK : TT_BWD6_CW];
+    __shared__ TtEmbeddingBackward6Plan P;
+    __shared__ int ids[TT_EMBEDDING_BACKWARD6_RC], flag;
+    __shared__ float sums[TT_EMBEDDING_BACKWARD6_FINAL_BLOCK > TT_EMBEDDING_BACKWARD6_CW ? TT_EMBEDDING_BACKWARD6_FINAL_BLOCK : TT_EMBEDDING_BACKWARD6_CW];
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
@@ -2380,11 +2081,11 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 
 // ---- version 7: FBTT's default shape on tensor cores, grouped by core 1 without a sort, in one wave ----
 
-// Version 6's ncu profile (second session): prep 16 us (its last block plans serially), lists 20 us, chunks
+// Version 6's ncu profile (2026-11-29): prep 16 us (its last block plans serially), lists 20 us, chunks
 // 113 us (177 registers: one block of 8 warps per SM, 220 chunks in two waves, 36M warp instructions), final
 // 23 us. Version 7 keeps the sandwich form at the pivot core 1 (T = 3) and changes how it is run:
 //   - the three products with G_1 are GEMMs over the lookups of a slice, on tensor cores in 3xTF32
-//     (x = hi + lo split by masking, tt_bwd7_split; hi.hi + hi.lo + lo.hi, FP32-accurate like
+//     (x = hi + lo split by masking, tt_embedding_backward7_split; hi.hi + hi.lo + lo.hi, FP32-accurate like
 //     tt_embedding_forward's version 10), per segment of NB = 16 lookups:
 //       (II)  dG_0 rows: [16 (lookup, a_0) rows per m-tile] Y (4 x 128 per lookup) . G_1^T (128 x 32)
 //       (III) dG_2 rows: [16 (lookup, a_2) rows] L^T (4 x 128 per lookup) . G_1 viewed (k_1 a_1) x k_2
@@ -2407,59 +2108,52 @@ tt_embedding_backward_kernel6_final(const TtEmbeddingBackwardShape shape, const 
 //   - kernel 0 zeroes the counters, and kernels 1-3 are launched with programmatic dependent launch
 //     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
-// default family: any p, tables, bags); other shapes are skipped with the reason.
-// How it got here (H200, default shape, SGD; ncu durations without PDL overlap; each step's commit in git log,
-// timed by ./tt_embedding_backward 7 and, from the second step on, scripts/tt_backward_sweep.sh; logs
-// results/logs/2026-11-29_s4_tt_backward_sweep_{a,b}.txt are the second and the swizzle steps):
-//   first version (scans for the lists, cvt.rna splits, memset + three kernels)      0.0954 ms
-//     ncu: prep 8.0 us, chain 72.9 us (24.6M warp instructions, 11.3M of them on the ALU pipe: the splits),
-//     side 13.5 us
-//   split in integer ops, warp-per-bag prep, side scans before the wait, inputs a segment ahead   0.0742
-//   slice buckets instead of scans, batched optimizer loads                                     0.0703 / 0.0702
-//   (II) and (III) on separate warps over all n-tiles (A split once), float4 small-step stores  0.0678
-//   split by masking (2 instructions), G_1 loads under the list                                0.0647 (chain 50.5 us, 12.9M)
-//   G_1's swizzled copy (the CPU test found (III)'s B loads 2-way conflicted)                  0.0666 / 0.0665
-//     slower, not faster: the XOR takes each B load's address out of the immediate offset (one more
-//     instruction per load), which costs more than the conflicts did. The next step, designed and checked on
-//     the CPU (conflict-free, every element once) but not measured, so not in this file: an additive skew,
-//     row k_1 at k_1 * 160 + 4 pi(k_1 % 8) (pi as in tt_bwd7_g1), which keeps a per-lane base plus
-//     immediate offsets; 4 KB more shared memory, 231,008 of the SM's 233,472 bytes at two blocks.
-//   kernel 0 + PDL for kernel 1 instead of a memset                                            0.0651
-// What is left (ncu after the swizzle: chain 51.9 us, 14.3M warp instructions, 40% of issue slots used,
-// tensor pipe 25% active; prep 8.4 us and side 10.3 us in ncu, mostly hidden under PDL in a real run): the
-// item's serial start (counts, bucket, meta, inputs: four dependent round trips), three barriers per segment,
-// and 44 of the 132 SMs with one item instead of two.
+// default family: any p, tables, bags); the dispatcher (version 7's launcher) runs every other shape elsewhere.
+// How it got here, step by step with the time of each: results/notes/tt_embedding_backward.md.
 // The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
 // puts a fragment's 4 k values (tig) 8 banks apart, LS = 4 (mod 32) the two lookups of its 8 rows (group)
 // 4 banks apart. G_1 is read along rows by (II) (8 rows k_1 = group, 4 columns tig) and down columns by (III)
-// (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_bwd7_g1). (III)
+// (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_embedding_backward7_g1). (III)
 // takes K in the order (k_1 block of 8 per 4 k-steps, a_1 = ks % 4), and L^T is stored (a_2, a_1, k_1) to match.
-static const int TT_BWD7_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
-static const int TT_BWD7_PART = 64;          // lookups per item (longer slices split evenly into parts)
-static const int TT_BWD7_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
-static const int TT_BWD7_SIDE_BLOCK = 256;   // side kernel
-static const int TT_BWD7_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
-static const int TT_BWD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
-static const int TT_BWD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
+static const int TT_EMBEDDING_BACKWARD7_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
+static const int TT_EMBEDDING_BACKWARD7_PART = 64;          // lookups per item (longer slices split evenly into parts)
+static const int TT_EMBEDDING_BACKWARD7_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
+static const int TT_EMBEDDING_BACKWARD7_SIDE_BLOCK = 256;   // side kernel
+static const int TT_EMBEDDING_BACKWARD7_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
+static const int TT_EMBEDDING_BACKWARD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
+static const int TT_EMBEDDING_BACKWARD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
-    TT_BWD7_R = 32, TT_BWD7_Q = 4, TT_BWD7_S1 = 4096, TT_BWD7_S0 = 128,      // the compiled shape: slices of cores 1 and 0, 2
-    TT_BWD7_YS = 136, TT_BWD7_G0S = 40,                                   // row strides of Y / L^T, G_0
-    TT_BWD7_Y = 0, TT_BWD7_LT = 544, TT_BWD7_G0 = 1088, TT_BWD7_G = 1248, TT_BWD7_G2 = 1312, TT_BWD7_LS = 1444,
-    TT_BWD7_SEG = TT_BWD7_NB * TT_BWD7_LS,                                // floats of a segment
-    TT_BWD7_G1F = TT_BWD7_S1,                                             // floats of the G_1 copy (swizzled, unpadded)
+    TT_EMBEDDING_BACKWARD7_R = 32,
+    TT_EMBEDDING_BACKWARD7_Q = 4,
+    TT_EMBEDDING_BACKWARD7_S1 = 4096,
+    TT_EMBEDDING_BACKWARD7_S0 = 128,  // the compiled shape: slices of cores 1 and 0, 2
+    TT_EMBEDDING_BACKWARD7_YS = 136,
+    TT_EMBEDDING_BACKWARD7_G0S = 40,  // row strides of Y / L^T, G_0
+    TT_EMBEDDING_BACKWARD7_Y = 0,
+    TT_EMBEDDING_BACKWARD7_LT = 544,
+    TT_EMBEDDING_BACKWARD7_G0 = 1088,
+    TT_EMBEDDING_BACKWARD7_G = 1248,
+    TT_EMBEDDING_BACKWARD7_G2 = 1312,
+    TT_EMBEDDING_BACKWARD7_LS = 1444,
+    TT_EMBEDDING_BACKWARD7_SEG = TT_EMBEDDING_BACKWARD7_NB * TT_EMBEDDING_BACKWARD7_LS,  // floats of a segment
+    TT_EMBEDDING_BACKWARD7_G1F = TT_EMBEDDING_BACKWARD7_S1,                              // floats of the G_1 copy (swizzled, unpadded)
 };
-static_assert(TT_BWD7_LS % 32 == 4 && TT_BWD7_YS % 32 == 8 && TT_BWD7_G0S % 32 == 8, "conflict-free strides");
-static_assert(TT_BWD7_LT >= 4 * TT_BWD7_YS && TT_BWD7_G0 >= TT_BWD7_LT + 4 * TT_BWD7_YS && TT_BWD7_G >= TT_BWD7_G0 + 4 * TT_BWD7_G0S &&
-              TT_BWD7_G2 >= TT_BWD7_G + 64 && TT_BWD7_LS >= TT_BWD7_G2 + 128, "segment regions overlap");
-static_assert(TT_BWD7_SIDE_CAP % TT_BWD7_SIDE_RG == 0, "side groups must not straddle passes");
+static_assert(TT_EMBEDDING_BACKWARD7_LS % 32 == 4 && TT_EMBEDDING_BACKWARD7_YS % 32 == 8 && TT_EMBEDDING_BACKWARD7_G0S % 32 == 8, "conflict-free strides");
+static_assert(TT_EMBEDDING_BACKWARD7_LT >= 4 * TT_EMBEDDING_BACKWARD7_YS &&
+                  TT_EMBEDDING_BACKWARD7_G0 >= TT_EMBEDDING_BACKWARD7_LT + 4 * TT_EMBEDDING_BACKWARD7_YS &&
+                  TT_EMBEDDING_BACKWARD7_G >= TT_EMBEDDING_BACKWARD7_G0 + 4 * TT_EMBEDDING_BACKWARD7_G0S &&
+                  TT_EMBEDDING_BACKWARD7_G2 >= TT_EMBEDDING_BACKWARD7_G + 64 && TT_EMBEDDING_BACKWARD7_LS >= TT_EMBEDDING_BACKWARD7_G2 + 128,
+              "segment regions overlap");
+static_assert(TT_EMBEDDING_BACKWARD7_SIDE_CAP % TT_EMBEDDING_BACKWARD7_SIDE_RG == 0, "side groups must not straddle passes");
 // chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
-inline size_t tt_embedding_backward_smem7_bytes() {
-    return sizeof(float) * (TT_BWD7_G1F + TT_BWD7_SEG) + sizeof(int) * (TT_BWD7_PART * 4 + 8 + 4 + TT_BWD7_BUCKET);
+inline size_t tt_embedding_backward7_smem_bytes() {
+    return sizeof(float) * (TT_EMBEDDING_BACKWARD7_G1F + TT_EMBEDDING_BACKWARD7_SEG) +
+           sizeof(int) * (TT_EMBEDDING_BACKWARD7_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD7_BUCKET);
 }
 
 // the shapes version 7 is compiled for; "" when it runs
-inline std::string tt_embedding_backward_v7_reason(const TtEmbeddingBackwardShape& s) {
+inline std::string tt_embedding_backward7_reason(const TtEmbeddingBackwardShape& s) {
     char buf[256];
     if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != 32 || s.R[2] != 32) {
         snprintf(buf, sizeof buf, "version 7 is compiled for T = 3, q = 4,4,4 and ranks 32,32 (FBTT's default family); this shape has T = %d",
@@ -2477,11 +2171,11 @@ inline std::string tt_embedding_backward_v7_reason(const TtEmbeddingBackwardShap
 // The mma.sync.m16n8k8 fragments (PTX ISA, TF32; lane = 4 group + tig): A register r holds (row, col) =
 // (group + 8 (r & 1), tig + 4 (r >> 1)); B register r holds (k, n) = (tig + 4 r, group); C register r holds
 // (group + 8 (r >> 1), 2 tig + (r & 1)).
-__host__ __device__ __forceinline__ int tt_bwd7_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
-__host__ __device__ __forceinline__ int tt_bwd7_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
-__host__ __device__ __forceinline__ int tt_bwd7_bk(int lane, int r) { return (lane & 3) + 4 * r; }
-__host__ __device__ __forceinline__ int tt_bwd7_crow(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
-__host__ __device__ __forceinline__ int tt_bwd7_ccol(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_bk(int lane, int r) { return (lane & 3) + 4 * r; }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_crow(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_ccol(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
 
 // Where each fragment value lives (floats). (II) and (III): relative to the m-tile's first lookup region;
 // row m of the tile is lookup m / 4, row a = m % 4 (a_0 for (II), a_2 for (III)). (I): relative to the
@@ -2490,39 +2184,40 @@ __host__ __device__ __forceinline__ int tt_bwd7_ccol(int lane, int r) { return 2
 //   (III) A(m, c; ks) = L^T[a_2][a_1 R + k_1];  B(c, n; ks, nt) = G_1[k_1][a_1][k_2 = 8 nt + n], with
 //         a_1 = ks % 4, k_1 = 8 (ks / 4) + c
 //   (I)   A(m, c; kp, mi) = G_0[a_0][k_1 = 16 mi + m];   B(c, n; kp, w, ni) = Y[a_0][kappa = 16 w + 8 ni + n]
-__host__ __device__ __forceinline__ int tt_bwd7_II_a(int m, int c, int ks) {
-    return (m >> 2) * TT_BWD7_LS + TT_BWD7_Y + (m & 3) * TT_BWD7_YS + 8 * ks + c;
+__host__ __device__ __forceinline__ int tt_embedding_backward7_II_a(int m, int c, int ks) {
+    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + (m & 3) * TT_EMBEDDING_BACKWARD7_YS + 8 * ks + c;
 }
 // G_1's copy: element (k_1, col = a_1 R + k_2) at k_1 (q_1 R) + (col ^ 4 pi(k_1 % 8)), pi(j) = 2j (j < 4), 2(j-4)+1
 // (j >= 4). The XOR moves whole float4s (bits 2-4 of the column), so the copy stays 16-byte stores; (II)'s loads
 // (rows group, columns 8 ks + tig) and (III)'s (rows 8 b + tig, columns 8 nt + group) then hit 32 banks each.
-__host__ __device__ __forceinline__ int tt_bwd7_g1(int k1, int col) {
+__host__ __device__ __forceinline__ int tt_embedding_backward7_g1(int k1, int col) {
     const int j = k1 & 7, pi = j < 4 ? 2 * j : 2 * (j - 4) + 1;
-    return k1 * (TT_BWD7_Q * TT_BWD7_R) + (col ^ (4 * pi));
+    return k1 * (TT_EMBEDDING_BACKWARD7_Q * TT_EMBEDDING_BACKWARD7_R) + (col ^ (4 * pi));
 }
-__host__ __device__ __forceinline__ int tt_bwd7_II_b(int c, int n, int ks, int nt) { return tt_bwd7_g1(8 * nt + n, 8 * ks + c); }
-__host__ __device__ __forceinline__ int tt_bwd7_III_a(int m, int c, int ks) {
-    return (m >> 2) * TT_BWD7_LS + TT_BWD7_LT + (m & 3) * TT_BWD7_YS + (ks & 3) * TT_BWD7_R + 8 * (ks >> 2) + c;
+__host__ __device__ __forceinline__ int tt_embedding_backward7_II_b(int c, int n, int ks, int nt) { return tt_embedding_backward7_g1(8 * nt + n, 8 * ks + c); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_III_a(int m, int c, int ks) {
+    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + (m & 3) * TT_EMBEDDING_BACKWARD7_YS +
+           (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * (ks >> 2) + c;
 }
-__host__ __device__ __forceinline__ int tt_bwd7_III_b(int c, int n, int ks, int nt) {
-    return tt_bwd7_g1(8 * (ks >> 2) + c, (ks & 3) * TT_BWD7_R + 8 * nt + n);
+__host__ __device__ __forceinline__ int tt_embedding_backward7_III_b(int c, int n, int ks, int nt) {
+    return tt_embedding_backward7_g1(8 * (ks >> 2) + c, (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * nt + n);
 }
-__host__ __device__ __forceinline__ int tt_bwd7_I_a(int m, int c, int kp, int mi) {
-    return (2 * kp + (c >> 2)) * TT_BWD7_LS + TT_BWD7_G0 + (c & 3) * TT_BWD7_G0S + 16 * mi + m;
+__host__ __device__ __forceinline__ int tt_embedding_backward7_I_a(int m, int c, int kp, int mi) {
+    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_G0 + (c & 3) * TT_EMBEDDING_BACKWARD7_G0S + 16 * mi + m;
 }
-__host__ __device__ __forceinline__ int tt_bwd7_I_b(int c, int n, int kp, int w, int ni) {
-    return (2 * kp + (c >> 2)) * TT_BWD7_LS + TT_BWD7_Y + (c & 3) * TT_BWD7_YS + 16 * w + 8 * ni + n;
+__host__ __device__ __forceinline__ int tt_embedding_backward7_I_b(int c, int n, int kp, int w, int ni) {
+    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + (c & 3) * TT_EMBEDDING_BACKWARD7_YS + 16 * w + 8 * ni + n;
 }
 // where the C values go: (II) row m, column n of n-tile nt -> lookup m / 4 of the tile, element a_0 R + k_1 of
 // its core-0 gradient; (III) -> element k_2 q_2 + a_2 of its core-2 gradient; (I) -> element k_1 (q_1 R) + kappa
 // of the slice's gradient
-__host__ __device__ __forceinline__ int tt_bwd7_II_c(int m, int n, int nt) { return (m & 3) * TT_BWD7_R + 8 * nt + n; }
-__host__ __device__ __forceinline__ int tt_bwd7_III_c(int m, int n, int nt) { return (8 * nt + n) * TT_BWD7_Q + (m & 3); }
-__host__ __device__ __forceinline__ int tt_bwd7_I_c(int m, int n, int w, int mi, int ni) {
-    return (16 * mi + m) * (TT_BWD7_Q * TT_BWD7_R) + 16 * w + 8 * ni + n;
+__host__ __device__ __forceinline__ int tt_embedding_backward7_II_c(int m, int n, int nt) { return (m & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * nt + n; }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_III_c(int m, int n, int nt) { return (8 * nt + n) * TT_EMBEDDING_BACKWARD7_Q + (m & 3); }
+__host__ __device__ __forceinline__ int tt_embedding_backward7_I_c(int m, int n, int w, int mi, int ni) {
+    return (16 * mi + m) * (TT_EMBEDDING_BACKWARD7_Q * TT_EMBEDDING_BACKWARD7_R) + 16 * w + 8 * ni + n;
 }
 
-__host__ __device__ __forceinline__ void tt_bwd7_st4(float* p, float4 v) {
+__host__ __device__ __forceinline__ void tt_embedding_backward7_st4(float* p, float4 v) {
 #ifdef __CUDA_ARCH__
     *reinterpret_cast<float4*>(p) = v;
 #else
@@ -2533,59 +2228,59 @@ __host__ __device__ __forceinline__ void tt_bwd7_st4(float* p, float4 v) {
 // The small steps of one lookup, thread u of its 16 (the segment's 256 threads: 16 per lookup), FP32 in a
 // fixed order: Y[a_0][a_1 R + k_2] = sum_a2 g[a_0, a_1, a_2] G_2[k_2][a_2] for (a_0, a_1) = (u / 4, u % 4),
 // and L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2] for (a_1, a_2) = (u / 4, u % 4).
-__host__ __device__ inline void tt_bwd7_small_steps(float* region, int u) {
-    const float* g = region + TT_BWD7_G;
-    const float* g2 = region + TT_BWD7_G2;
-    const float* g0 = region + TT_BWD7_G0;
+__host__ __device__ inline void tt_embedding_backward7_small_steps(float* region, int u) {
+    const float* g = region + TT_EMBEDDING_BACKWARD7_G;
+    const float* g2 = region + TT_EMBEDDING_BACKWARD7_G2;
+    const float* g0 = region + TT_EMBEDDING_BACKWARD7_G0;
     {
         const int a0 = u >> 2, a1 = u & 3;
         const float4 gv = tt_embedding_backward6_ld4(g + a0 * 16 + a1 * 4);
-        float* y = region + TT_BWD7_Y + a0 * TT_BWD7_YS + a1 * TT_BWD7_R;
-TT_BWD_UNROLL
-        for (int k2 = 0; k2 < TT_BWD7_R; k2 += 4) {
+        float* y = region + TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * TT_EMBEDDING_BACKWARD7_R;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int k2 = 0; k2 < TT_EMBEDDING_BACKWARD7_R; k2 += 4) {
             float r[4];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int e = 0; e < 4; e++) {
                 const float4 w = tt_embedding_backward6_ld4(g2 + (k2 + e) * 4);
                 r[e] = fmaf(gv.w, w.w, fmaf(gv.z, w.z, fmaf(gv.y, w.y, gv.x * w.x)));
             }
-            tt_bwd7_st4(y + k2, make_float4(r[0], r[1], r[2], r[3]));
+            tt_embedding_backward7_st4(y + k2, make_float4(r[0], r[1], r[2], r[3]));
         }
     }
     {
         const int a1 = u >> 2, a2 = u & 3;
         float gs[4];
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int a0 = 0; a0 < 4; a0++) gs[a0] = g[a0 * 16 + a1 * 4 + a2];
-        float* lt = region + TT_BWD7_LT + a2 * TT_BWD7_YS + a1 * TT_BWD7_R;
-TT_BWD_UNROLL
-        for (int k1 = 0; k1 < TT_BWD7_R; k1 += 4) {
+        float* lt = region + TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * TT_EMBEDDING_BACKWARD7_R;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int k1 = 0; k1 < TT_EMBEDDING_BACKWARD7_R; k1 += 4) {
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-TT_BWD_UNROLL
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int a0 = 0; a0 < 4; a0++) {
-                const float4 v = tt_embedding_backward6_ld4(g0 + a0 * TT_BWD7_G0S + k1);
+                const float4 v = tt_embedding_backward6_ld4(g0 + a0 * TT_EMBEDDING_BACKWARD7_G0S + k1);
                 acc.x = fmaf(gs[a0], v.x, acc.x); acc.y = fmaf(gs[a0], v.y, acc.y);
                 acc.z = fmaf(gs[a0], v.z, acc.z); acc.w = fmaf(gs[a0], v.w, acc.w);
             }
-            tt_bwd7_st4(lt + k1, acc);
+            tt_embedding_backward7_st4(lt + k1, acc);
         }
     }
 }
 
 // float4 f (0 .. 79) of a lookup's inputs -> its place in the region: g (16), G_0's 4 rows (32), G_2 (32)
-__host__ __device__ inline int tt_bwd7_input_dst(int f) {
-    if (f < 16) return TT_BWD7_G + 4 * f;
-    if (f < 48) return TT_BWD7_G0 + ((f - 16) >> 3) * TT_BWD7_G0S + 4 * ((f - 16) & 7);
-    return TT_BWD7_G2 + 4 * (f - 48);
+__host__ __device__ inline int tt_embedding_backward7_input_dst(int f) {
+    if (f < 16) return TT_EMBEDDING_BACKWARD7_G + 4 * f;
+    if (f < 48) return TT_EMBEDDING_BACKWARD7_G0 + ((f - 16) >> 3) * TT_EMBEDDING_BACKWARD7_G0S + 4 * ((f - 16) & 7);
+    return TT_EMBEDDING_BACKWARD7_G2 + 4 * (f - 48);
 }
 
 // the chain kernel's item `item`: which slice and part; items are numbered slice by slice, a slice with n
 // lookups taking ceil(n / PART) of them (host-callable: the test checks it against a direct enumeration)
-__host__ __device__ inline int tt_bwd7_parts(int n) { return (n + TT_BWD7_PART - 1) / TT_BWD7_PART; }
+__host__ __device__ inline int tt_embedding_backward7_parts(int n) { return (n + TT_EMBEDDING_BACKWARD7_PART - 1) / TT_EMBEDDING_BACKWARD7_PART; }
 
 #ifdef __CUDA_ARCH__
 // inclusive sum of v over the block (8 warps); total = the block's sum. Two barriers.
-__device__ __forceinline__ int tt_bwd7_block_scan(int v, int* warp_sums, int& total) {
+__device__ __forceinline__ int tt_embedding_backward7_block_scan(int v, int* warp_sums, int& total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int x = v;
 #pragma unroll
@@ -2610,7 +2305,7 @@ __device__ __forceinline__ int tt_bwd7_block_scan(int v, int* warp_sums, int& to
 // per tile, every thread counts the matches among its 16 contiguous keys (four 16-byte loads in flight), a
 // block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads;
 // read from L2 (ld.cg): they come from kernel 1, and the side kernel reads them before its griddepcontrol.wait.
-__device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
+__device__ void tt_embedding_backward7_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
     int base = 0;
     for (int t0 = 0; t0 < len && base < hi; t0 += 16 * (int)blockDim.x) {
         const int j0 = t0 + 16 * threadIdx.x;
@@ -2624,7 +2319,7 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
 #pragma unroll
         for (int e = 0; e < 16; e++) c += v[e] == key;
         int total;
-        int r = base + tt_bwd7_block_scan(c, warp_sums, total) - c;
+        int r = base + tt_embedding_backward7_block_scan(c, warp_sums, total) - c;
         if (c)
 #pragma unroll
             for (int e = 0; e < 16; e++)
@@ -2642,10 +2337,10 @@ __device__ void tt_bwd7_collect(const int* __restrict__ keys, int len, int key, 
 // which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting (each
 // entry's rank = the entries smaller than it: O(n^2) compares, n <= 128), a longer one by the ordered scan of
 // its core's keys. Either way the list is the same.
-__device__ void tt_bwd7_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
+__device__ void tt_embedding_backward7_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
                                 int* list, int* stage, int* warp_sums) {
-    if (n > TT_BWD7_BUCKET) {
-        tt_bwd7_collect(keys, key_stride, row, lo, hi, list, warp_sums);
+    if (n > TT_EMBEDDING_BACKWARD7_BUCKET) {
+        tt_embedding_backward7_collect(keys, key_stride, row, lo, hi, list, warp_sums);
         return;
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) stage[i] = __ldcg(bucket + i);
@@ -2664,13 +2359,13 @@ __device__ void tt_bwd7_lookups(const int* __restrict__ bucket, int n, const int
 // then miss ah (bl - bl') + (al - al') bh + al bl, at most 3 * 2^-20 |a b| (2.9e-6, against the check's 2e-5 per
 // unit of magnitude). ncu: cvt.rna.tf32.f32 compiled to a longer integer sequence, and the splits were half of
 // the chain kernel's instructions with it.
-__device__ __forceinline__ void tt_bwd7_split(float x, uint32_t& hi, uint32_t& lo) {
+__device__ __forceinline__ void tt_embedding_backward7_split(float x, uint32_t& hi, uint32_t& lo) {
     const uint32_t h = __float_as_uint(x) & 0xffffe000u;
     hi = h;
     lo = __float_as_uint(x - __uint_as_float(h));
 }
 // d += a . b, one TF32 mma (not volatile, and one instruction per asm: the compiler interleaves the tiles)
-__device__ __forceinline__ void tt_bwd7_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void tt_embedding_backward7_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -2679,67 +2374,74 @@ __device__ __forceinline__ void tt_bwd7_mma(float (&d)[4], const uint32_t (&a)[4
 // (each A value split once per warp), 16 k-steps; in 3xTF32 the small products of every tile first, then the
 // big ones, into the same accumulator. Rows of absent lookups are not written. Out: W rows of core 0 (II) or 2 (III).
 template <bool III>
-__device__ __forceinline__ void tt_bwd7_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
+__device__ __forceinline__ void tt_embedding_backward7_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
                                                       int mt, int lane) {
     if (4 * mt >= ns) return;
-    const float* base = seg + 4 * mt * TT_BWD7_LS;
+    const float* base = seg + 4 * mt * TT_EMBEDDING_BACKWARD7_LS;
     float acc[4][4] = {};
 #pragma unroll 2
     for (int ks = 0; ks < 16; ks++) {
         uint32_t ah[4], al[4], bh[4][2], bl[4][2];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int m = tt_bwd7_arow(lane, r), c = tt_bwd7_acol(lane, r);
-            tt_bwd7_split(base[III ? tt_bwd7_III_a(m, c, ks) : tt_bwd7_II_a(m, c, ks)], ah[r], al[r]);
+            const int m = tt_embedding_backward7_arow(lane, r), c = tt_embedding_backward7_acol(lane, r);
+            tt_embedding_backward7_split(base[III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks)], ah[r], al[r]);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int c = tt_bwd7_bk(lane, r), n = lane >> 2;
-                tt_bwd7_split(g1s[III ? tt_bwd7_III_b(c, n, ks, nt) : tt_bwd7_II_b(c, n, ks, nt)], bh[nt][r], bl[nt][r]);
+                const int c = tt_embedding_backward7_bk(lane, r), n = lane >> 2;
+                tt_embedding_backward7_split(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)],
+                                             bh[nt][r], bl[nt][r]);
             }
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], al, bh[nt][0], bh[nt][1]);
+        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], al, bh[nt][0], bh[nt][1]);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], ah, bl[nt][0], bl[nt][1]);
+        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], ah, bl[nt][0], bl[nt][1]);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_bwd7_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
+        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
     }
 #pragma unroll
     for (int nt = 0; nt < 4; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int m = tt_bwd7_crow(lane, r), n = tt_bwd7_ccol(lane, r), l = 4 * mt + (m >> 2);
-            if (l < ns) out[(int64_t)ids[l] * TT_BWD7_S0 + (III ? tt_bwd7_III_c(m, n, nt) : tt_bwd7_II_c(m, n, nt))] = acc[nt][r];
+            const int m = tt_embedding_backward7_crow(lane, r), n = tt_embedding_backward7_ccol(lane, r), l = 4 * mt + (m >> 2);
+            if (l < ns)
+                out[(int64_t)ids[l] * TT_EMBEDDING_BACKWARD7_S0 +
+                    (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt))] = acc[nt][r];
         }
 }
 
 // (I) for warp w: dG_1 columns 16 w .. 16 w + 15, all 32 rows, over the segment's lookup pairs
-__device__ __forceinline__ void tt_bwd7_pivot_product(float (&acc)[2][2][4], const float* seg, int ns, int warp, int lane) {
+__device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc)[2][2][4], const float* seg, int ns, int warp, int lane) {
     for (int kp = 0; 2 * kp < ns; kp++) {
         uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                tt_bwd7_split(seg[tt_bwd7_I_a(tt_bwd7_arow(lane, r), tt_bwd7_acol(lane, r), kp, mi)], ah[mi][r], al[mi][r]);
+                tt_embedding_backward7_split(
+                    seg[tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi)], ah[mi][r],
+                    al[mi][r]);
 #pragma unroll
         for (int ni = 0; ni < 2; ni++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) tt_bwd7_split(seg[tt_bwd7_I_b(tt_bwd7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r], bl[ni][r]);
+            for (int r = 0; r < 2; r++)
+                tt_embedding_backward7_split(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
+                                             bl[ni][r]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
+            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
+            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_bwd7_mma(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
     }
 }
 #endif
@@ -2747,8 +2449,8 @@ __device__ __forceinline__ void tt_bwd7_pivot_product(float (&acc)[2][2][4], con
 // Programmatic dependent launch (sm_90): a kernel launched with the attribute may start once every block of the
 // kernel before it has executed launch_dependents (or exited); griddepcontrol.wait returns when that kernel has
 // completed and its writes are visible. Both are no-ops in a kernel launched without the attribute.
-__device__ __forceinline__ void tt_bwd7_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void tt_bwd7_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void tt_embedding_backward7_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void tt_embedding_backward7_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 template <typename... Params, typename... Args>
 void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
@@ -2770,73 +2472,74 @@ void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, 
 // returned. Warp 0 also writes the key rows' pad (-1).
 // Kernel 0: zeroes the counters (counts, part counters) that kernel 1 and 2 count in. A kernel rather than a
 // memset so that kernel 1 can be launched with PDL behind it: kernel 1 decodes its lookups while this runs.
-__global__ void tt_embedding_backward_kernel7_zero(int* __restrict__ p, int n) {
-    tt_bwd7_allow_next();
+__global__ void tt_embedding_backward7_zero_kernel(int* __restrict__ p, int n) {
+    tt_embedding_backward7_allow_next();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0;
 }
 
-__global__ void __launch_bounds__(TT_BWD6_PREP_BLOCK)
-tt_embedding_backward_kernel7_prep(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
+tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
                                    int* __restrict__ counts, int* __restrict__ bucket) {
-    tt_bwd7_allow_next();
-    const int bag = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    tt_embedding_backward7_allow_next();
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // 64-bit: num_bags * 32 threads
+    const int lane = threadIdx.x & 31;
     if (bag == 0 && s.nnz + lane < key_stride)
         for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + s.nnz + lane] = -1;
     if (bag >= s.num_bags) return;             // (no wait needed: this thread counts nothing)
-    const int tbl = bag / s.B;
+    const int tbl = (int)(bag / s.B);
     const int64_t j0 = offsets[bag], j1 = offsets[bag + 1];
     bool waited = false;
     for (int64_t j = j0 + lane; j < j1 || !waited; j += 32) {
-        int row[TT_BWD_MAX_T];
+        int row[TT_EMBEDDING_BACKWARD_MAX_T];
         const bool mine = j < j1;
         if (mine) {
             tt_embedding_backward_decode_row(s, indices[j], row);
-            bag_of[j] = bag;
+            bag_of[j] = (int)bag;
             for (int t = 0; t < s.T; t++) {
                 row[t] += tbl * s.p[t];
                 keys[(int64_t)t * key_stride + j] = row[t];
             }
         }
-        if (!waited) tt_bwd7_wait_prior();      // kernel 0's zeros (launched with PDL, this ran under it so far)
+        if (!waited) tt_embedding_backward7_wait_prior();      // kernel 0's zeros (launched with PDL, this ran under it so far)
         waited = true;
         if (mine)
             for (int t = 0; t < s.T; t++) {
                 const int key = s.key_base[t] + row[t], slot = atomicAdd(counts + key, 1);
-                if (slot < TT_BWD7_BUCKET) bucket[(int64_t)key * TT_BWD7_BUCKET + slot] = (int)j;
+                if (slot < TT_EMBEDDING_BACKWARD7_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD7_BUCKET + slot] = (int)j;
             }
     }
 }
 
 // Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
-// slice of G_1 copied (swizzled: tt_bwd7_g1) while the item's lookups are listed (tt_bwd7_lookups); their bags and
+// slice of G_1 copied (swizzled: tt_embedding_backward7_g1) while the item's lookups are listed (tt_embedding_backward7_lookups); their bags and
 // side keys; then segments of NB lookups: inputs, small steps, (II) and (III) to W, (I) into registers.
 // Finally the optimizer on dG_1 (one part), or the part's partial and, for the last part to finish, the sum
 // of the parts in part order and the optimizer.
-__global__ void __launch_bounds__(TT_BWD7_BLOCK, 2)
-tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD7_BLOCK, 2)
+tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                     const int* __restrict__ bag_of, const int* __restrict__ counts, const int* __restrict__ bucket, int* __restrict__ ctr,
                                     float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2,
-                                    const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+                                    const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
     float* g1s = reinterpret_cast<float*>(tt_embedding_backward_smem);
-    float* seg = g1s + TT_BWD7_G1F;
-    int* list = reinterpret_cast<int*>(seg + TT_BWD7_SEG);
-    int* meta = list + TT_BWD7_PART;            // [PART][3]: bag, core-0 key, core-2 key
-    int* warp_sums = meta + 3 * TT_BWD7_PART;
+    float* seg = g1s + TT_EMBEDDING_BACKWARD7_G1F;
+    int* list = reinterpret_cast<int*>(seg + TT_EMBEDDING_BACKWARD7_SEG);
+    int* meta = list + TT_EMBEDDING_BACKWARD7_PART;            // [PART][3]: bag, core-0 key, core-2 key
+    int* warp_sums = meta + 3 * TT_EMBEDDING_BACKWARD7_PART;
     int* info = warp_sums + 8;                  // slice, part, parts, lookups
     int* stage = info + 4;                      // [BUCKET]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    tt_bwd7_wait_prior();                       // kernel 1's keys and counts
-    tt_bwd7_allow_next();
+    tt_embedding_backward7_wait_prior();                       // kernel 1's keys and counts
+    tt_embedding_backward7_allow_next();
     // the item: a block scan of the parts per slice
     const int Kc = s.tables * s.p[1], item = blockIdx.x;
     if (tid == 0) info[0] = -1;
     int base = 0;
     for (int k0 = 0; k0 < Kc; k0 += blockDim.x) {
-        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_bwd7_parts(n);
+        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_embedding_backward7_parts(n);
         int total;
-        const int incl = base + tt_bwd7_block_scan(np, warp_sums, total);
+        const int incl = base + tt_embedding_backward7_block_scan(np, warp_sums, total);
         if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
         base += total;
         if (item < base) break;                 // the same in every thread
@@ -2848,12 +2551,13 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     const int lo = (int)((int64_t)part * n / np), hi = (int)((int64_t)(part + 1) * n / np), cnt = hi - lo;
     // G_1's slice (read-only until this item's last part has finished: the optimizer runs after every part's reads)
     // (loaded now, stored once the list is made: the loads' latency under the list's)
-    const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_BWD7_S1;
-    constexpr int G1PER = TT_BWD7_S1 / 4 / TT_BWD7_BLOCK;
+    const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD7_S1;
+    constexpr int G1PER = TT_EMBEDDING_BACKWARD7_S1 / 4 / TT_EMBEDDING_BACKWARD7_BLOCK;
     float4 g1v[G1PER];
 #pragma unroll
-    for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_BWD7_BLOCK);
-    tt_bwd7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_BWD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi, list, stage, warp_sums);
+    for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_EMBEDDING_BACKWARD7_BLOCK);
+    tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
+                                   list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
         meta[3 * e] = __ldcg(bag_of + j);
@@ -2867,20 +2571,20 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     // a segment's inputs: g, G_0 and G_2 of each lookup, 80 float4 per lookup, 5 per thread; absent lookups
     // (the last segment) get zeros, so (I) adds nothing for them. Loaded into registers one segment ahead:
     // the loads of the next segment fly under this segment's products.
-    constexpr int PER = TT_BWD7_NB * 80 / TT_BWD7_BLOCK;
-    static_assert(TT_BWD7_NB * 80 % TT_BWD7_BLOCK == 0, "whole float4s per thread");
+    constexpr int PER = TT_EMBEDDING_BACKWARD7_NB * 80 / TT_EMBEDDING_BACKWARD7_BLOCK;
+    static_assert(TT_EMBEDDING_BACKWARD7_NB * 80 % TT_EMBEDDING_BACKWARD7_BLOCK == 0, "whole float4s per thread");
     float4 in[PER];
     auto load_inputs = [&](int e0) {
-        const int ns = min(TT_BWD7_NB, cnt - e0);
+        const int ns = min(TT_EMBEDDING_BACKWARD7_NB, cnt - e0);
 #pragma unroll
         for (int q = 0; q < PER; q++) {
-            const int i = tid + q * TT_BWD7_BLOCK, l = i / 80, f = i - 80 * l;
+            const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK, l = i / 80, f = i - 80 * l;
             in[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (l < ns) {
                 const int* m = meta + 3 * (e0 + l);
                 const float* src = f < 16 ? io.dY + (int64_t)m[0] * 64 + 4 * f
-                                 : f < 48 ? core0 + (int64_t)m[1] * TT_BWD7_S0 + 4 * (f - 16)
-                                          : core2 + (int64_t)m[2] * TT_BWD7_S0 + 4 * (f - 48);
+                                 : f < 48 ? core0 + (int64_t)m[1] * TT_EMBEDDING_BACKWARD7_S0 + 4 * (f - 16)
+                                          : core2 + (int64_t)m[2] * TT_EMBEDDING_BACKWARD7_S0 + 4 * (f - 48);
                 in[q] = __ldg(reinterpret_cast<const float4*>(src));
             }
         }
@@ -2888,27 +2592,27 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     if (cnt > 0) load_inputs(0);
 #pragma unroll
     for (int q = 0; q < G1PER; q++) {           // read only after the segment loop's first barrier
-        const int i = tid + q * TT_BWD7_BLOCK;
-        *reinterpret_cast<float4*>(g1s + tt_bwd7_g1(i >> 5, 4 * (i & 31))) = g1v[q];
+        const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK;
+        *reinterpret_cast<float4*>(g1s + tt_embedding_backward7_g1(i >> 5, 4 * (i & 31))) = g1v[q];
     }
-    for (int e0 = 0; e0 < cnt; e0 += TT_BWD7_NB) {
-        const int ns = min(TT_BWD7_NB, cnt - e0);
+    for (int e0 = 0; e0 < cnt; e0 += TT_EMBEDDING_BACKWARD7_NB) {
+        const int ns = min(TT_EMBEDDING_BACKWARD7_NB, cnt - e0);
 #pragma unroll
         for (int q = 0; q < PER; q++) {
-            const int i = tid + q * TT_BWD7_BLOCK, l = i / 80, f = i - 80 * l;
-            *reinterpret_cast<float4*>(seg + l * TT_BWD7_LS + tt_bwd7_input_dst(f)) = in[q];
+            const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK, l = i / 80, f = i - 80 * l;
+            *reinterpret_cast<float4*>(seg + l * TT_EMBEDDING_BACKWARD7_LS + tt_embedding_backward7_input_dst(f)) = in[q];
         }
         __syncthreads();
-        tt_bwd7_small_steps(seg + (tid >> 4) * TT_BWD7_LS, tid & 15);
+        tt_embedding_backward7_small_steps(seg + (tid >> 4) * TT_EMBEDDING_BACKWARD7_LS, tid & 15);
         __syncthreads();
-        if (e0 + TT_BWD7_NB < cnt) load_inputs(e0 + TT_BWD7_NB);
+        if (e0 + TT_EMBEDDING_BACKWARD7_NB < cnt) load_inputs(e0 + TT_EMBEDDING_BACKWARD7_NB);
         const int* ids = list + e0;
-        if (warp < 4) tt_bwd7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
-        else tt_bwd7_side_products<true>(seg, g1s, ids, ns, W2, warp - 4, lane);
-        tt_bwd7_pivot_product(acc, seg, ns, warp, lane);
+        if (warp < 4) tt_embedding_backward7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
+        else tt_embedding_backward7_side_products<true>(seg, g1s, ids, ns, W2, warp - 4, lane);
+        tt_embedding_backward7_pivot_product(acc, seg, ns, warp, lane);
         __syncthreads();                        // the segment is refilled
     }
-    const int64_t off = s.core_off[1] + (int64_t)k * TT_BWD7_S1;
+    const int64_t off = s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD7_S1;
     // the optimizer on the thread's 16 elements, every load before any store (ncu: applied one element at a time,
     // as tt_embedding_backward_apply does, the compiler kept each load behind the previous store, 16 round trips
     // to L2, a tenth of the kernel's stall samples); the same arithmetic as tt_embedding_backward_apply
@@ -2918,9 +2622,9 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
 #pragma unroll
         for (int e = 0; e < 16; e++) {
             const int mi = e >> 3, ni = (e >> 2) & 1, r = e & 3;
-            at[e] = off + tt_bwd7_I_c(tt_bwd7_crow(lane, r), tt_bwd7_ccol(lane, r), warp, mi, ni);
+            at[e] = off + tt_embedding_backward7_I_c(tt_embedding_backward7_crow(lane, r), tt_embedding_backward7_ccol(lane, r), warp, mi, ni);
         }
-        if (io.opt == TT_BWD_DENSE) {
+        if (io.opt == TT_EMBEDDING_BACKWARD_DENSE) {
 #pragma unroll
             for (int e = 0; e < 16; e++) io.dG[at[e]] = v[e >> 3][(e >> 2) & 1][e & 3];
             return;
@@ -2928,12 +2632,12 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
 #pragma unroll
         for (int e = 0; e < 16; e++) {
             G[e] = io.cores[at[e]];
-            st[e] = io.opt == TT_BWD_ADAGRAD ? io.state[at[e]] : 0.0f;
+            st[e] = io.opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? io.state[at[e]] : 0.0f;
         }
 #pragma unroll
         for (int e = 0; e < 16; e++) {
             const float grad = v[e >> 3][(e >> 2) & 1][e & 3];
-            if (io.opt == TT_BWD_SGD) {
+            if (io.opt == TT_EMBEDDING_BACKWARD_SGD) {
                 io.cores[at[e]] = G[e] - io.lr * grad;
             } else {
                 const float sn = st[e] + grad * grad;
@@ -2946,7 +2650,7 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
         apply_all(acc);
         return;
     }
-    float4* mine = reinterpret_cast<float4*>(partial + (int64_t)item * TT_BWD7_S1) + 4 * tid;
+    float4* mine = reinterpret_cast<float4*>(partial + (int64_t)item * TT_EMBEDDING_BACKWARD7_S1) + 4 * tid;
 #pragma unroll
     for (int q = 0; q < 4; q++) mine[q] = make_float4(acc[q >> 1][q & 1][0], acc[q >> 1][q & 1][1], acc[q >> 1][q & 1][2], acc[q >> 1][q & 1][3]);
     __threadfence();
@@ -2957,7 +2661,7 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
     __threadfence();
     float sum[2][2][4] = {};
     for (int q = 0; q < np; q++) {              // part order: the same bits whichever part finishes last
-        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_BWD7_S1) + 4 * tid;
+        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_EMBEDDING_BACKWARD7_S1) + 4 * tid;
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const float4 v = __ldcg(src + c);
@@ -2969,16 +2673,17 @@ tt_embedding_backward_kernel7_chain(const __grid_constant__ TtEmbeddingBackwardS
 #endif
 }
 
-// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_bwd7_lookups, CAP per pass), their W rows added per column in groups of RG rows (each group in order, the groups in order:
-// the same bits at any block size), then the optimizer. Untouched slices are left alone.
-__global__ void __launch_bounds__(TT_BWD7_SIDE_BLOCK)
-tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward7_lookups, CAP per pass), their W rows added per
+// column in groups of RG rows (each group in order, the groups in order: the same bits at any block size), then the optimizer. Untouched slices are
+// left alone.
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD7_SIDE_BLOCK)
+tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                    const int* __restrict__ counts, const int* __restrict__ bucket, const float* __restrict__ W0,
-                                   const float* __restrict__ W2, const __grid_constant__ TtEmbeddingBackwardIo6 io) {
+                                   const float* __restrict__ W2, const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
-    __shared__ int list[TT_BWD7_SIDE_CAP], stage[TT_BWD7_BUCKET];
+    __shared__ int list[TT_EMBEDDING_BACKWARD7_SIDE_CAP], stage[TT_EMBEDDING_BACKWARD7_BUCKET];
     __shared__ int warp_sums[8];
-    __shared__ float part[TT_BWD7_SIDE_BLOCK];
+    __shared__ float part[TT_EMBEDDING_BACKWARD7_SIDE_BLOCK];
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
     // it only after their own griddepcontrol.wait), so the first scan runs under kernel 2's tail; the W rows
     // are read only after this kernel's wait.
@@ -2988,21 +2693,22 @@ tt_embedding_backward_kernel7_side(const __grid_constant__ TtEmbeddingBackwardSh
     if (n == 0) return;
     bool waited = false;
     const float* W = t == 0 ? W0 : W2;
-    const int S = TT_BWD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
+    const int S = TT_EMBEDDING_BACKWARD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
     float total = 0.0f;
-    for (int lo = 0; lo < n; lo += TT_BWD7_SIDE_CAP) {
-        const int hi = min(n, lo + TT_BWD7_SIDE_CAP), rows = hi - lo, groups = (rows + TT_BWD7_SIDE_RG - 1) / TT_BWD7_SIDE_RG;
-        tt_bwd7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_BWD7_BUCKET, n, keys + (int64_t)t * key_stride, key_stride, k, lo, hi,
-                        list, stage, warp_sums);
-        if (!waited) tt_bwd7_wait_prior();      // kernel 2's W rows
+    for (int lo = 0; lo < n; lo += TT_EMBEDDING_BACKWARD7_SIDE_CAP) {
+        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD7_SIDE_CAP), rows = hi - lo,
+                  groups = (rows + TT_EMBEDDING_BACKWARD7_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD7_SIDE_RG;
+        tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + (int64_t)t * key_stride,
+                                       key_stride, k, lo, hi, list, stage, warp_sums);
+        if (!waited) tt_embedding_backward7_wait_prior();      // kernel 2's W rows
         waited = true;
         for (int g0 = 0; g0 < groups; g0 += slots) {
             const int gi = g0 + slot;
             float sum = 0.0f;
             if (slot < slots && gi < groups) {
-                const int r1 = min(rows, (gi + 1) * TT_BWD7_SIDE_RG);
+                const int r1 = min(rows, (gi + 1) * TT_EMBEDDING_BACKWARD7_SIDE_RG);
 #pragma unroll 8
-                for (int r = gi * TT_BWD7_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
+                for (int r = gi * TT_EMBEDDING_BACKWARD7_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
             }
             part[threadIdx.x] = sum;
             __syncthreads();
@@ -3030,22 +2736,56 @@ struct TtEmbeddingBackwardArgs {
     int* fb_rows;
     float** fb_ptrs;
     TtEmbeddingBackwardFbttBufs fb;
-    // versions 3-5
-    int *bag_of, *keys, *vals, *keys_sorted, *vals_sorted, *seg_lo, *seg_hi, *chunk_count, *chunk_off;
-    float *W, *partial;
-    void* cub_temp;
-    size_t cub_temp_bytes;
-    int sort_bits;
-    TtEmbeddingBackwardPivot pv;
-    TtEmbeddingBackwardLayout lay3, lay4, lay5;
-    // version 6 (its W is versions 4-5's, same pivot and layout); version 7 uses both and its buckets
-    TtEmbeddingBackwardWs6 ws6;
-    int* bucket7;
+    // version 3 (its bag_of is ws.bag_of)
+    TtEmbeddingBackwardLayout lay;
+    // versions 6-7: per-lookup gradients of the non-pivot cores (core t's block at W + W_off[t]), the lists and
+    // counters, and version 7's slice buckets
+    float* W;
+    int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];
+    TtEmbeddingBackwardWorkspace ws;
+    int* bucket;
+    size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
+
+// why version 6's kernels cannot run this shape at `block` threads (0: at 128, 256 and 512), "" when they can
+std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+    char buf[256];
+    if (block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
+        snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
+        return buf;
+    }
+    for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
+        const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
+        if (tt_embedding_backward6_smem_bytes(P) > smem_limit) {
+            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = 1, G_h in global memory: "
+                     "the other cores' slices of one lookup), more than the %zu a block can have", nt, tt_embedding_backward6_smem_bytes(P),
+                     smem_limit);
+            return buf;
+        }
+    }
+    return "";
+}
+
+// The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
+// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels (any
+// T, q and rank whose block fits in shared memory: up to rank 128 at T = 3 with G_h read from global memory);
+// else version 2's pipeline, which streams every slice through cuBLAS and so runs any shape.
+enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7 };
+int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+    if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
+        return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
+    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
+    return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
+}
+inline const char* tt_embedding_backward_route_name(int route) {
+    return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED ? "version 6's grouped kernels (general shape)"
+                                           : "version 2's cuBLAS pipeline (the block of version 6 does not fit)";
+}
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
 void tt_embedding_backward_optimizer_pass(const TtEmbeddingBackwardArgs& a) {
-    if (a.opt == TT_BWD_DENSE) return;
+    if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) return;
     const int64_t total = a.s.core_off[a.s.T];
     tt_embedding_backward_optimizer_kernel<<<tt_embedding_backward_optimizer_grid(total, 256), 256>>>(
         total, a.opt, a.lr, a.eps, a.cores, a.state, a.dG);
@@ -3059,14 +2799,14 @@ void tt_embedding_backward1(const TtEmbeddingBackwardArgs& a, int block_size) {
     const int64_t total = (int64_t)s.nnz * Ssum;
     if (total > 0) {
         const unsigned grid = (unsigned)std::min<int64_t>(ceil_div<int64_t>(total, block_size), 1 << 20);
-        tt_embedding_backward_kernel1<<<grid, block_size>>>(s, Ssum, a.offsets, a.indices, a.cores, a.dY, a.dG);
+        tt_embedding_backward1_kernel<<<grid, block_size>>>(s, Ssum, a.offsets, a.indices, a.cores, a.dY, a.dG);
     }
     tt_embedding_backward_optimizer_pass(a);
 }
 
 void tt_embedding_backward2(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
-    const int T = s.T, chunk = TT_BWD_FBTT_CHUNK;
+    const int T = s.T, chunk = TT_EMBEDDING_BACKWARD_FBTT_CHUNK;
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[T] * sizeof(float)));
     const float one = 1.0f, zero = 0.0f;
     auto gemm = [&](int kind, int t, int N) {
@@ -3080,11 +2820,11 @@ void tt_embedding_backward2(const TtEmbeddingBackwardArgs& a, int block_size) {
     auto scatter = [&](int t, int N) {
         const int64_t total = (int64_t)N * s.S[t];
         const unsigned grid = (unsigned)std::min<int64_t>(ceil_div<int64_t>(total, block_size), 1 << 16);
-        tt_embedding_backward_kernel2_scatter<<<grid, block_size>>>(s, t, N, a.fb_rows + (int64_t)t * chunk, a.fb.trG[t], a.dG);
+        tt_embedding_backward2_scatter_kernel<<<grid, block_size>>>(s, t, N, a.fb_rows + (int64_t)t * chunk, a.fb.trG[t], a.dG);
     };
     for (int64_t start = 0; start < s.nnz; start += chunk) {
         const int N = (int)std::min<int64_t>(chunk, s.nnz - start);
-        tt_embedding_backward_kernel2_setup<<<ceil_div(N, block_size), block_size>>>(
+        tt_embedding_backward2_setup_kernel<<<ceil_div(N, block_size), block_size>>>(
             s, start, N, chunk, a.offsets, a.indices, a.cores, a.dY, a.fb, a.fb_ptrs, a.fb_rows);
         for (int t = 0; t <= T - 3; t++) gemm(0, t, N);      // recompute the forward chain
         for (int t = T - 1; t >= 1; t--) {
@@ -3101,90 +2841,73 @@ void tt_embedding_backward3(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz > 0) {
-        tt_embedding_backward_bags_kernel<<<ceil_div(s.num_bags, 8), 256>>>(s, a.offsets, a.indices, a.bag_of, nullptr, nullptr);
-        const unsigned grid = (unsigned)std::min<int64_t>(ceil_div<int64_t>(s.nnz, a.lay3.nb), 1 << 20);
-        tt_embedding_backward_kernel3<<<grid, block_size, tt_embedding_backward_smem_bytes(a.lay3)>>>(
-            s, a.lay3, a.indices, a.bag_of, a.cores, a.dY, a.dG);
+        tt_embedding_backward_bags_kernel<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(s.num_bags, 8), 1 << 20), 256>>>(s, a.offsets, a.ws.bag_of);
+        const unsigned grid = (unsigned)std::min<int64_t>(ceil_div<int64_t>(s.nnz, a.lay.nb), 1 << 20);
+        tt_embedding_backward3_kernel<<<grid, block_size, tt_embedding_backward_smem_bytes(a.lay)>>>(
+            s, a.lay, a.indices, a.ws.bag_of, a.cores, a.dY, a.dG);
     }
     tt_embedding_backward_optimizer_pass(a);
 }
 
-// versions 4 (one output per thread) and 5 (register tiles): same pipeline, different layout.tiled
-void tt_embedding_backward45(const TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardLayout& lay, int block_size) {
-    const TtEmbeddingBackwardShape& s = a.s;
-    if (s.nnz == 0) {
-        if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
-        return;
-    }
-    const int K_total = s.key_base[s.T], Kc = s.tables * s.p[a.pv.pivot], N = s.T * s.nnz;
-    tt_embedding_backward_bags_kernel<<<ceil_div(s.num_bags, 8), 256>>>(s, a.offsets, a.indices, a.bag_of, a.keys, a.vals);
-    size_t bytes = a.cub_temp_bytes;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(a.cub_temp, bytes, a.keys, a.keys_sorted, a.vals, a.vals_sorted, N, 0, a.sort_bits));
-    tt_embedding_backward_segments_kernel<<<ceil_div(K_total + 1, 256), 256>>>(s, a.pv, a.keys_sorted, a.seg_lo, a.seg_hi,
-                                                                             a.chunk_count);
-    bytes = a.cub_temp_bytes;
-    cudaCheck(cub::DeviceScan::ExclusiveSum(a.cub_temp, bytes, a.chunk_count, a.chunk_off, Kc + 1));
-    auto kernel = lay.tiled ? tt_embedding_backward_kernel4_pivot<1> : tt_embedding_backward_kernel4_pivot<0>;
-    kernel<<<(unsigned)tt_embedding_backward_max_chunks(s, a.pv), block_size, tt_embedding_backward_smem_bytes(lay)>>>(
-        s, lay, a.pv, a.chunk_off, a.seg_lo, a.seg_hi, a.vals_sorted, a.indices, a.bag_of, a.cores, a.dY, a.W, a.partial);
-    tt_embedding_backward_kernel4_final<<<K_total, 128>>>(s, a.pv, a.opt, a.lr, a.eps, a.cores, a.state, a.dG, a.W,
-                                                          a.partial, a.chunk_off, a.seg_lo, a.seg_hi, a.vals_sorted);
-}
-
-void tt_embedding_backward4(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay4, block_size); }
-void tt_embedding_backward5(const TtEmbeddingBackwardArgs& a, int block_size) { tt_embedding_backward45(a, a.lay5, block_size); }
-
 // version 6: memset of the counters (and of dG in dense mode), then four kernels
 void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
-    if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, a.pv.W_off, block_size);
-    cudaCheck(cudaMemsetAsync(a.ws6.zeroed, 0, a.ws6.zeroed_bytes));
-    const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    tt_embedding_backward_kernel6_prep<<<ceil_div(s.nnz, TT_BWD6_PREP_BLOCK), TT_BWD6_PREP_BLOCK>>>(s, P, a.offsets, a.indices, a.ws6);
-    tt_embedding_backward_kernel6_lists<<<std::min(s.key_base[s.T], TT_BWD6_LIST_GRID), TT_BWD6_LIST_BLOCK,
-                                          tt_embedding_backward6_list_stage(P) * sizeof(int)>>>(s, P, a.ws6);
-    const size_t smem = tt_embedding_backward_smem6_bytes(P);
-    if (P.acc == 1) tt_embedding_backward_kernel6<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
-    else if (P.acc == 2) tt_embedding_backward_kernel6<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
-    else tt_embedding_backward_kernel6<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws6, io);
-    tt_embedding_backward_kernel6_final<<<std::min(P.max_items, TT_BWD6_FINAL_GRID), TT_BWD6_FINAL_BLOCK>>>(s, P, a.ws6, io);
+    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, a.W_off, block_size);
+    cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
+    const TtEmbeddingBackwardIo io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P, a.offsets,
+                                                                                                                                  a.indices, a.ws);
+    tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
+                                          tt_embedding_backward6_list_stage(P) * sizeof(int)>>>(s, P, a.ws);
+    const size_t smem = tt_embedding_backward6_smem_bytes(P);
+    if (P.acc == 1) tt_embedding_backward6_chunk_kernel<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else if (P.acc == 2) tt_embedding_backward6_chunk_kernel<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else if (P.acc == 4) tt_embedding_backward6_chunk_kernel<4><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else tt_embedding_backward6_chunk_kernel<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    tt_embedding_backward6_final_kernel<<<std::min(P.max_items, TT_EMBEDDING_BACKWARD6_FINAL_GRID), TT_EMBEDDING_BACKWARD6_FINAL_BLOCK>>>(s, P, a.ws, io);
 }
 
-// version 7: (dense: a memset of dG) four kernels, the last three launched with PDL
-void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
-    (void)block_size;   // 256: the skip reason refuses any other
+// version 7 on its compiled shapes: (dense: a memset of dG) four kernels, the last three launched with PDL
+void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
-    if (a.opt == TT_BWD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    const TtEmbeddingBackwardWs6& w = a.ws6;
+    const TtEmbeddingBackwardWorkspace& w = a.ws;
     const int key_stride = (int)tt_embedding_backward_round4(s.nnz);
-    const TtEmbeddingBackwardIo6 io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    float* W0 = a.W + a.pv.W_off[0];
-    float* W2 = a.W + a.pv.W_off[2];
+    const TtEmbeddingBackwardIo io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    float* W0 = a.W + a.W_off[0];
+    float* W2 = a.W + a.W_off[2];
     const int nzero = (int)(w.zeroed_bytes / sizeof(int));
-    tt_embedding_backward_kernel7_zero<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_prep, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_BWD6_PREP_BLOCK),
-                                     (unsigned)TT_BWD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts,
-                                     a.bucket7);
-    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_BWD7_PART) + (int64_t)s.tables * s.p[1]);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_chain, items, (unsigned)TT_BWD7_BLOCK, tt_embedding_backward_smem7_bytes(), s,
-                                     key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket7, w.ctr, w.partial,
+    tt_embedding_backward7_zero_kernel<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
+    tt_embedding_backward_launch_pdl(
+        tt_embedding_backward7_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD6_PREP_BLOCK),
+        (unsigned)TT_EMBEDDING_BACKWARD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
+    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD7_PART) + (int64_t)s.tables * s.p[1]);
+    tt_embedding_backward_launch_pdl(tt_embedding_backward7_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD7_BLOCK, tt_embedding_backward7_smem_bytes(), s,
+                                     key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
                                      W0, W2, io);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward_kernel7_side, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_BWD7_SIDE_BLOCK,
-                                     (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket7, (const float*)W0,
+    tt_embedding_backward_launch_pdl(tt_embedding_backward7_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD7_SIDE_BLOCK,
+                                     (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }
-static_assert(TT_BWD7_PART >= TT_BWD6_CHUNK, "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
+// version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
+void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
+    switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
+        case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
+        default: tt_embedding_backward2(a, block_size); break;
+    }
+}
+static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
+              "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
         case 2: tt_embedding_backward2(a, block_size); break;
         case 3: tt_embedding_backward3(a, block_size); break;
-        case 4: tt_embedding_backward4(a, block_size); break;
-        case 5: tt_embedding_backward5(a, block_size); break;
         case 6: tt_embedding_backward6(a, block_size); break;
         case 7: tt_embedding_backward7(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
@@ -3197,42 +2920,20 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
     char buf[256];
     if (k == 1) {
         const double terms = tt_embedding_backward_naive_terms(s) * s.nnz;
-        if (terms > TT_BWD_NAIVE_MAX_TERMS) {
+        if (terms > TT_EMBEDDING_BACKWARD_NAIVE_MAX_TERMS) {
             snprintf(buf, sizeof buf, "its explicit sums need %.3g terms at this shape (limit %.0e): try a smaller shape", terms,
-                     TT_BWD_NAIVE_MAX_TERMS);
+                     TT_EMBEDDING_BACKWARD_NAIVE_MAX_TERMS);
             return buf;
         }
     }
-    if (k == 7) {
-        const std::string why = tt_embedding_backward_v7_reason(s);
-        if (!why.empty()) return why;
-        if (block && block != TT_BWD7_BLOCK) {
-            snprintf(buf, sizeof buf, "version 7 is written for %d threads per block (--block %d)", TT_BWD7_BLOCK, block);
-            return buf;
-        }
-        if (tt_embedding_backward_smem7_bytes() > smem_limit) {
-            snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory, more than the %zu a block can have",
-                     tt_embedding_backward_smem7_bytes(), smem_limit);
-            return buf;
-        }
-        return "";
-    }
-    if (k >= 3 && block > TT_BWD_MAX_FUSED_BLOCK) {
-        snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_BWD_MAX_FUSED_BLOCK, block);
+    if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
+    if (k >= 3 && block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
+        snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
         return buf;
     }
-    if (k == 6) {   // its shared memory depends on the block size (register or shared accumulator)
-        for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
-            const TtEmbeddingBackwardPlan6 P = tt_embedding_backward_make_plan6(s, a.pv.W_off, nt);
-            if (tt_embedding_backward_smem6_bytes(P) > smem_limit) {
-                snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
-                         nt, tt_embedding_backward_smem6_bytes(P), P.nb, smem_limit);
-                return buf;
-            }
-        }
-    }
-    if (k >= 3 && k <= 5) {
-        const TtEmbeddingBackwardLayout& L = k == 3 ? a.lay3 : k == 4 ? a.lay4 : a.lay5;
+    if (k == 6) return tt_embedding_backward6_reason(s, a.W_off, smem_limit, block);
+    if (k == 3) {
+        const TtEmbeddingBackwardLayout& L = a.lay;
         if (tt_embedding_backward_smem_bytes(L) > smem_limit) {
             snprintf(buf, sizeof buf, "its block needs %zu bytes of shared memory (NB = %d), more than the %zu a block can have",
                      tt_embedding_backward_smem_bytes(L), L.nb, smem_limit);
@@ -3248,6 +2949,173 @@ inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardSh
     for (int t = 0; t <= s.T - 3; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
     for (int t = 1; t <= s.T - 1; t++) f += 4.0 * s.m[t - 1] * s.R[t] * s.n[t];
     return f;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+// Every device buffer of a step with its size in bytes, in one place: f(&pointer, bytes, input) allocates, poisons,
+// frees or counts them. Inputs first (offsets, indices, dY, the cores and state as made, the working copies that
+// the step updates in place), then what the versions write.
+struct TtEmbeddingBackwardInputs {
+    int64_t *offsets, *indices;
+    float *dY, *cores0, *state0;
+};
+template <class F>
+void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackward6Plan& P, F&& f) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    const size_t C = (size_t)s.core_off[s.T], K = (size_t)s.key_base[s.T], nnz1 = (size_t)std::max(s.nnz, 1), chunk = TT_EMBEDDING_BACKWARD_FBTT_CHUNK;
+    auto buf = [&](auto** ptr, size_t bytes, bool input = false) { f((void**)ptr, std::max<size_t>(bytes, 4), input); };
+    buf(&in.offsets, 8 * ((size_t)s.num_bags + 1), true);
+    buf(&in.indices, 8 * nnz1, true);
+    buf(&in.dY, 4 * (size_t)s.num_bags * s.D, true);
+    for (float** c : {&in.cores0, &in.state0, &a.cores, &a.state}) buf(c, 4 * C, true);
+    buf(&a.dG, 4 * C);
+    buf(&a.fb_rows, 4 * (size_t)s.T * chunk);                                    // version 2
+    buf(&a.fb_ptrs, sizeof(float*) * tt_embedding_backward_fbtt_slots(s.T) * chunk);
+    for (int t = 0; t < s.T; t++) {
+        if (t >= 1 && t <= s.T - 2) buf(&a.fb.P[t], 4 * chunk * s.m[t] * s.R[t + 1]);
+        buf(&a.fb.trG[t], 4 * chunk * s.S[t]);
+    }
+    int64_t W_total = 0;                                                         // versions 3, 6, 7
+    for (int t = 0; t < s.T; t++) W_total += t == P.h ? 0 : (int64_t)s.nnz * s.S[t];
+    buf(&a.W, 4 * (size_t)W_total);
+    TtEmbeddingBackwardWorkspace& w = a.ws;
+    buf(&w.keys, 4 * (size_t)s.T * P.key_stride);
+    buf(&w.bag_of, 4 * nnz1);
+    buf(&w.zeroed, w.zeroed_bytes = 4 * (K + 1 + P.max_items));
+    buf(&w.chunk_desc, 16 * (size_t)P.max_chunks);
+    buf(&w.choff, 4 * ((size_t)s.tables * s.p[P.h] + 1));
+    buf(&w.totals, 8);
+    buf(&w.item_desc, 16 * (size_t)P.max_items);
+    buf(&w.start, 4 * (K + 1));
+    buf(&w.list, 4 * (size_t)s.T * nnz1);
+    buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
+    buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
+    buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD7_BUCKET);
+}
+
+// the device memory the buffers take, refused (exit 2) when more than is free
+void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackward6Plan& P) {
+    double need = 0.0;
+    tt_embedding_backward_buffers(a, in, P, [&](void**, size_t bytes, bool) { need += (double)bytes; });
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    if (need > 0.95 * (double)free_b)
+        fail_args("this shape needs %.3g GB of device memory (inputs, cores, every version's workspace); %.3g GB are free",
+                  need / 1e9, (double)free_b / 1e9);
+    tt_embedding_backward_buffers(a, in, P, [](void** p, size_t bytes, bool) { cudaCheck(cudaMalloc(p, bytes)); });
+    a.ws.counts = a.ws.zeroed;
+    a.ws.done = a.ws.zeroed + a.s.key_base[a.s.T];
+    a.ws.ctr = a.ws.done + 1;
+    int64_t W_total = 0;
+    for (int t = 0; t < a.s.T; t++) {
+        a.W_off[t] = W_total;
+        if (t != P.h) W_total += (int64_t)a.s.nnz * a.s.S[t];
+    }
+    a.ws.W = a.W;
+    cublasCheck(cublasCreate(&a.blas));
+    cublasCheck(cublasSetMathMode(a.blas, CUBLAS_DEFAULT_MATH));   // fp32 FMA, no TF32
+    // kernels whose shared memory may pass 48 KB: up to what the block can have
+    a.lay = tt_embedding_backward_make_layout(a.s, 1);
+    if (tt_embedding_backward_smem_bytes(a.lay) <= a.smem_limit)
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tt_embedding_backward_smem_bytes(a.lay)));
+    for (const void* kern : {(const void*)tt_embedding_backward6_chunk_kernel<0>, (const void*)tt_embedding_backward6_chunk_kernel<1>,
+                             (const void*)tt_embedding_backward6_chunk_kernel<2>, (const void*)tt_embedding_backward6_chunk_kernel<4>})
+        cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
+    if (tt_embedding_backward7_smem_bytes() <= a.smem_limit)
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward7_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tt_embedding_backward7_smem_bytes()));
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_backward6_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)(TT_EMBEDDING_BACKWARD6_LIST_STAGE * sizeof(int))));
+}
+
+// The host memory a run takes (inputs, the double reference and its magnitudes, the downloads of a check and
+// its rerun), refused (exit 2) when more than the machine has available. Before any input is made.
+void tt_embedding_backward_check_host_memory(const TtEmbeddingBackwardShape& s) {
+    const double C = (double)s.core_off[s.T], nnz = (double)s.nnz;
+    const double need = 4.0 * 2 * C + 16.0 * (nnz + s.num_bags) + 4.0 * s.num_bags * s.D + 17.0 * C + 4.0 * 6 * C + 32.0 * C;
+    double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (FILE* fm = fopen("/proc/meminfo", "r")) {
+        char line[256];
+        long long kb;
+        while (fgets(line, sizeof line, fm))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = 1024.0 * kb;
+        fclose(fm);
+    }
+    if (need > 0.9 * avail)
+        fail_args("this shape needs about %.3g GB of host memory (inputs, the double reference, the check's copies); %.3g GB are available",
+                  need / 1e9, avail / 1e9);
+}
+
+// tt_embedding_forward's shape string (the PyTorch peer files its fwd+bwd+SGD lines under it), with the
+// optimizer appended when it is not SGD
+std::string tt_embedding_backward_shape_string(const TtEmbeddingBackwardShape& s, const std::vector<int>& p, const std::vector<int>& q,
+                                               const std::vector<int>& ranks, int L, double alpha, bool ragged, int opt) {
+    auto join = [](const std::vector<int>& v) {
+        std::string r;
+        for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]);
+        return r;
+    };
+    char buf[320];
+    snprintf(buf, sizeof buf, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d", s.T, join(p).c_str(), join(q).c_str(), join(ranks).c_str(), s.tables, s.B, L);
+    std::string shape = buf;
+    if (s.E != s.Lrad[0] * s.p[0]) shape += ",E" + std::to_string(s.E);
+    snprintf(buf, sizeof buf, ",alpha%g", alpha);
+    shape += buf;
+    if (ragged) shape += ",ragged";
+    if (opt != TT_EMBEDDING_BACKWARD_SGD) shape += std::string(",") + TT_EMBEDDING_BACKWARD_OPT_NAMES[opt];
+    return shape;
+}
+
+void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardReference& ref,
+                                const std::vector<float>& cores, const std::vector<float>& state, const std::vector<float>& dY,
+                                const std::vector<int64_t>& offsets, const std::vector<int64_t>& indices, const std::vector<float>& c,
+                                const std::vector<float>& st, const std::vector<float>& g) {
+    for (int t = 0; t < s.T; t++) {
+        const int64_t off = s.core_off[t], n = tt_embedding_backward_core_elems(s, t);
+        const std::vector<int64_t> sh = {s.tables, s.p[t], s.S[t]};
+        const std::string ts = std::to_string(t);
+        write_npy(dir, "tt_embedding_backward_core" + ts, cores.data() + off, sh);
+        write_npy(dir, "tt_embedding_backward_state" + ts, state.data() + off, sh);
+        if (!ref.dG.empty()) {   // (none under --no-check)
+            std::vector<float> rg(ref.dG.begin() + off, ref.dG.begin() + off + n);
+            write_npy(dir, "tt_embedding_backward_dG_ref" + ts, rg.data(), sh);
+        }
+        write_npy(dir, "tt_embedding_backward_out_core" + ts, c.data() + off, sh);
+        write_npy(dir, "tt_embedding_backward_out_state" + ts, st.data() + off, sh);
+        write_npy(dir, "tt_embedding_backward_out_dG" + ts, g.data() + off, sh);
+    }
+    write_npy(dir, "tt_embedding_backward_dY", dY.data(), {s.tables, s.B, s.D});
+    write_npy(dir, "tt_embedding_backward_offsets", offsets.data(), {(int64_t)offsets.size()});
+    write_npy(dir, "tt_embedding_backward_indices", indices.data(), {(int64_t)indices.size()});
+    printf("dumped tt_embedding_backward_{core,state,dG_ref,out_core,out_state,out_dG}<t>, _dY, _offsets, _indices .npy to %s "
+           "(out_*: the last version run)\n", dir.c_str());
+}
+
+// Versions 4 and 5 are retired: asked for by number, exit 2 naming where their code is; `all` skips them.
+void tt_embedding_backward_drop_retired(Cli& cli) {
+    for (int k : cli.kernels)
+        if (!cli.all && (k == 4 || k == 5))
+            fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
+                      "tt_embedding_backward.cu); versions 1, 2, 3, 6 and 7 run", k);
+    cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
+}
+
+// Versions 6 and 7 use no float atomics: a second run from the same inputs must give the same bits.
+bool tt_embedding_backward_rerun_same(OpRunner& r, int k, int block, const std::function<void(std::vector<float>&, std::vector<float>&,
+                                      std::vector<float>&)>& download, const std::vector<float>& c, const std::vector<float>& st,
+                                      const std::vector<float>& g) {
+    r.prepare_check();
+    r.launch(k, block);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> c2, st2, g2;
+    download(c2, st2, g2);
+    auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) { return memcmp(x.data(), y.data(), x.size() * 4) == 0; };
+    const bool same = same_bits(c, c2) && same_bits(st, st2) && same_bits(g, g2);
+    printf("  rerun            %s\n", same ? "ok    (bitwise identical to the first run)" : "FAIL  (bits differ from the first run)");
+    return same;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -3278,29 +3146,29 @@ int main(int argc, char** argv) {
     cli.add_double("eps", &eps, "Adagrad epsilon");
     cli.constraints =
         "  T = len(p) in 2..6; len(q) = T; len(ranks) = T-1; entries >= 1; E <= prod p; D = prod q <= 2^20;\n"
-        "  tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
-        "  version 1 runs only while its explicit sums stay under 4e9 terms; versions 3-6 need their block's\n"
-        "  shared memory (printed when skipped) and at most 512 threads per block.";
+        "  tables * B < 2^31; tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
+        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 1 only\n"
+        "  while its explicit sums stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at\n"
+        "  most 512 threads per block (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
 #endif
-    {
-        std::string err = tt_embedding_backward_check_shape(p, q, ranks, E, tables, B, L, alpha, lr, eps);
-        if (!err.empty()) fail_args("%s", err.c_str());
-    }
-    const int opt = optimizer == "dense" ? TT_BWD_DENSE : optimizer == "sgd" ? TT_BWD_SGD : TT_BWD_ADAGRAD;
+    tt_embedding_backward_drop_retired(cli);
+    const std::string err = tt_embedding_backward_check_shape(p, q, ranks, E, tables, B, L, alpha, lr, eps);
+    if (!err.empty()) fail_args("%s", err.c_str());
+    const int opt = optimizer == "dense" ? TT_EMBEDDING_BACKWARD_DENSE : optimizer == "sgd" ? TT_EMBEDDING_BACKWARD_SGD : TT_EMBEDDING_BACKWARD_ADAGRAD;
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(p, q, ranks, E, tables, B);
+    s.nnz = tables * B * L;   // (below 2^31: checked) the bags below hold exactly this many
+    tt_embedding_backward_check_host_memory(s);
 
     // inputs (host, before any CUDA call): cores, bags (both as tt_embedding_forward makes them), dY, state
     Rng rng(cli.seed);
     std::vector<float> cores = tt_embedding_backward_make_cores(s, rng);
     std::vector<int64_t> offsets, indices;
     tt_embedding_backward_make_bags(s, L, alpha, ragged, rng, offsets, indices);
-    {
-        std::string err = tt_embedding_backward_check_bags(offsets, indices, s.num_bags, s.E);
-        if (!err.empty()) fail_args("%s", err.c_str());
-    }
+    const std::string bag_err = tt_embedding_backward_check_bags(offsets, indices, s.num_bags, s.E);
+    if (!bag_err.empty()) fail_args("%s", bag_err.c_str());
     s.nnz = (int)indices.size();
     std::vector<float> dY = make_random_floats((size_t)s.num_bags * s.D, rng);
     std::vector<float> state((size_t)s.core_off[s.T], 0.0f);
@@ -3308,221 +3176,69 @@ int main(int argc, char** argv) {
         for (int64_t e = 0; e < tt_embedding_backward_core_elems(s, t); e++) state[s.core_off[t] + e] = rng.uniform(0.1f, 1.0f);
 
     cudaDeviceProp prop = cuda_init();
-    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s "
-           "(lr %g, eps %g)\n",
-           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
-           (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_BWD_OPT_NAMES[opt], lr, eps);
-    printf("computing the CPU reference (double)...\n");
-    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY);
-    const int64_t U = tt_embedding_backward_touched_elems(s, ref);
-
-    // device buffers
     const int64_t C = s.core_off[s.T];
+    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
+           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)C, (double)s.E * s.D * s.tables,
+           (double)s.E * s.D * s.tables / (double)C, TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
     TtEmbeddingBackwardArgs a;
     memset(&a, 0, sizeof a);
     a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
-    int64_t* d_offsets = device_upload(offsets);
-    int64_t* d_indices = device_upload(indices);
-    float* d_dY = device_upload(dY);
-    float* d_cores0 = device_upload(cores);
-    float* d_state0 = device_upload(state);
-    a.offsets = d_offsets; a.indices = d_indices; a.dY = d_dY;
-    a.cores = device_alloc<float>(C);
-    a.state = device_alloc<float>(C);
-    a.dG = device_alloc<float>(C);
-    // version 2 workspace
-    cublasCheck(cublasCreate(&a.blas));
-    cublasCheck(cublasSetMathMode(a.blas, CUBLAS_DEFAULT_MATH));   // fp32 FMA, no TF32
-    const int chunk = TT_BWD_FBTT_CHUNK;
-    a.fb_rows = device_alloc<int>((size_t)s.T * chunk);
-    a.fb_ptrs = device_alloc<float*>((size_t)tt_embedding_backward_fbtt_slots(s.T) * chunk);
-    for (int t = 1; t <= s.T - 2; t++) a.fb.P[t] = device_alloc<float>((size_t)chunk * s.m[t] * s.R[t + 1]);
-    for (int t = 0; t < s.T; t++) a.fb.trG[t] = device_alloc<float>((size_t)chunk * s.S[t]);
-    // versions 3-5 workspace
-    const int K_total = s.key_base[s.T];
-    a.pv.pivot = tt_embedding_backward_pick_pivot(s);
-    a.pv.chunk = TT_BWD_CHUNK;
-    int64_t W_total = 0;
-    for (int t = 0; t < s.T; t++) {
-        a.pv.W_off[t] = W_total;
-        if (t != a.pv.pivot) W_total += (int64_t)s.nnz * s.S[t];
+    a.smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static shape and plan copies
+    const TtEmbeddingBackward6Plan plan = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);   // (sizes: W_off unused)
+    TtEmbeddingBackwardInputs in;
+    tt_embedding_backward_alloc(a, in, plan);
+    auto upload = [](auto* d, const auto& v) { cudaCheck(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice)); };
+    upload(in.offsets, offsets); upload(in.indices, indices); upload(in.dY, dY); upload(in.cores0, cores); upload(in.state0, state);
+    a.offsets = in.offsets; a.indices = in.indices; a.dY = in.dY;
+    printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
+           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD7_BLOCK)));
+    for (int k : cli.kernels) {   // a version asked for by number that cannot run this shape is an error, not a pass
+        const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
+        if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
     }
-    const int Kc = s.tables * s.p[a.pv.pivot];
-    const int64_t N_sort = (int64_t)s.T * s.nnz;
-    a.bag_of = device_alloc<int>(s.nnz);
-    a.keys = device_alloc<int>(N_sort);
-    a.vals = device_alloc<int>(N_sort);
-    a.keys_sorted = device_alloc<int>(N_sort);
-    a.vals_sorted = device_alloc<int>(N_sort);
-    a.seg_lo = device_alloc<int>(K_total);
-    a.seg_hi = device_alloc<int>(K_total);
-    a.chunk_count = device_alloc<int>(Kc + 1);
-    a.chunk_off = device_alloc<int>(Kc + 1);
-    a.W = device_alloc<float>(W_total);
-    const int64_t partial_n = tt_embedding_backward_max_chunks(s, a.pv) * s.S[a.pv.pivot];
-    a.partial = device_alloc<float>(partial_n);
-    a.sort_bits = 1;
-    while ((1ll << a.sort_bits) < K_total) a.sort_bits++;
-    {
-        size_t b1 = 0, b2 = 0;
-        cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, b1, a.keys, a.keys_sorted, a.vals, a.vals_sorted, (int)N_sort, 0,
-                                                  a.sort_bits));
-        cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, b2, a.chunk_count, a.chunk_off, Kc + 1));
-        a.cub_temp_bytes = std::max<size_t>(std::max(b1, b2), 1);
-        a.cub_temp = device_alloc<char>(a.cub_temp_bytes);
-    }
-    a.lay3 = tt_embedding_backward_make_layout(s, -1, 1, 0);
-    const int nb = tt_embedding_backward_pick_nb(s, a.pv.pivot);
-    a.lay4 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 0);
-    a.lay5 = tt_embedding_backward_make_layout(s, a.pv.pivot, nb, 1);
-    const size_t smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static TtEmbeddingBackwardShape/Layout copies
-    for (auto [kern, L] : {std::make_pair((const void*)tt_embedding_backward_kernel3, a.lay3),
-                           std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<0>, a.lay4),
-                           std::make_pair((const void*)tt_embedding_backward_kernel4_pivot<1>, a.lay5)}) {
-        const size_t bytes = tt_embedding_backward_smem_bytes(L);
-        if (bytes <= smem_limit) cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    }
-    printf("versions 4-5: pivot core %d (slice %d floats), %d lookups per pivot block in batches of %d, %zu bytes of shared "
-           "memory per block; version 3: %zu bytes\n",
-           a.pv.pivot, s.S[a.pv.pivot], a.pv.chunk, nb, tt_embedding_backward_smem_bytes(a.lay4),
-           tt_embedding_backward_smem_bytes(a.lay3));
-    // version 6 workspace (its W is a.W); its kernels may take up to the opt-in shared memory
-    const TtEmbeddingBackwardPlan6 plan6 = tt_embedding_backward_make_plan6(s, a.pv.W_off, 256);
-    {
-        TtEmbeddingBackwardWs6& w = a.ws6;
-        w.keys = device_alloc<int>((size_t)s.T * plan6.key_stride);
-        w.bag_of = device_alloc<int>(std::max(s.nnz, 1));
-        const size_t zeroed_n = (size_t)K_total + 1 + plan6.max_items;
-        w.zeroed = device_alloc<int>(zeroed_n);
-        w.zeroed_bytes = zeroed_n * sizeof(int);
-        w.counts = w.zeroed;
-        w.done = w.zeroed + K_total;
-        w.ctr = w.done + 1;
-        w.chunk_desc = device_alloc<int>((size_t)plan6.max_chunks * 4);
-        w.choff = device_alloc<int>((size_t)s.tables * s.p[plan6.h] + 1);
-        w.totals = device_alloc<int>(2);
-        w.item_desc = device_alloc<int>((size_t)plan6.max_items * 4);
-        w.start = device_alloc<int>((size_t)K_total + 1);
-        w.list = device_alloc<int>(std::max<int64_t>(N_sort, 1));
-        w.W = a.W;
-        w.partial = device_alloc<float>((size_t)plan6.max_chunks * s.S[plan6.h]);
-        w.partial3 = device_alloc<float>((size_t)plan6.max_items * TT_BWD6_CW);
-        a.bucket7 = device_alloc<int>((size_t)K_total * TT_BWD7_BUCKET);
-        for (const void* kern : {(const void*)tt_embedding_backward_kernel6<0>, (const void*)tt_embedding_backward_kernel6<1>,
-                                 (const void*)tt_embedding_backward_kernel6<2>})
-            cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit));
-        if (tt_embedding_backward_smem7_bytes() <= smem_limit)
-            cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel7_chain, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)tt_embedding_backward_smem7_bytes()));
-        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_kernel6_lists, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)(TT_BWD6_LIST_STAGE * sizeof(int))));
-    }
-    printf("version 6: pivot core %d; at 256 threads: %d lookups per chunk in batches of %d, %zu bytes of shared memory, pivot "
-           "gradient in %s, float4 tiles for (I) %d (II) %d (III) %d; up to %d chunks and %d final items\n",
-           plan6.h, plan6.chunk, plan6.nb, tt_embedding_backward_smem6_bytes(plan6),
-           plan6.acc ? "registers" : "shared memory", plan6.fastI, plan6.fastII, plan6.fastIII, plan6.max_chunks, plan6.max_items);
+    printf(cli.no_check ? "no check: the reference's touched slices only\n" : "computing the CPU reference (double)...\n");
+    const TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY, !cli.no_check);
 
-    // what one check needs, and the workspace a version might read before writing
+    // Before a check: the cores and state restored (the step updates them in place), and every buffer a version
+    // writes poisoned (NaN bytes): dG and all workspace; before a timed sample only the restore.
     auto restore = [&] {
-        cudaCheck(cudaMemcpy(a.cores, d_cores0, C * sizeof(float), cudaMemcpyDeviceToDevice));
-        cudaCheck(cudaMemcpy(a.state, d_state0, C * sizeof(float), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(a.cores, in.cores0, C * sizeof(float), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(a.state, in.state0, C * sizeof(float), cudaMemcpyDeviceToDevice));
     };
-    auto poison_all = [&] {
-        poison(a.dG, C * sizeof(float));
-        poison(a.fb_rows, (size_t)s.T * chunk * sizeof(int));
-        poison(a.fb_ptrs, (size_t)tt_embedding_backward_fbtt_slots(s.T) * chunk * sizeof(float*));
-        for (int t = 0; t < s.T; t++) {
-            if (t >= 1 && t <= s.T - 2) poison(a.fb.P[t], (size_t)chunk * s.m[t] * s.R[t + 1] * sizeof(float));
-            poison(a.fb.trG[t], (size_t)chunk * s.S[t] * sizeof(float));
-        }
-        poison(a.bag_of, std::max(s.nnz, 1) * sizeof(int));
-        poison(a.keys, std::max<int64_t>(N_sort, 1) * sizeof(int));
-        poison(a.vals, std::max<int64_t>(N_sort, 1) * sizeof(int));
-        poison(a.keys_sorted, std::max<int64_t>(N_sort, 1) * sizeof(int));
-        poison(a.vals_sorted, std::max<int64_t>(N_sort, 1) * sizeof(int));
-        poison(a.seg_lo, K_total * sizeof(int));
-        poison(a.seg_hi, K_total * sizeof(int));
-        poison(a.chunk_count, (Kc + 1) * sizeof(int));
-        poison(a.chunk_off, (Kc + 1) * sizeof(int));
-        poison(a.W, std::max<int64_t>(W_total, 1) * sizeof(float));
-        poison(a.partial, std::max<int64_t>(partial_n, 1) * sizeof(float));
-        const TtEmbeddingBackwardWs6& w = a.ws6;
-        poison(w.keys, (size_t)s.T * plan6.key_stride * sizeof(int));
-        poison(w.bag_of, std::max(s.nnz, 1) * sizeof(int));
-        poison(w.zeroed, w.zeroed_bytes);
-        poison(w.chunk_desc, (size_t)plan6.max_chunks * 4 * sizeof(int));
-        poison(w.choff, ((size_t)s.tables * s.p[plan6.h] + 1) * sizeof(int));
-        poison(w.totals, 2 * sizeof(int));
-        poison(w.item_desc, (size_t)plan6.max_items * 4 * sizeof(int));
-        poison(w.start, ((size_t)K_total + 1) * sizeof(int));
-        poison(w.list, std::max<int64_t>(N_sort, 1) * sizeof(int));
-        poison(w.partial, (size_t)plan6.max_chunks * s.S[plan6.h] * sizeof(float));
-        poison(w.partial3, (size_t)plan6.max_items * TT_BWD6_CW * sizeof(float));
-        poison(a.bucket7, (size_t)K_total * TT_BWD7_BUCKET * sizeof(int));
+    auto poison_outputs = [&] {
+        tt_embedding_backward_buffers(a, in, plan, [](void** ptr, size_t bytes, bool input) { if (!input) poison(*ptr, bytes); });
     };
-    auto download = [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
-        c = device_download(a.cores, C);
-        st = device_download(a.state, C);
-        g = device_download(a.dG, C);
-    };
-
-    // tt_embedding_forward's shape string (the PyTorch peer files its fwd+bwd+SGD lines under it), with the
-    // optimizer appended when it is not SGD
-    std::string shape;
-    {
-        auto join = [](const std::vector<int>& v) {
-            std::string r;
-            for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]);
-            return r;
+    std::function<void(std::vector<float>&, std::vector<float>&, std::vector<float>&)> download =
+        [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
+            c = device_download(a.cores, C); st = device_download(a.state, C); g = device_download(a.dG, C);
         };
-        char buf[320];
-        snprintf(buf, sizeof buf, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d", s.T, join(p).c_str(), join(q).c_str(),
-                 join(ranks).c_str(), tables, B, L);
-        shape = buf;
-        if (s.E != s.Lrad[0] * s.p[0]) shape += ",E" + std::to_string(s.E);
-        snprintf(buf, sizeof buf, ",alpha%g", alpha);
-        shape += buf;
-        if (ragged) shape += ",ragged";
-        if (opt != TT_BWD_SGD) shape += std::string(",") + TT_BWD_OPT_NAMES[opt];
-    }
     OpRunner r;
     r.op = "tt_embedding_backward";
-    r.shape = shape;
+    r.shape = tt_embedding_backward_shape_string(s, p, q, ranks, L, alpha, ragged, opt);
     r.flops = tt_embedding_backward_flops_per_lookup(s) * s.nnz;
+    const int64_t U = tt_embedding_backward_touched_elems(s, ref);
     r.bytes = 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D +
-              4.0 * U * (1 + (opt == TT_BWD_SGD ? 1 : opt == TT_BWD_ADAGRAD ? 3 : 0)) +
-              (opt == TT_BWD_DENSE ? 4.0 * (C) : 0.0);
+              4.0 * U *
+                  (1 + (opt == TT_EMBEDDING_BACKWARD_SGD       ? 1
+                        : opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3
+                                                               : 0)) +
+              (opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * C : 0.0);
     r.blocks_for = [&](int k) -> std::vector<int> {
         if (k == 1) return {64, 128, 256, 512};
         if (k == 2) return {256};
-        if (k == 7) return {TT_BWD7_BLOCK};
+        if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
         return {128, 256, 512};
     };
-    r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, a, smem_limit, cli.block); };
-    r.prepare_check = [&] { restore(); poison_all(); };
+    r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block); };
+    r.prepare_check = [&] { restore(); poison_outputs(); };
     r.prepare_timing = [&] { restore(); };
     r.launch = [&](int k, int block) { tt_embedding_backward(k, a, block); };
+    std::vector<float> c, st, g;
     r.check = [&](int k, int block) {
-        std::vector<float> c, st, g;
         download(c, st, g);
         bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 4) {   // deterministic versions: a second run must give the same bits
-            r.prepare_check();
-            r.launch(k, block);
-            cudaCheck(cudaGetLastError());
-            cudaCheck(cudaDeviceSynchronize());
-            std::vector<float> c2, st2, g2;
-            download(c2, st2, g2);
-            bool same = true;
-            for (int t = 0; t < s.T; t++) {
-                const size_t off = s.core_off[t], bytes = tt_embedding_backward_core_elems(s, t) * sizeof(float);
-                same = same && memcmp(c.data() + off, c2.data() + off, bytes) == 0 &&
-                       memcmp(st.data() + off, st2.data() + off, bytes) == 0 &&
-                       (opt != TT_BWD_DENSE || memcmp(g.data() + off, g2.data() + off, bytes) == 0);
-            }
-            printf("  rerun            %s\n", same ? "ok    (bitwise identical to the first run)" : "FAIL  (bits differ from the first run)");
-            pass = pass && same;
-        }
+        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
+            pass = tt_embedding_backward_rerun_same(r, k, block, download, c, st, g) && pass;
         return pass;
     };
     r.extra = [&](int, int, double ms) {
@@ -3530,42 +3246,13 @@ int main(int argc, char** argv) {
         snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz ? ms * 1e3 / s.nnz : 0.0);
         return std::string(buf);
     };
-    int rc = run_versions(cli, r);
-
+    const int rc = run_versions(cli, r);
     if (!cli.dump_dir.empty()) {
-        std::vector<float> c, st, g;
         download(c, st, g);
-        for (int t = 0; t < s.T; t++) {
-            const int64_t off = s.core_off[t];
-            const std::vector<int64_t> sh = {s.tables, s.p[t], s.S[t]};
-            std::vector<float> rg(ref.dG.begin() + off, ref.dG.begin() + off + tt_embedding_backward_core_elems(s, t));
-            const std::string ts = std::to_string(t);
-            write_npy(cli.dump_dir, "tt_embedding_backward_core" + ts, cores.data() + off, sh);
-            write_npy(cli.dump_dir, "tt_embedding_backward_state" + ts, state.data() + off, sh);
-            write_npy(cli.dump_dir, "tt_embedding_backward_dG_ref" + ts, rg.data(), sh);
-            write_npy(cli.dump_dir, "tt_embedding_backward_out_core" + ts, c.data() + off, sh);
-            write_npy(cli.dump_dir, "tt_embedding_backward_out_state" + ts, st.data() + off, sh);
-            write_npy(cli.dump_dir, "tt_embedding_backward_out_dG" + ts, g.data() + off, sh);
-        }
-        write_npy(cli.dump_dir, "tt_embedding_backward_dY", dY.data(), {s.tables, s.B, s.D});
-        write_npy(cli.dump_dir, "tt_embedding_backward_offsets", offsets.data(), {(int64_t)offsets.size()});
-        write_npy(cli.dump_dir, "tt_embedding_backward_indices", indices.data(), {(int64_t)indices.size()});
-        printf("dumped tt_embedding_backward_{core,state,dG_ref,out_core,out_state,out_dG}<t>, _dY, _offsets, _indices "
-               ".npy to %s (out_*: the last version run, optimizer %s, lr %g, eps %g)\n",
-               cli.dump_dir.c_str(), TT_BWD_OPT_NAMES[opt], lr, eps);
+        tt_embedding_backward_dump(cli.dump_dir, s, ref, cores, state, dY, offsets, indices, c, st, g);
     }
     cublasCheck(cublasDestroy(a.blas));
-    for (void* ptr : std::initializer_list<void*>{d_offsets, d_indices, d_dY, d_cores0, d_state0, a.cores, a.state, a.dG,
-                                                  a.fb_rows, a.fb_ptrs, a.bag_of, a.keys, a.vals, a.keys_sorted,
-                                                  a.vals_sorted, a.seg_lo, a.seg_hi, a.chunk_count, a.chunk_off, a.W,
-                                                  a.partial, a.cub_temp, a.ws6.keys, a.ws6.bag_of, a.ws6.zeroed,
-                                                  a.ws6.chunk_desc, a.ws6.choff, a.ws6.totals, a.ws6.item_desc, a.ws6.partial,
-                                                  a.ws6.partial3, a.ws6.start, a.ws6.list, a.bucket7})
-        cudaCheck(cudaFree(ptr));
-    for (int t = 0; t < s.T; t++) {
-        if (t >= 1 && t <= s.T - 2) cudaCheck(cudaFree(a.fb.P[t]));
-        cudaCheck(cudaFree(a.fb.trG[t]));
-    }
+    tt_embedding_backward_buffers(a, in, plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
     return rc;
 }
 #endif
