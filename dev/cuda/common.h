@@ -212,7 +212,7 @@ inline std::vector<float> make_random_floats(size_t n, Rng& rng, float lo = -1.f
 //               injective map [0, E) -> [0, E), so the hot rows are scattered. With `distinct` (FBGEMM's
 //               recipe, the default of the ops) and E >= L a bag holds L distinct rows: draw max(3L, 20)
 //               samples, keep the L smallest distinct values, drawing L more while a bag has fewer (at most
-//               8 rounds; a bag still short after them, which only a steep alpha gives, is completed with
+//               32 rounds; a bag still short after them, which only a steep alpha gives, is completed with
 //               the smallest rows it lacks, the limit of the recipe as alpha grows). Without `distinct`, or
 //               where E < L, a bag is L plain draws and may repeat rows, as real traces do.
 // Bounded time for every alpha (Rng::zipf). Returned bag-major: bag i is out[i*L .. i*L + L).
@@ -235,7 +235,7 @@ inline std::vector<int64_t> make_bag_indices(int64_t num_bags, int64_t L, int64_
                 std::sort(bag.begin(), bag.end());
                 bag.erase(std::unique(bag.begin(), bag.end()), bag.end());
                 if ((int64_t)bag.size() >= L) break;
-                if (round == 8) {                                   // complete with the smallest rows missing
+                if (round == 32) {                                  // complete with the smallest rows missing
                     std::vector<int64_t> have = bag;
                     size_t j = 0;
                     for (int64_t v = 0; (int64_t)bag.size() < L; v++) {
@@ -601,65 +601,99 @@ inline void write_text(const std::string& dir, const std::string& name, const st
     if (fclose(f) != 0 || !ok) fail_dump(path, "cannot write");
 }
 
-// An .npy array read back for --load: the dtype must be T's and the rank `rank` (-1: any); the shape is
-// returned. A missing file returns false when `optional`; every other problem exits 2 naming the file.
-template <class T>
-bool read_npy(const std::string& dir, const std::string& name, std::vector<T>& data, std::vector<int64_t>& shape, int rank,
-              bool optional = false) {
-    const std::string path = dir + "/" + name + ".npy";
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) {
+// An .npy array read back for --load. The header is parsed by npy_open (dtype string and shape; the
+// payload size checked against the shape); read_npy<T> wants T's dtype exactly, read_npy_int64 takes
+// '<i8' or '<i4' (numpy's default integer, or int32 ids) and widens. A missing file returns false when
+// `optional`; every other problem exits 2 naming the file. `rank` -1 takes any rank.
+struct NpyFile { FILE* f = nullptr; std::string path, descr; std::vector<int64_t> shape; int64_t count = 1; };
+
+inline bool npy_open(const std::string& dir, const std::string& name, NpyFile& n, int rank, bool optional) {
+    n.path = dir + "/" + name + ".npy";
+    n.f = fopen(n.path.c_str(), "rb");
+    if (!n.f) {
         if (optional && errno == ENOENT) return false;
-        fail_args("--load: cannot open '%s': %s", path.c_str(), strerror(errno));
+        fail_args("--load: cannot open '%s': %s", n.path.c_str(), strerror(errno));
     }
-    auto bad = [&](const std::string& why) { fclose(f); fail_args("--load: '%s': %s", path.c_str(), why.c_str()); };
+    auto bad = [&](const std::string& why) { fclose(n.f); fail_args("--load: '%s': %s", n.path.c_str(), why.c_str()); };
     unsigned char head[12];
-    if (fread(head, 1, 10, f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) bad("not an .npy file");
+    if (fread(head, 1, 10, n.f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) bad("not an .npy file");
     size_t hlen = head[8] | (head[9] << 8);
     if (head[6] == 2 || head[6] == 3) {                      // versions 2 and 3: a 4-byte header length
-        if (fread(head + 10, 1, 2, f) != 2) bad("truncated header");
+        if (fread(head + 10, 1, 2, n.f) != 2) bad("truncated header");
         hlen |= ((size_t)head[10] << 16) | ((size_t)head[11] << 24);
     } else if (head[6] != 1) {
         bad("unknown .npy version " + std::to_string(head[6]));
     }
     if (hlen > (1u << 20)) bad("header over 1 MB");
     std::string h(hlen, ' ');
-    if (fread(&h[0], 1, hlen, f) != hlen) bad("truncated header");
-    const std::string want = npy_descr<T>();
+    if (fread(&h[0], 1, hlen, n.f) != hlen) bad("truncated header");
     const size_t d = h.find("'descr':");
-    if (d == std::string::npos) bad("no 'descr' in the header");
-    const size_t q1 = h.find('\'', d + 8), q2 = q1 == std::string::npos ? q1 : h.find('\'', q1 + 1);
-    if (q2 == std::string::npos) bad("unreadable 'descr'");
-    const std::string descr = h.substr(q1 + 1, q2 - q1 - 1);
-    if (descr != want) bad("dtype '" + descr + "', expected '" + want + "'");
+    const size_t q1 = d == std::string::npos ? d : h.find('\'', d + 8), q2 = q1 == std::string::npos ? q1 : h.find('\'', q1 + 1);
+    if (q2 == std::string::npos) bad("no readable 'descr' in the header");
+    n.descr = h.substr(q1 + 1, q2 - q1 - 1);
     if (h.find("'fortran_order': False") == std::string::npos) bad("Fortran order: write it with np.ascontiguousarray");
-    const size_t sp = h.find("'shape':"), open = h.find('(', sp), close = h.find(')', open);
-    if (sp == std::string::npos || open == std::string::npos || close == std::string::npos) bad("no 'shape' in the header");
-    shape.clear();
-    int64_t count = 1;
+    const size_t sp = h.find("'shape':"), open = sp == std::string::npos ? sp : h.find('(', sp),
+                 close = open == std::string::npos ? open : h.find(')', open);
+    if (close == std::string::npos) bad("no 'shape' in the header");
+    const std::string shape_text = h.substr(open, close - open + 1);
+    n.shape.clear();
+    n.count = 1;
     for (size_t i = open + 1; i < close;) {
         while (i < close && (h[i] == ' ' || h[i] == ',')) i++;
         if (i >= close) break;
         char* end = nullptr;
         errno = 0;
         long long v = strtoll(h.c_str() + i, &end, 10);
-        if (end == h.c_str() + i || errno || v < 0) bad("unreadable shape " + h.substr(open, close - open + 1));
-        shape.push_back(v);
-        if (__builtin_mul_overflow(count, (int64_t)v, &count)) bad("the shape overflows 64 bits");
+        if (end == h.c_str() + i || errno || v < 0) bad("unreadable shape " + shape_text);
+        n.shape.push_back(v);
+        if (__builtin_mul_overflow(n.count, (int64_t)v, &n.count)) bad("the shape overflows 64 bits");
         i = end - h.c_str();
     }
-    if (rank >= 0 && (int)shape.size() != rank)
-        bad("shape " + h.substr(open, close - open + 1) + " has rank " + std::to_string(shape.size()) + ", expected " + std::to_string(rank));
-    long here = ftell(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, here, SEEK_SET);
-    if (size < 0 || here < 0 || (uint64_t)(size - here) != (uint64_t)count * sizeof(T))
-        bad("the payload holds " + std::to_string(size - here) + " bytes; the shape needs " + std::to_string((uint64_t)count * sizeof(T)));
-    require_host_memory((double)count * sizeof(T), ("--load of " + path).c_str());
-    data.resize((size_t)count);
-    if (count && fread(data.data(), sizeof(T), (size_t)count, f) != (size_t)count) bad("short read");
-    fclose(f);
+    if (rank >= 0 && (int)n.shape.size() != rank)
+        bad("shape " + shape_text + " has rank " + std::to_string(n.shape.size()) + ", expected " + std::to_string(rank));
+    const size_t item = n.descr.size() >= 3 ? (size_t)atoi(n.descr.c_str() + 2) : 0;
+    const long here = ftell(n.f);
+    fseek(n.f, 0, SEEK_END);
+    const long size = ftell(n.f);
+    fseek(n.f, here, SEEK_SET);
+    if (item == 0 || size < here || (uint64_t)(size - here) != (uint64_t)n.count * item)
+        bad("the payload holds " + std::to_string(size - here) + " bytes; shape " + shape_text + " of '" + n.descr + "' needs " +
+            std::to_string((uint64_t)n.count * item));
+    return true;
+}
+
+template <class S, class T>
+void npy_read_payload(NpyFile& n, std::vector<T>& data) {
+    require_host_memory((double)n.count * (sizeof(S) + sizeof(T)), ("--load of " + n.path).c_str());
+    std::vector<S> raw((size_t)n.count);
+    const bool ok = n.count == 0 || fread(raw.data(), sizeof(S), (size_t)n.count, n.f) == (size_t)n.count;
+    fclose(n.f);
+    if (!ok) fail_args("--load: '%s': short read", n.path.c_str());
+    data.assign(raw.begin(), raw.end());
+}
+
+template <class T>
+bool read_npy(const std::string& dir, const std::string& name, std::vector<T>& data, std::vector<int64_t>& shape, int rank,
+              bool optional = false) {
+    NpyFile n;
+    if (!npy_open(dir, name, n, rank, optional)) return false;
+    if (n.descr != npy_descr<T>()) {
+        fclose(n.f);
+        fail_args("--load: '%s': dtype '%s', expected '%s'", n.path.c_str(), n.descr.c_str(), npy_descr<T>());
+    }
+    npy_read_payload<T>(n, data);
+    shape = n.shape;
+    return true;
+}
+
+inline bool read_npy_int64(const std::string& dir, const std::string& name, std::vector<int64_t>& data, std::vector<int64_t>& shape,
+                           int rank, bool optional = false) {
+    NpyFile n;
+    if (!npy_open(dir, name, n, rank, optional)) return false;
+    if (n.descr == "<i8") npy_read_payload<int64_t>(n, data);
+    else if (n.descr == "<i4") npy_read_payload<int32_t>(n, data);
+    else { fclose(n.f); fail_args("--load: '%s': dtype '%s', expected '<i8' or '<i4'", n.path.c_str(), n.descr.c_str()); }
+    shape = n.shape;
     return true;
 }
 
@@ -667,7 +701,7 @@ bool read_npy(const std::string& dir, const std::string& name, std::vector<T>& d
 inline std::vector<int64_t> read_meta(const std::string& dir, const std::string& name, size_t n, int64_t lo, int64_t hi,
                                       const char* fields) {
     std::vector<int64_t> v, shape;
-    read_npy(dir, name, v, shape, 1);
+    read_npy_int64(dir, name, v, shape, 1);
     if (v.size() != n) fail_args("--load: %s.npy has %zu entries, expected %zu (%s)", name.c_str(), v.size(), n, fields);
     for (size_t i = 0; i < n; i++)
         if (v[i] < lo || v[i] > hi)
