@@ -685,7 +685,28 @@ static void test_adjoint(const std::string& name, const EmbeddingBagConfig& cfg,
     report(ok, name + " (" + with + ")", why);
 }
 
+// replay: the backward's dump (the shared inputs and grad_output) read back by --load, bit for bit; the
+// same bags as the forward's dump of the same seed (both ops share embedding_bag.h)
+static void test_replay() {
+    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok";
+    make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
+    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
+    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
+    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, 17);
+    embedding_bag_backward_dump(dir, c, in);
+    Cli cli("embedding_bag_backward", "", 8, 8);
+    cli.load_dir = dir;
+    EmbeddingBagConfig c2;
+    EmbeddingBagFlags flags;
+    const EmbeddingBagBackwardInputs back = embedding_bag_backward_inputs(cli, c2, flags);
+    const bool go = back.grad_output.size() == in.grad_output.size() &&
+                    memcmp(back.grad_output.data(), in.grad_output.data(), in.grad_output.size() * sizeof(float)) == 0;
+    report(embedding_bag_identical(in, back) && go && embedding_bag_identical(in, embedding_bag_make_inputs(c, 17)),
+           "--dump then --load: the backward's inputs and grad_output come back bit for bit; the bags are the forward's");
+}
+
 int main() {
+    test_replay();
     // 1. reference vs dense scatter
     struct Cfg { const char* name; EmbeddingBagConfig c; uint64_t seed; };
     std::vector<Cfg> cfgs;

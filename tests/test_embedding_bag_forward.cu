@@ -400,7 +400,61 @@ static void test_thread_maps() {
     report(ok, "plan: the tables ordered by class, each once");
 }
 
+// replay: --dump's files read back by --load give the same inputs and tables bit for bit; one's own
+// trace (int32 ids, no weights_offsets) loads too; the fixtures of tests/cli_cases.txt's --load cases
+// (a good dump, and four broken ones that must be refused) are left in build/tests/fixtures
+static void test_replay() {
+    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok", P = "embedding_bag_forward_";
+    make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
+    auto c = small_config(3, {4, 12, 132}, {50, 7, 33}, 9, 5);
+    c.weighted = true; c.mean = true; c.alpha = 1.15; c.empty_frac = 0.2;
+    const EmbeddingBagInputs in = embedding_bag_make_inputs(c, 17);
+    const std::vector<floatX> w = embedding_bag_forward_make_weights(in, 17);
+    const std::vector<float> wf = to_float_vec(w);
+    embedding_bag_dump_inputs(dir, P, in, c.L);
+    write_npy(dir, P + "weights", wf.data(), {in.num_weights});
+    EmbeddingBagConfig c2;
+    const EmbeddingBagInputs back = embedding_bag_load_inputs(dir, P, c2);
+    Cli cli("embedding_bag_forward", "", 6, 6);
+    cli.load_dir = dir;
+    const std::vector<floatX> w2 = embedding_bag_forward_weights(cli, back);
+    report(embedding_bag_identical(in, back) && w2.size() == w.size() && memcmp(w2.data(), w.data(), w.size() * sizeof(floatX)) == 0 &&
+               c2.T == 3 && c2.B == 9 && c2.mean && c2.weighted && c2.L == 5 && embedding_bag_shape(c2) == "T3,B9,loaded,mean",
+           "--dump then --load: indices, offsets, layout, per-sample weights and tables come back bit for bit");
+
+    // one's own trace, as numpy writes it with int32 ids: D_offsets, E, offsets, indices and meta only
+    const std::string own = root + "/bag_own";
+    make_dir(own);
+    std::vector<int32_t> idx = {3, 0, 9, 9, 1, 2}, off = {0, 2, 4, 5, 6}, Doff = {0, 8, 12};
+    std::vector<int64_t> E = {10, 3}, meta = {2, 2, 12, 0, 0, 3};
+    write_npy(own, P + "indices", idx.data(), {6});
+    write_npy(own, P + "offsets", off.data(), {5});
+    write_npy(own, P + "D_offsets", Doff.data(), {3});
+    write_npy(own, P + "E", E.data(), {2});
+    write_npy(own, P + "meta", meta.data(), {6});
+    EmbeddingBagConfig c3;
+    const EmbeddingBagInputs mine = embedding_bag_load_inputs(own, P, c3);
+    report(mine.indices == std::vector<int64_t>{3, 0, 9, 9, 1, 2} && mine.weights_offsets == std::vector<int64_t>{0, 80} &&
+               mine.num_weights == 92 && mine.per_sample_weights.empty() && embedding_bag_forward_validate(mine).empty(),
+           "--load of one's own int32 trace: tables packed in order, ids widened");
+
+    // broken dumps for the command-line cases: each must be refused with its position
+    auto broken = [&](const char* name, const std::function<void(EmbeddingBagInputs&)>& brk) {
+        EmbeddingBagInputs b = in;
+        brk(b);
+        make_dir(root + "/" + name);
+        embedding_bag_dump_inputs(root + "/" + name, P, b, c.L);
+    };
+    broken("bag_bad_offsets", [](EmbeddingBagInputs& b) { b.offsets[5] = b.offsets[4] - 1; });
+    broken("bag_bad_index", [](EmbeddingBagInputs& b) { b.indices[b.offsets[9]] = 7; });     // table 1 has E = 7
+    broken("bag_bad_count", [](EmbeddingBagInputs& b) { b.offsets.pop_back(); });
+    broken("bag_bad_dtype", [](EmbeddingBagInputs&) {});
+    std::vector<float> as_float(in.indices.begin(), in.indices.end());
+    write_npy(root + "/bag_bad_dtype", P + "indices", as_float.data(), {(int64_t)as_float.size()});
+}
+
 int main() {
+    test_replay();
     test_reference_against_one_hot();
     test_empty_bags();
     test_fp32_orders_within_tolerance();

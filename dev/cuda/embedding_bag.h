@@ -2,6 +2,17 @@
 // written once so that a seed gives both ops the same bags by construction: the configuration and its
 // flags, the generated layout (FBGEMM's split-TBE layout), the validation every kernel relies on, the
 // --break-input test hook, the memory the inputs take, and the .npy dump and --load of the inputs.
+//
+// Replaying one's own trace (T tables, B bags each, bag-major per table as below), with numpy:
+//   p = "dir/embedding_bag_forward_"            # or embedding_bag_backward_
+//   np.save(p + "indices.npy", ids.astype(np.int64))            # row ids, table by table, bag by bag
+//   np.save(p + "offsets.npy", offs.astype(np.int64))           # T*B+1 entries, offs[0] = 0, non-decreasing
+//   np.save(p + "D_offsets.npy", np.cumsum([0] + Ds).astype(np.int32))
+//   np.save(p + "E.npy", np.array(Es, np.int64))
+//   np.save(p + "meta.npy", np.array([T, B, sum(Ds), mean, weighted, L], np.int64))   # L: nominal bag length
+//   (weighted: np.save(p + "per_sample_weights.npy", w.astype(np.float32)))
+// then `./embedding_bag_forward all --load dir`. Wrong dtypes, shapes, ids or offsets are refused (exit 2)
+// with the file and position.
 #pragma once
 #include "common.h"
 
@@ -276,6 +287,15 @@ inline void embedding_bag_dump_inputs(const std::string& dir, const std::string&
         write_npy(dir, prefix + "per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
     const int64_t meta[6] = {in.T, in.B, in.total_D(), in.mean ? 1 : 0, in.per_sample_weights.empty() ? 0 : 1, L};
     write_npy(dir, prefix + "meta", meta, {6});
+}
+
+// two inputs bit for bit the same (the per-sample weights compared as bits: -0.0 and NaN count)
+inline bool embedding_bag_identical(const EmbeddingBagInputs& a, const EmbeddingBagInputs& b) {
+    return a.T == b.T && a.B == b.B && a.mean == b.mean && a.D_offsets == b.D_offsets && a.E == b.E &&
+           a.weights_offsets == b.weights_offsets && a.hash_offsets == b.hash_offsets && a.num_weights == b.num_weights &&
+           a.indices == b.indices && a.offsets == b.offsets && a.per_sample_weights.size() == b.per_sample_weights.size() &&
+           (a.per_sample_weights.empty() ||
+            memcmp(a.per_sample_weights.data(), b.per_sample_weights.data(), a.per_sample_weights.size() * sizeof(float)) == 0);
 }
 
 // --load DIR: the inputs a dump wrote, or one's own in the same files (indices, offsets, D_offsets, E and
