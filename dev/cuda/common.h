@@ -19,7 +19,9 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -87,16 +89,29 @@ inline unsigned grid_y(int64_t blocks, const char* what) { return grid_dim(block
 //   require_host_memory(bytes, what)    before the host allocations (MemAvailable in /proc/meminfo)
 //   require_device_memory(bytes, what)  after cuda_init, before the device allocations (cudaMemGetInfo)
 
-// bytes the kernel reports available to a new allocation; -1 where unknown (no /proc/meminfo)
+// bytes the kernel reports available to a new allocation (MemAvailable), lowered to what an address-space
+// limit (ulimit -v, RLIMIT_AS) leaves this process; -1 where neither is known
 inline double host_available_bytes() {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (!f) return -1.0;
-    char line[256];
-    double kb = -1.0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1.0 : kb * 1024.0;
+    double avail = -1.0;
+    if (FILE* f = fopen("/proc/meminfo", "r")) {
+        char line[256];
+        double kb = -1.0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+        fclose(f);
+        if (kb >= 0) avail = kb * 1024.0;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double used = 0.0, pages = 0.0;
+        if (FILE* f = fopen("/proc/self/statm", "r")) {
+            if (fscanf(f, "%lf", &pages) == 1) used = pages * (double)sysconf(_SC_PAGESIZE);
+            fclose(f);
+        }
+        const double left = std::max(0.0, (double)rl.rlim_cur - used);
+        avail = avail < 0 ? left : std::min(avail, left);
+    }
+    return avail;
 }
 
 inline void require_host_memory(double bytes, const char* what) {
