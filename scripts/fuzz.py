@@ -94,8 +94,8 @@ def value_for(rng, name, kind, default, choices, bad_rate):
         return ",".join(rng.choice(items + [str(rng.randint(1, 9))]) for _ in range(n))
     if kind == "choice":
         return rng.choice(choices) if not bad else "bogus"
-    if kind == "dir":
-        return rng.choice(["/nonexistent_dir", "/proc", "/dev/null"])
+    if kind == "dir":   # never a directory that --dump could create outside build/
+        return rng.choice([os.path.join(ROOT, "build", "fuzz_no_such_dir", "x"), "/proc", "/dev/null"])
     return None
 
 

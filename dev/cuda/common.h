@@ -479,6 +479,7 @@ struct Cli {
             std::string a = argv[i];
             auto value = [&](void) -> const char* {
                 if (i + 1 >= argc) fail_args("%s needs a value", a.c_str());
+                if (strncmp(argv[i + 1], "--", 2) == 0) fail_args("%s needs a value, got the flag '%s'", a.c_str(), argv[i + 1]);
                 return argv[++i];
             };
             if (a == "-h" || a == "--help") { usage(); exit(EXIT_PASS); }
