@@ -8,16 +8,18 @@
 #   bash scripts/gpu_check.sh --only repkv     bench lines and peers whose text contains 'repkv'
 #   bash scripts/gpu_check.sh --no-test        skip `make test`
 #   bash scripts/gpu_check.sh --no-peers       skip the peers
+#   bash scripts/gpu_check.sh --sanitize       also make sanitize and the GPU fuzz (scripts/sanitize.sh, fuzz.py --gpu)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu}
 mkdir -p "$OUT" build/logs
-ONLY=""; RUN_TEST=1; RUN_PEERS=1
+ONLY=""; RUN_TEST=1; RUN_PEERS=1; RUN_SAN=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) ONLY=$2; shift 2;;
         --no-test) RUN_TEST=0; shift;;
         --no-peers) RUN_PEERS=0; shift;;
+        --sanitize) RUN_SAN=1; shift;;
         *) echo "unknown option $1"; exit 2;;
     esac
 done
@@ -38,6 +40,11 @@ if [ $RUN_TEST -eq 1 ]; then
     grep -E "^FAIL|^  .*FAIL" $LOGS/test.log | head -40
     tail -1 $LOGS/test.log
     echo "test: $(( $(date +%s) - start )) s"
+fi
+
+if [ $RUN_SAN -eq 1 ]; then
+    echo "== make sanitize"; bash scripts/sanitize.sh > $LOGS/sanitize.log 2>&1; grep -E "^FAIL" $LOGS/sanitize.log | head -20; tail -1 $LOGS/sanitize.log
+    echo "== GPU fuzz"; python3 scripts/fuzz.py --gpu --seconds 240 --jobs 1 > $LOGS/fuzz_gpu.log 2>&1; tail -12 $LOGS/fuzz_gpu.log
 fi
 
 echo "== bench cases"

@@ -2,7 +2,8 @@
 # `make test`: the one test command.
 #   1. builds every op, fp32 and bf16, with warnings as errors (one PASS/FAIL per binary)
 #   2. builds and runs the CPU tests in tests/test_*.cu (no GPU needed)
-#   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible
+#   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible, then scripts/fuzz.py's CPU
+#      part (random valid and invalid command lines for every op: exit 2 or 3 only, no hang, no signal)
 #   4. on a machine with a CUDA device: every line of tests/gpu_cases.txt, and scripts/torch_check.py
 #      where torch imports with CUDA; elsewhere reports the GPU part skipped
 # Ends with `N passed, M failed[, K skipped]` and exits 1 if anything failed.
@@ -54,10 +55,19 @@ while IFS='|' read -r want cmd expect; do
     case "$want" in ''|\#*) continue;; esac
     bin=${cmd%% *}
     if [ ! -x "dev/cuda/$bin" ]; then bad "cli '$cmd': dev/cuda/$bin not built"; continue; fi
-    out=$(cd dev/cuda && CUDA_VISIBLE_DEVICES= timeout 60 ./$cmd 2>&1); rc=$?
+    out=$(cd dev/cuda && CUDA_VISIBLE_DEVICES= timeout 60 ./$cmd 2>&1 < /dev/null); rc=$?
     if [ "$rc" = "$want" ] && echo "$out" | grep -qF -- "$expect"; then ok "cli '$cmd' -> exit $rc"
     else bad "cli '$cmd': want exit $want and '$expect', got exit $rc: $(echo "$out" | tail -2 | tr '\n' ' ')"; fi
 done < tests/cli_cases.txt
+
+echo "== fuzz (scripts/fuzz.py, no GPU visible, ${FUZZ_SECONDS:-60} s)"
+if command -v python3 > /dev/null 2>&1; then
+    out=$(python3 scripts/fuzz.py --seed "${FUZZ_SEED:-1}" --seconds "${FUZZ_SECONDS:-60}" --jobs "$JOBS" 2>&1); rc=$?
+    echo "$out" | tail -21 | sed 's/^/  /'
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "^PASS fuzz"; then ok "fuzz (CPU)"; else bad "fuzz (CPU) exited $rc"; fi
+else
+    echo "SKIP fuzz: no python3"; skip=$((skip + 1))
+fi
 
 # ---- 4. GPU part
 has_gpu=0

@@ -1,10 +1,28 @@
 // CPU tests of common.h's host helpers (no GPU): the validator, the random generators, the .npy writer.
 #include "../dev/cuda/common.h"
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures = 0;
 static void report(bool ok, const std::string& name, const std::string& why = "") {
     printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
     if (!ok) failures++;
+}
+
+// the exit status of f() run in a child process (-1: it returned instead of exiting), its output hidden
+template <class F>
+static int exit_status_of(F f) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        f();
+        _exit(255);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
 }
 
 static float poisoned_float() {  // what common.h's poison() leaves in a float: all bytes 0xFF
@@ -39,10 +57,14 @@ int main() {
         s = compare_arrays(inf.data(), ref.data(), ref.size(), 1e30f, 1.0f);
         report(s.failures == 1, "validate fails an infinity however loose the tolerance");
 
-        // atol = rtol = 0 is an exact comparison; a reference NaN must be matched by a NaN
-        std::vector<float> r2 = {NAN, 1.0f}, g2 = {NAN, 1.0f}, g3 = {0.0f, 1.0f};
+        // an infinite reference must be matched exactly; a NaN in the reference fails whatever the result
+        // (a NaN-poisoned element must not pass where a broken reference is NaN), and is counted
+        std::vector<float> r2 = {INFINITY, 1.0f}, g2 = {INFINITY, 1.0f}, g3 = {-INFINITY, 1.0f};
         report(compare_arrays(g2.data(), r2.data(), 2, 0, 0).failures == 0 && compare_arrays(g3.data(), r2.data(), 2, 0, 0).failures == 1,
-               "validate matches non-finite references exactly");
+               "validate matches infinite references exactly");
+        std::vector<float> rn = {NAN, 1.0f}, gn = {poisoned_float(), 1.0f};
+        s = compare_arrays(gn.data(), rn.data(), 2, 1e30f, 1.0f);
+        report(s.failures == 1 && s.ref_nan == 1 && s.first_bad == std::vector<size_t>{0}, "validate fails a NaN reference, even against a NaN result");
 
         std::vector<float> many(100, 7.0f), ref_many(100, 1.0f);
         s = compare_arrays(many.data(), ref_many.data(), 100, 0.1f, 0.1f);
@@ -116,6 +138,119 @@ int main() {
         int64_t big = 0;
         for (auto x : hot) big += x >= 1000;
         report(big > (int64_t)hot.size() / 2, "Zipf hot rows are scattered by the random map");
+    }
+
+    // ---- Zipf in bounded time for every alpha the flags accept (they refuse only non-finite and fp32
+    //      overflow): steep (1e30, 60, 10, 5) and flat (1.000001) exponents, a million draws each
+    {
+        bool ok = true;
+        std::string why;
+        for (double a : {1.000001, 1.0001, 5.0, 10.0, 53.0, 60.0, 1e30}) {
+            Rng r(5);
+            clock_t t0 = clock();
+            int64_t ones = 0, bad = 0;
+            for (int i = 0; i < 1000000; i++) { int64_t k = r.zipf(a); ones += k == 1; bad += k < 1 || k > (int64_t)9e18; }
+            double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+            // P(1) = 1/zeta(a): 1 - 2^-a about for a steep a; tiny for a near 1 (a heavy tail)
+            bool p_ok = a >= 53 ? ones == 1000000 : (a >= 5 ? ones > 950000 : ones < 100000);
+            if (sec > 20 || bad || !p_ok) { ok = false; why += " a=" + std::to_string(a) + ": " + std::to_string(sec) + " s, P(1)=" + std::to_string(ones / 1e6); }
+        }
+        report(ok, "Rng::zipf finishes fast and stays in [1, 9e18] for alpha 1.000001 .. 1e30", why);
+
+        // the same draws as the plain rejection loop at the bench's alpha (the bench inputs do not change)
+        Rng r1(9), r2(9);
+        bool same = true;
+        for (int i = 0; i < 100000 && same; i++) {
+            int64_t k = r1.zipf(1.15);
+            const double am1 = 1.15 - 1.0, b = pow(2.0, am1);
+            int64_t plain = 0;
+            while (!plain) {
+                double U = 1.0 - r2.uniform01(), V = r2.uniform01(), X = floor(pow(U, -1.0 / am1));
+                if (X > 9.0e18 || X < 1.0) continue;
+                double T = pow(1.0 + 1.0 / X, am1);
+                if (V * X * (T - 1.0) / (b - 1.0) <= T / b) plain = (int64_t)X;
+            }
+            same = k == plain;
+        }
+        report(same, "Rng::zipf(1.15) gives the plain Devroye loop's draws");
+
+        // steep alpha with distinct rows: bounded (the completion step), L distinct rows per bag
+        bool bags_ok = true;
+        for (double a : {5.0, 10.0, 1e30, 1.000001}) {
+            Rng r(21);
+            clock_t t0 = clock();
+            std::vector<int64_t> z = make_bag_indices(2000, 20, 100000, a, r);
+            double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+            for (int64_t b = 0; b < 2000 && bags_ok; b++) {
+                std::vector<int64_t> bag(z.begin() + b * 20, z.begin() + (b + 1) * 20);
+                std::sort(bag.begin(), bag.end());
+                bags_ok = std::unique(bag.begin(), bag.end()) == bag.end() && bag.front() >= 0 && bag.back() < 100000;
+            }
+            bags_ok = bags_ok && sec < 20;
+        }
+        report(bags_ok, "distinct Zipf bags at alpha 5, 10, 1e30, 1.000001: fast, L distinct rows each");
+
+        // without distinct (and where E < L) bags repeat rows; E < L is legal
+        Rng r3(22), r4(22);
+        std::vector<int64_t> rep = make_bag_indices(500, 20, 100000, 3.0, r3, false), small = make_bag_indices(500, 7, 2, 1.15, r4);
+        int64_t repeats = 0;
+        for (int64_t b = 0; b < 500; b++) {
+            std::vector<int64_t> bag(rep.begin() + b * 20, rep.begin() + (b + 1) * 20);
+            std::sort(bag.begin(), bag.end());
+            repeats += std::unique(bag.begin(), bag.end()) != bag.end();
+        }
+        bool small_ok = small.size() == 3500;
+        for (auto x : small) small_ok = small_ok && (x == 0 || x == 1);
+        report(repeats > 400 && small_ok, "bags with repeats: alpha 3 without distinct repeats rows; E = 2 < L = 7 draws in [0, 2)",
+               std::to_string(repeats) + " of 500 bags repeat");
+    }
+
+    // ---- checked sizes and grids (the refusals exit 2: tests/cli_cases.txt runs them)
+    {
+        report(mul64(3037000499LL, 3037000499LL, "x") == 9223372030926249001LL && add64(INT64_MAX - 1, 1, "y") == INT64_MAX &&
+                   grid_x(INT32_MAX, "g") == (unsigned)INT32_MAX && grid_y(65535, "g") == 65535u,
+               "mul64/add64/grid_x/grid_y pass values at their limits");
+        report(host_available_bytes() > 0, "host_available_bytes reads MemAvailable from /proc/meminfo");
+    }
+
+    // ---- version selection: a named version that cannot run exits 2; `all` skips, and exits 2 when none can
+    {
+        Cli cli("demo", "", 3, 1);
+        auto skip = [](int k) { return k == 2 ? std::string("version 2 needs an even D") : std::string(); };
+        auto none = [](int) { return std::string("never"); };
+        cli.kernels = {2};
+        int named = exit_status_of([&] { select_versions(cli, skip, false); });
+        cli.kernels = {1, 2, 3}; cli.all = true;
+        std::vector<int> run = select_versions(cli, skip, false);
+        int nothing = exit_status_of([&] { select_versions(cli, none, false); });
+        report(named == 2 && nothing == 2 && run == std::vector<int>{1, 3},
+               "select_versions: a named version that cannot run exits 2; all runs the rest, exits 2 when none can",
+               "named " + std::to_string(named) + ", none " + std::to_string(nothing));
+        report(exit_status_of([] { mul64(INT64_MAX / 2, 3, "x"); }) == 2 && exit_status_of([] { grid_x((int64_t)INT32_MAX + 1, "g"); }) == 2 &&
+                   exit_status_of([] { grid_y(65536, "g"); }) == 2 && exit_status_of([] { require_host_memory(1e18, "x"); }) == 2,
+               "mul64, grid_x, grid_y and require_host_memory exit 2 past their limits");
+        // a dump that fails after a failed check keeps the check's exit 1
+        int after_fail = exit_status_of([] { last_run_rc() = EXIT_CHECK_FAILED; float x = 0; write_npy("/proc/no_such_dir", "x", &x, {1}); });
+        int after_pass = exit_status_of([] { float x = 0; write_npy("/proc/no_such_dir", "x", &x, {1}); });
+        report(after_fail == 1 && after_pass == 2, "a failed dump exits 1 after a failed check, 2 otherwise",
+               std::to_string(after_fail) + ", " + std::to_string(after_pass));
+    }
+
+    // ---- .npy reader: what the writer wrote comes back bit for bit, with its shape
+    {
+        std::string dir = "build/tests/npy_read";
+        make_dir("build"); make_dir("build/tests"); make_dir(dir);
+        std::vector<float> f = {1.5f, -0.0f, 3.25e-30f, NAN, 5.0f, 6.0f};
+        std::vector<int64_t> i = {0, INT64_MAX, -7};
+        write_npy(dir, "f", f.data(), {3, 2});
+        write_npy(dir, "i", i.data(), {3});
+        std::vector<float> f2; std::vector<int64_t> i2, sf, si;
+        read_npy(dir, "f", f2, sf, 2);
+        read_npy(dir, "i", i2, si, 1);
+        bool same = f2.size() == 6 && memcmp(f2.data(), f.data(), 24) == 0 && i2 == i && sf == std::vector<int64_t>{3, 2} &&
+                    si == std::vector<int64_t>{3};
+        std::vector<float> none;
+        report(same && !read_npy(dir, "missing", none, sf, 1, true), ".npy reader returns what the writer wrote (bits and shape); an optional file may be missing");
     }
 
     // ---- .npy writer: magic, version, 64-byte aligned header, shape, payload

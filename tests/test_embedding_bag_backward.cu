@@ -50,8 +50,8 @@ static EmbeddingBagBackwardReference run_reference(const EmbeddingBagBackwardInp
 }
 
 // a small configuration
-static EmbeddingBagBackwardConfig small_config(int T, int64_t E, int D, int B, int L, double alpha) {
-    EmbeddingBagBackwardConfig c;
+static EmbeddingBagConfig small_config(int T, int64_t E, int D, int B, int L, double alpha) {
+    EmbeddingBagConfig c;
     c.T = T; c.E = E; c.D = D; c.B = B; c.L = L; c.alpha = alpha;
     return c;
 }
@@ -65,7 +65,7 @@ static bool close_f(double got, double want, double rtol = 2e-6, double atol = 1
     return std::fabs(got - want) <= atol + rtol * std::fabs(want);
 }
 
-static void test_against_dense_scatter(const std::string& name, const EmbeddingBagBackwardConfig& cfg, uint64_t seed, Opt opt) {
+static void test_against_dense_scatter(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed, Opt opt) {
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
     std::string err = embedding_bag_backward_validate(in);
     if (!err.empty()) { report(false, name, "generated input invalid: " + err); return; }
@@ -207,7 +207,7 @@ static void test_hand_rows() {
 // rows nobody looked up are not in the reference, and applying the reference to full tables changes
 // exactly the looked-up rows (sgd: each of them moves)
 static void test_untouched_rows() {
-    EmbeddingBagBackwardConfig c = small_config(3, 40, 8, 5, 3, 0.0);
+    EmbeddingBagConfig c = small_config(3, 40, 8, 5, 3, 0.0);
     c.Es = {40, 7, 1000};
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, 5);
     Tables tb{11};
@@ -244,7 +244,7 @@ static void test_untouched_rows() {
 // 3. the validator's messages
 
 static void test_validator() {
-    EmbeddingBagBackwardConfig c = small_config(2, 50, 8, 4, 3, 0.0);
+    EmbeddingBagConfig c = small_config(2, 50, 8, 4, 3, 0.0);
     const EmbeddingBagBackwardInputs good = embedding_bag_backward_make_inputs(c, 3);
     report(embedding_bag_backward_validate(good).empty(), "validator accepts a generated input", embedding_bag_backward_validate(good));
     struct Case { const char* name; std::function<void(EmbeddingBagBackwardInputs&)> brk; const char* expect; };
@@ -522,7 +522,7 @@ static int64_t count_out_of_tolerance(const EmbeddingBagBackwardReference& ref, 
     return bad;
 }
 
-static void test_orders_within_tolerance(const std::string& name, const EmbeddingBagBackwardConfig& cfg, uint64_t seed) {
+static void test_orders_within_tolerance(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed) {
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
     Tables tb{seed + 99};
     const Order orders[] = {{1, 32, 1, 1}, {1, 32, 1, 2}, {2, 32, 1, 0}, {3, 32, 2, 0}, {3, 32, 16, 0},
@@ -549,7 +549,7 @@ static void test_orders_within_tolerance(const std::string& name, const Embeddin
 }
 
 // one lookup dropped from the longest run: the tolerance must flag it
-static void test_dropped_lookup(const std::string& name, const EmbeddingBagBackwardConfig& cfg, uint64_t seed) {
+static void test_dropped_lookup(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed) {
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
     Tables tb{seed + 5};
     bool ok = true;
@@ -573,7 +573,7 @@ static void test_dropped_lookup(const std::string& name, const EmbeddingBagBackw
 // 6. bytes, key bits, inputs
 
 static void test_bytes_and_bits() {
-    EmbeddingBagBackwardConfig c;   // FBGEMM's default size
+    EmbeddingBagConfig c;   // FBGEMM's default size
     EmbeddingBagBackwardInputs in;
     in.T = c.T; in.B = c.B;
     for (int t = 0; t <= c.T; t++) in.D_offsets.push_back(t * c.D);
@@ -605,7 +605,7 @@ static void test_bytes_and_bits() {
 }
 
 static void test_inputs() {
-    EmbeddingBagBackwardConfig c = small_config(3, 30, 8, 6, 4, 0.0);
+    EmbeddingBagConfig c = small_config(3, 30, 8, 6, 4, 0.0);
     c.one_row = true;
     auto in = embedding_bag_backward_make_inputs(c, 1);
     bool ok = (int64_t)in.indices.size() == 3 * 6 * 4;
@@ -633,7 +633,7 @@ static void test_inputs() {
 // ---------------------------------------------------------------------------------------------
 // 7. forward/backward consistency: for SUM (and any linear pooling), <fwd(W), G> = <W, dense-grad(G)>
 
-static void test_adjoint(const std::string& name, const EmbeddingBagBackwardConfig& cfg, uint64_t seed) {
+static void test_adjoint(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed) {
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
     Tables tb{seed + 3};
     auto ref = run_reference(in, Opt::dense, tb);
@@ -667,16 +667,9 @@ static void test_adjoint(const std::string& name, const EmbeddingBagBackwardConf
     std::string with = "own forward loop";
 #if HAVE_FORWARD_OP
     {
-        // the forward op file's CPU reference on the same inputs (its weights are floatX; fp32 here)
-        EmbeddingBagForwardInputs f;
-        f.T = in.T; f.B = in.B; f.mean = in.mean;
-        f.D_offsets = in.D_offsets;
-        f.E = in.E;
-        f.weights_offsets = in.weights_offsets;
-        f.num_weights = in.num_weights;
-        f.indices = in.indices;
-        f.offsets = in.offsets;
-        f.per_sample_weights = in.per_sample_weights;
+        // the forward op file's CPU reference on the same inputs (the shared EmbeddingBagInputs part of the
+        // backward's; its weights are floatX, fp32 here)
+        const EmbeddingBagInputs& f = in;
         std::vector<floatX> W((size_t)in.num_weights);
         for (int64_t e = 0; e < in.num_weights; e++) W[e] = from_float<floatX>(tb.w(e));
         std::vector<float> fo((size_t)in.B * total_D);
@@ -692,24 +685,45 @@ static void test_adjoint(const std::string& name, const EmbeddingBagBackwardConf
     report(ok, name + " (" + with + ")", why);
 }
 
+// replay: the backward's dump (the shared inputs and grad_output) read back by --load, bit for bit; the
+// same bags as the forward's dump of the same seed (both ops share embedding_bag.h)
+static void test_replay() {
+    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok";
+    make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
+    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
+    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
+    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, 17);
+    embedding_bag_backward_dump(dir, c, in);
+    Cli cli("embedding_bag_backward", "", 8, 8);
+    cli.load_dir = dir;
+    EmbeddingBagConfig c2;
+    EmbeddingBagFlags flags;
+    const EmbeddingBagBackwardInputs back = embedding_bag_backward_inputs(cli, c2, flags);
+    const bool go = back.grad_output.size() == in.grad_output.size() &&
+                    memcmp(back.grad_output.data(), in.grad_output.data(), in.grad_output.size() * sizeof(float)) == 0;
+    report(embedding_bag_identical(in, back) && go && embedding_bag_identical(in, embedding_bag_make_inputs(c, 17)),
+           "--dump then --load: the backward's inputs and grad_output come back bit for bit; the bags are the forward's");
+}
+
 int main() {
+    test_replay();
     // 1. reference vs dense scatter
-    struct Cfg { const char* name; EmbeddingBagBackwardConfig c; uint64_t seed; };
+    struct Cfg { const char* name; EmbeddingBagConfig c; uint64_t seed; };
     std::vector<Cfg> cfgs;
     cfgs.push_back({"uniform T=3 E=57 D=12 B=9 L=5", small_config(3, 57, 12, 9, 5, 0.0), 1});
     cfgs.push_back({"Zipf 1.15 T=2 E=300 D=8 B=40 L=7", small_config(2, 300, 8, 40, 7, 1.15), 2});
     {
-        EmbeddingBagBackwardConfig c = small_config(6, 64, 4, 11, 3, 0.0);
+        EmbeddingBagConfig c = small_config(6, 64, 4, 11, 3, 0.0);
         c.mixed_dims = true; c.weighted = true; c.mean = true; c.empty_frac = 0.3;
         cfgs.push_back({"mixed dims, weighted, mean, 30% empty bags", c, 3});
     }
     {
-        EmbeddingBagBackwardConfig c = small_config(2, 20, 16, 25, 9, 0.0);
+        EmbeddingBagConfig c = small_config(2, 20, 16, 25, 9, 0.0);
         c.one_row = true; c.weighted = true;
         cfgs.push_back({"one row, weighted", c, 4});
     }
     {
-        EmbeddingBagBackwardConfig c = small_config(4, 13, 8, 7, 1, 0.0);
+        EmbeddingBagConfig c = small_config(4, 13, 8, 7, 1, 0.0);
         c.Ds = {4, 12, 132, 260}; c.mean = true;
         cfgs.push_back({"bags of length 1, D 4,12,132,260, mean", c, 5});
     }
@@ -726,15 +740,15 @@ int main() {
     test_plan();
     // 5. tolerance: every version's fp32 order passes, a dropped lookup fails
     {
-        EmbeddingBagBackwardConfig c = small_config(2, 1000, 128, 512, 20, 0.0);
+        EmbeddingBagConfig c = small_config(2, 1000, 128, 512, 20, 0.0);
         c.one_row = true;
         test_orders_within_tolerance("one row, 2 runs of 10,240, D=128", c, 7);
         test_dropped_lookup("tolerance catches one lookup dropped from a run of 10,240", c, 7);
-        EmbeddingBagBackwardConfig z = small_config(4, 2000, 64, 256, 20, 1.15);
+        EmbeddingBagConfig z = small_config(4, 2000, 64, 256, 20, 1.15);
         z.weighted = true; z.mean = true;
         test_orders_within_tolerance("Zipf 1.15, weighted, mean, D=64", z, 8);
         test_dropped_lookup("tolerance catches one lookup dropped from the hottest Zipf row", z, 8);
-        EmbeddingBagBackwardConfig m = small_config(5, 97, 4, 33, 13, 0.0);
+        EmbeddingBagConfig m = small_config(5, 97, 4, 33, 13, 0.0);
         m.mixed_dims = true; m.weighted = true;
         test_orders_within_tolerance("uniform, mixed dims, weighted", m, 9);
     }
@@ -744,7 +758,7 @@ int main() {
     // 7. adjoint
     test_adjoint("forward/backward consistency, uniform SUM", small_config(3, 50, 12, 10, 6, 0.0), 21);
     {
-        EmbeddingBagBackwardConfig c = small_config(5, 40, 8, 12, 5, 1.15);
+        EmbeddingBagConfig c = small_config(5, 40, 8, 12, 5, 1.15);
         c.mixed_dims = true; c.weighted = true; c.mean = true; c.empty_frac = 0.25;
         test_adjoint("forward/backward consistency, Zipf, mixed dims, weighted MEAN, empty bags", c, 22);
     }

@@ -21,15 +21,15 @@ static std::string fmt(const char* f, ...) {
     return buf;
 }
 
-static EmbeddingBagForwardConfig small_config(int T, std::vector<int> Ds, std::vector<int> Es, int B, int L) {
-    EmbeddingBagForwardConfig c;
+static EmbeddingBagConfig small_config(int T, std::vector<int> Ds, std::vector<int> Es, int B, int L) {
+    EmbeddingBagConfig c;
     c.T = T; c.Ds = Ds; c.Es = Es; c.B = B; c.L = L; c.alpha = 0.0;
     return c;
 }
 
 // the configurations the reference tests run: odd sizes, mixed dims, every flag, adversarial inputs
-static std::vector<std::pair<std::string, EmbeddingBagForwardConfig>> reference_configs() {
-    std::vector<std::pair<std::string, EmbeddingBagForwardConfig>> v;
+static std::vector<std::pair<std::string, EmbeddingBagConfig>> reference_configs() {
+    std::vector<std::pair<std::string, EmbeddingBagConfig>> v;
     auto c = small_config(3, {4, 12, 132}, {50, 7, 33}, 9, 5);
     v.push_back({"uniform sum mixed dims", c});
     c.mean = true;
@@ -61,7 +61,7 @@ static std::vector<std::pair<std::string, EmbeddingBagForwardConfig>> reference_
 
 // Independent forward: per table, the bag-by-row count matrix A (A[b][r] = sum of the weights of r's
 // occurrences in bag b, times 1/L for MEAN) times the table W (E x D), in double. No loop over a bag.
-static std::vector<float> forward_by_one_hot(const EmbeddingBagForwardInputs& in, const std::vector<floatX>& w) {
+static std::vector<float> forward_by_one_hot(const EmbeddingBagInputs& in, const std::vector<floatX>& w) {
     std::vector<float> out((size_t)in.B * in.total_D());
     for (int t = 0; t < in.T; t++) {
         const int D = in.D(t);
@@ -88,7 +88,7 @@ static std::vector<float> forward_by_one_hot(const EmbeddingBagForwardInputs& in
 static void test_reference_against_one_hot() {
     for (auto& [name, c] : reference_configs()) {
         for (uint64_t seed : {1, 2, 3}) {
-            EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, seed);
+            EmbeddingBagInputs in = embedding_bag_make_inputs(c, seed);
             std::string bad = embedding_bag_forward_validate(in);
             if (!bad.empty()) { report(false, "reference vs one-hot: " + name, "generated input invalid: " + bad); continue; }
             std::vector<floatX> w = embedding_bag_forward_make_weights(in, seed);
@@ -108,7 +108,7 @@ static void test_empty_bags() {
     c.empty_frac = 0.25;
     for (bool mean : {false, true}) {
         c.mean = mean;
-        EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, 7);
+        EmbeddingBagInputs in = embedding_bag_make_inputs(c, 7);
         std::vector<floatX> w = embedding_bag_forward_make_weights(in, 7);
         std::vector<float> ref((size_t)in.B * in.total_D());
         embedding_bag_forward_cpu(ref.data(), in, w.data());
@@ -129,7 +129,7 @@ static void test_empty_bags() {
 // (fmaf), version 5 splits the rows over S = 32/G slots (row j to slot j % S) and combines the slots with
 // the xor-shuffle tree. Both must pass the file's tolerances against the double reference at the sizes
 // of the GPU cases, with a margin (the check is what the GPU run applies).
-static std::vector<float> forward_fp32_order(const EmbeddingBagForwardInputs& in, const std::vector<floatX>& w, bool slotted) {
+static std::vector<float> forward_fp32_order(const EmbeddingBagInputs& in, const std::vector<floatX>& w, bool slotted) {
     std::vector<float> out((size_t)in.B * in.total_D());
     for (int t = 0; t < in.T; t++) {
         const int D = in.D(t), G = embedding_bag_forward_lanes_per_row(D), S = slotted ? 32 / G : 1;
@@ -156,7 +156,7 @@ static std::vector<float> forward_fp32_order(const EmbeddingBagForwardInputs& in
 }
 
 static void test_fp32_orders_within_tolerance() {
-    struct Case { const char* name; EmbeddingBagForwardConfig c; };
+    struct Case { const char* name; EmbeddingBagConfig c; };
     std::vector<Case> cases;
     auto c = small_config(4, {4, 12, 132, 260}, {1000, 77, 5000, 300}, 37, 13);
     cases.push_back({"D=4,12,132,260 L=13 uniform", c});
@@ -173,7 +173,7 @@ static void test_fp32_orders_within_tolerance() {
     c = small_config(1, {1028}, {100}, 5, 70);
     cases.push_back({"D=1028 L=70", c});
     for (auto& k : cases) {
-        EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(k.c, 11);
+        EmbeddingBagInputs in = embedding_bag_make_inputs(k.c, 11);
         std::vector<floatX> w = embedding_bag_forward_make_weights(in, 11);
         std::vector<float> ref((size_t)in.B * in.total_D());
         embedding_bag_forward_cpu(ref.data(), in, w.data());
@@ -191,10 +191,10 @@ static void test_fp32_orders_within_tolerance() {
 // FBGEMM's recipe at its benchmark default (T=32 E=1e5 B=512 L=20): the spec counts 18,016 unique
 // (table, row) pairs among the 327,680 lookups at alpha 1.15 and 311,574 uniform.
 static void test_zipf_statistics() {
-    EmbeddingBagForwardConfig c;   // the defaults are FBGEMM's
+    EmbeddingBagConfig c;   // the defaults are FBGEMM's
     for (double alpha : {1.15, 0.0}) {
         c.alpha = alpha;
-        EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, 42);
+        EmbeddingBagInputs in = embedding_bag_make_inputs(c, 42);
         size_t unique = 0;
         bool distinct_bags = true;
         for (int t = 0; t < in.T; t++) {
@@ -220,29 +220,29 @@ static void test_zipf_statistics() {
 static void test_generator_flags() {
     auto c = small_config(3, {8, 16, 4}, {100, 200, 300}, 50, 9);
     c.one_row = true;
-    EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, 5);
+    EmbeddingBagInputs in = embedding_bag_make_inputs(c, 5);
     bool one = true;
     for (int t = 0; t < in.T; t++)
         for (int64_t l = in.offsets[(int64_t)t * in.B]; l < in.offsets[(int64_t)(t + 1) * in.B]; l++)
             one = one && in.indices[l] == in.indices[in.offsets[(int64_t)t * in.B]];
     report(one && in.indices.size() == 3u * 50 * 9, "--one-row: every lookup of a table hits one row");
     c.one_row = false; c.empty_frac = 1.0;
-    in = embedding_bag_forward_make_inputs(c, 5);
+    in = embedding_bag_make_inputs(c, 5);
     report(in.indices.empty() && in.offsets.size() == 151 && in.offsets.back() == 0, "--empty-frac 1: every bag empty, offsets all 0");
     c.empty_frac = 0.0; c.weighted = true;
-    in = embedding_bag_forward_make_inputs(c, 5);
+    in = embedding_bag_make_inputs(c, 5);
     report(in.per_sample_weights.size() == in.indices.size(), "--weighted: one weight per lookup");
-    c = EmbeddingBagForwardConfig();
+    c = EmbeddingBagConfig();
     c.mixed_dims = true; c.T = 8;
-    in = embedding_bag_forward_make_inputs(c, 5);
+    in = embedding_bag_make_inputs(c, 5);
     std::string Ds;
     for (int t = 0; t < in.T; t++) Ds += std::to_string(in.D(t)) + ":" + std::to_string(in.E[t]) + " ";
     report(Ds == "4:100000 12:50000 36:25000 64:12500 132:100000 260:50000 4:25000 12:12500 ", "--mixed-dims: D and E per table", Ds);
-    report(embedding_bag_forward_shape(EmbeddingBagForwardConfig()) == "T32,E100000,D128,B512,L20,alpha1.15,sum",
-           "shape string at the default size", embedding_bag_forward_shape(EmbeddingBagForwardConfig()));
+    report(embedding_bag_shape(EmbeddingBagConfig()) == "T32,E100000,D128,B512,L20,alpha1.15,sum",
+           "shape string at the default size", embedding_bag_shape(EmbeddingBagConfig()));
 }
 
-static void expect_error(const char* name, const EmbeddingBagForwardInputs& in, const char* substring) {
+static void expect_error(const char* name, const EmbeddingBagInputs& in, const char* substring) {
     std::string e = embedding_bag_forward_validate(in);
     report(e.find(substring) != std::string::npos, fmt("validator: %s -> \"%s\"", name, e.c_str()), fmt("expected '%s'", substring));
 }
@@ -250,9 +250,9 @@ static void expect_error(const char* name, const EmbeddingBagForwardInputs& in, 
 static void test_validator() {
     auto c = small_config(2, {8, 12}, {10, 20}, 4, 3);
     c.weighted = true;
-    const EmbeddingBagForwardInputs good = embedding_bag_forward_make_inputs(c, 3);
+    const EmbeddingBagInputs good = embedding_bag_make_inputs(c, 3);
     report(embedding_bag_forward_validate(good).empty(), "validator: a generated input is fine");
-    EmbeddingBagForwardInputs in = good;
+    EmbeddingBagInputs in = good;
     in.indices[in.offsets[4]] = 20;                       // first lookup of table 1, E = 20
     expect_error("index == E_t", in, "indices[12] = 20 (table 1) is out of range: table 1 has E = 20 rows");
     in = good; in.indices[5] = 10;                        // table 0 has E = 10
@@ -287,14 +287,14 @@ static void test_validator() {
 static void test_bytes() {
     auto c = small_config(2, {8, 12}, {10, 20}, 4, 3);
     c.weighted = true;
-    EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, 3);
+    EmbeddingBagInputs in = embedding_bag_make_inputs(c, 3);
     // rows: 12 lookups of 8 floats + 12 of 12 floats; 24 indices, 9 offsets, 24 weights, 4 x 20 output,
     // D_offsets (3 ints) and weights_offsets (2 int64)
     const double want = 12.0 * 8 * 4 + 12.0 * 12 * 4 + 24 * 8 + 9 * 8 + 24 * 4 + 4 * 20 * 4 + 3 * 4 + 2 * 8;
     report(sizeof(floatX) == 4 && embedding_bag_forward_bytes(in) == want, fmt("bytes, hand count %.0f", want),
            fmt("formula gives %.0f", embedding_bag_forward_bytes(in)));
-    EmbeddingBagForwardConfig d;
-    in = embedding_bag_forward_make_inputs(d, 42);
+    EmbeddingBagConfig d;
+    in = embedding_bag_make_inputs(d, 42);
     const double fewest = 327680.0 * 128 * 4 + 327680.0 * 8 + 16385.0 * 8 + 512.0 * 4096 * 4 + 33 * 4 + 32 * 8;
     report(embedding_bag_forward_bytes(in) == fewest && fewest == 178913676.0, fmt("fewest bytes at FBGEMM's default: %.0f", fewest),
            fmt("formula gives %.0f", embedding_bag_forward_bytes(in)));
@@ -386,7 +386,7 @@ static void test_thread_maps() {
     // the plan: every table once, grouped by class
     ok = true;
     for (const auto& [name, c] : reference_configs()) {
-        EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(c, 1);
+        EmbeddingBagInputs in = embedding_bag_make_inputs(c, 1);
         EmbeddingBagForwardPlan p = embedding_bag_forward_plan(in.D_offsets);
         std::vector<int> count(in.T, 0);
         for (int cl = 0; cl < EMBEDDING_BAG_FORWARD_CLASSES; cl++)
@@ -400,7 +400,61 @@ static void test_thread_maps() {
     report(ok, "plan: the tables ordered by class, each once");
 }
 
+// replay: --dump's files read back by --load give the same inputs and tables bit for bit; one's own
+// trace (int32 ids, no weights_offsets) loads too; the fixtures of tests/cli_cases.txt's --load cases
+// (a good dump, and four broken ones that must be refused) are left in build/tests/fixtures
+static void test_replay() {
+    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok", P = "embedding_bag_forward_";
+    make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
+    auto c = small_config(3, {4, 12, 132}, {50, 7, 33}, 9, 5);
+    c.weighted = true; c.mean = true; c.alpha = 1.15; c.empty_frac = 0.2;
+    const EmbeddingBagInputs in = embedding_bag_make_inputs(c, 17);
+    const std::vector<floatX> w = embedding_bag_forward_make_weights(in, 17);
+    const std::vector<float> wf = to_float_vec(w);
+    embedding_bag_dump_inputs(dir, P, in, c.L);
+    write_npy(dir, P + "weights", wf.data(), {in.num_weights});
+    EmbeddingBagConfig c2;
+    const EmbeddingBagInputs back = embedding_bag_load_inputs(dir, P, c2);
+    Cli cli("embedding_bag_forward", "", 6, 6);
+    cli.load_dir = dir;
+    const std::vector<floatX> w2 = embedding_bag_forward_weights(cli, back);
+    report(embedding_bag_identical(in, back) && w2.size() == w.size() && memcmp(w2.data(), w.data(), w.size() * sizeof(floatX)) == 0 &&
+               c2.T == 3 && c2.B == 9 && c2.mean && c2.weighted && c2.L == 5 && embedding_bag_shape(c2) == "T3,B9,loaded,mean",
+           "--dump then --load: indices, offsets, layout, per-sample weights and tables come back bit for bit");
+
+    // one's own trace, as numpy writes it with int32 ids: D_offsets, E, offsets, indices and meta only
+    const std::string own = root + "/bag_own";
+    make_dir(own);
+    std::vector<int32_t> idx = {3, 0, 9, 9, 1, 2}, off = {0, 2, 4, 5, 6}, Doff = {0, 8, 12};
+    std::vector<int64_t> E = {10, 3}, meta = {2, 2, 12, 0, 0, 3};
+    write_npy(own, P + "indices", idx.data(), {6});
+    write_npy(own, P + "offsets", off.data(), {5});
+    write_npy(own, P + "D_offsets", Doff.data(), {3});
+    write_npy(own, P + "E", E.data(), {2});
+    write_npy(own, P + "meta", meta.data(), {6});
+    EmbeddingBagConfig c3;
+    const EmbeddingBagInputs mine = embedding_bag_load_inputs(own, P, c3);
+    report(mine.indices == std::vector<int64_t>{3, 0, 9, 9, 1, 2} && mine.weights_offsets == std::vector<int64_t>{0, 80} &&
+               mine.num_weights == 92 && mine.per_sample_weights.empty() && embedding_bag_forward_validate(mine).empty(),
+           "--load of one's own int32 trace: tables packed in order, ids widened");
+
+    // broken dumps for the command-line cases: each must be refused with its position
+    auto broken = [&](const char* name, const std::function<void(EmbeddingBagInputs&)>& brk) {
+        EmbeddingBagInputs b = in;
+        brk(b);
+        make_dir(root + "/" + name);
+        embedding_bag_dump_inputs(root + "/" + name, P, b, c.L);
+    };
+    broken("bag_bad_offsets", [](EmbeddingBagInputs& b) { b.offsets[5] = b.offsets[4] - 1; });
+    broken("bag_bad_index", [](EmbeddingBagInputs& b) { b.indices[b.offsets[9]] = 7; });     // table 1 has E = 7
+    broken("bag_bad_count", [](EmbeddingBagInputs& b) { b.offsets.pop_back(); });
+    broken("bag_bad_dtype", [](EmbeddingBagInputs&) {});
+    std::vector<float> as_float(in.indices.begin(), in.indices.end());
+    write_npy(root + "/bag_bad_dtype", P + "indices", as_float.data(), {(int64_t)as_float.size()});
+}
+
 int main() {
+    test_replay();
     test_reference_against_one_hot();
     test_empty_bags();
     test_fp32_orders_within_tolerance();

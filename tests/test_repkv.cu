@@ -136,5 +136,39 @@ int main() {
     report(repkv_forward_skip_reason(4, 32, 8, 6).find("HD (6)") != std::string::npos && repkv_forward_skip_reason(1, 32, 8, 6).empty(),
            "repkv_forward version preconditions", "a skip reason is wrong");
 
+    // 6. replay: what --dump writes, --load reads back bit for bit (shape and values); the fixtures of
+    //    tests/cli_cases.txt's --load cases (a good dump, a wrong shape, a NaN) are left in build/tests/fixtures
+    {
+        const std::string root = "build/tests/fixtures", ok_dir = root + "/repkv_ok";
+        make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(ok_dir);
+        RepkvForwardShape fs{2, 3, 6, 2, 5};
+        RepkvBackwardShape bs{3, 2, 4, 4, 7};
+        const size_t f_in = (size_t)fs.B * fs.T * (fs.NH + 2 * fs.NKV) * fs.HD, b_out = (size_t)bs.B * bs.T * 3 * bs.NH * bs.HD;
+        std::vector<float> x = make_random_floats(f_in, rng), fx((size_t)fs.B * fs.T * 3 * fs.NH * fs.HD);
+        std::vector<float> y = make_random_floats(b_out, rng), by((size_t)bs.B * bs.T * (bs.NH + 2 * bs.NKV) * bs.HD);
+        x[1] = -0.0f; x[2] = 1e-40f;                                   // a signed zero and a denormal survive too
+        repkv_forward_cpu(fx.data(), x.data(), fs.B, fs.T, fs.NH, fs.NKV, fs.HD);
+        repkv_backward_cpu(by.data(), y.data(), bs.B, bs.T, bs.NH, bs.NKV, bs.HD);
+        repkv_forward_dump(ok_dir, fs, x.data(), fx.data(), nullptr);
+        repkv_backward_dump(ok_dir, bs, y.data(), by.data(), nullptr);
+        RepkvForwardShape fs2;
+        RepkvBackwardShape bs2;
+        std::vector<float> x2 = repkv_forward_load(ok_dir, fs2), y2 = repkv_backward_load(ok_dir, bs2);
+        bool same = x2.size() == x.size() && memcmp(x2.data(), x.data(), x.size() * 4) == 0 && y2.size() == y.size() &&
+                    memcmp(y2.data(), y.data(), y.size() * 4) == 0 && fs2.B == fs.B && fs2.T == fs.T && fs2.NH == fs.NH &&
+                    fs2.NKV == fs.NKV && fs2.HD == fs.HD && bs2.B == bs.B && bs2.NKV == bs.NKV && bs2.HD == bs.HD;
+        report(same, "repkv --dump then --load: the inputs and their shape come back bit for bit");
+
+        const std::string bad_shape = root + "/repkv_bad_shape", bad_nan = root + "/repkv_bad_nan";
+        make_dir(bad_shape); make_dir(bad_nan);
+        RepkvForwardShape wrong = fs;
+        wrong.NKV = 1;                                                 // meta says NKV 1, inp has NKV 2's columns
+        repkv_forward_dump(bad_shape, fs, x.data(), fx.data(), nullptr);
+        const int64_t meta[5] = {wrong.B, wrong.T, wrong.NH, wrong.NKV, wrong.HD};
+        write_npy(bad_shape, "repkv_forward_meta", meta, {5});
+        x[7] = NAN;
+        repkv_forward_dump(bad_nan, fs, x.data(), fx.data(), nullptr);
+    }
+
     return failures ? 1 : 0;
 }

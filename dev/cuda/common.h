@@ -1,8 +1,9 @@
 // common.h: the only code shared by the op files in dev/cuda.
 //
-// What is here, in order: error checks, the element type (fp32, or bf16 with -DENABLE_BF16), seeded
-// random data (uniform, Zipf bags), NaN poisoning, result validation, the command line, timing (with
-// an L2 flush per sample), the copy-bandwidth and FP32-FMA peaks, RESULT/PEAK lines, and .npy dumps.
+// What is here, in order: error checks, checked size arithmetic, grid limits and memory needs, the
+// element type (fp32, or bf16 with -DENABLE_BF16), seeded random data (uniform, Zipf bags), result
+// validation, the command line, .npy dumps and loads, RESULT lines, then the device part: NaN poisoning,
+// timing (with an L2 flush per sample), the copy-bandwidth and FP32-FMA peaks, the version loop.
 // Everything above the "device" section runs without a GPU, so the CPU tests in tests/ use it.
 #pragma once
 
@@ -18,14 +19,17 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 // ----------------------------------------------------------------------------------------------
-// error checks: a failing CUDA or cuBLAS call names itself and exits 3 (DESIGN.md's exit codes)
+// error checks: a failing CUDA or cuBLAS call names itself and exits 3 (the exit codes: 0 pass,
+// 1 a check failed, 2 bad arguments or shape, 3 no usable CUDA device or a CUDA error)
 
 enum ExitCode { EXIT_PASS = 0, EXIT_CHECK_FAILED = 1, EXIT_BAD_ARGS = 2, EXIT_CUDA_ERROR = 3 };
 
@@ -59,6 +63,62 @@ inline void cublas_check(cublasStatus_t status, const char* call, const char* fi
 
 template <class T>
 __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+// size arithmetic in 64 bits with overflow refused: `mul64(E, D, "E*D")` exits 2 naming the product
+inline int64_t mul64(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) fail_args("%s (%lld * %lld) overflows 64 bits", what, (long long)a, (long long)b);
+    return r;
+}
+inline int64_t add64(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) fail_args("%s (%lld + %lld) overflows 64 bits", what, (long long)a, (long long)b);
+    return r;
+}
+
+// a grid dimension, checked before the cast: x up to 2^31 - 1 blocks, y and z up to 65535
+inline unsigned grid_dim(int64_t blocks, int64_t limit, const char* what) {
+    if (blocks < 1 || blocks > limit) fail_args("%s: a grid of %lld blocks (limit %lld)", what, (long long)blocks, (long long)limit);
+    return (unsigned)blocks;
+}
+inline unsigned grid_x(int64_t blocks, const char* what) { return grid_dim(blocks, INT32_MAX, what); }
+inline unsigned grid_y(int64_t blocks, const char* what) { return grid_dim(blocks, 65535, what); }
+
+// ----------------------------------------------------------------------------------------------
+// memory: an op states what it will allocate and is refused (exit 2) when the machine has less
+//   require_host_memory(bytes, what)    before the host allocations (MemAvailable in /proc/meminfo)
+//   require_device_memory(bytes, what)  after cuda_init, before the device allocations (cudaMemGetInfo)
+
+// bytes the kernel reports available to a new allocation (MemAvailable), lowered to what an address-space
+// limit (ulimit -v, RLIMIT_AS) leaves this process; -1 where neither is known
+inline double host_available_bytes() {
+    double avail = -1.0;
+    if (FILE* f = fopen("/proc/meminfo", "r")) {
+        char line[256];
+        double kb = -1.0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+        fclose(f);
+        if (kb >= 0) avail = kb * 1024.0;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double used = 0.0, pages = 0.0;
+        if (FILE* f = fopen("/proc/self/statm", "r")) {
+            if (fscanf(f, "%lf", &pages) == 1) used = pages * (double)sysconf(_SC_PAGESIZE);
+            fclose(f);
+        }
+        const double left = std::max(0.0, (double)rl.rlim_cur - used);
+        avail = avail < 0 ? left : std::min(avail, left);
+    }
+    return avail;
+}
+
+inline void require_host_memory(double bytes, const char* what) {
+    const double avail = host_available_bytes();
+    if (avail >= 0 && bytes > avail)
+        fail_args("%s needs %.3g GB of host memory; %.3g GB is available", what, bytes / 1e9, avail / 1e9);
+}
 
 // ----------------------------------------------------------------------------------------------
 // element type: fp32 by default, bf16 when built with -DENABLE_BF16 (the `<op>_bf16` targets)
@@ -131,13 +191,23 @@ struct Rng {
     int64_t randint(int64_t lo, int64_t hi) {                                      // [lo, hi)
         return lo + (int64_t)(uniform01() * (double)(hi - lo));
     }
-    // numpy's np.random.zipf(a) (Devroye's rejection method): k >= 1 with P(k) ~ k^-a, a > 1
+    // numpy's np.random.zipf(a) (Devroye's rejection method): k >= 1 with P(k) ~ k^-a, a > 1, truncated
+    // at 9e18 as numpy truncates at the int64 range. Bounded time for every finite a > 1:
+    //  - a - 1 > 53: U^(-1/(a-1)) < 2 for every 53-bit U, so the method always returns 1 (the two draws
+    //    are still taken, so the stream is the same as the plain loop's); pow(2, a-1) may be infinite here;
+    //  - a near 1 proposes X > 9e18 almost always; after 64 such rejections U is drawn from the part of
+    //    (0, 1] that gives X <= 9e18 (the same truncated distribution, without the waiting);
+    //  - otherwise the accept test passes within a few tries on average, so the loop ends quickly.
     int64_t zipf(double a) {
-        const double am1 = a - 1.0, b = pow(2.0, am1);
+        const double am1 = a - 1.0;
+        if (am1 > 53.0) { next(); next(); return 1; }
+        const double b = pow(2.0, am1), u_min = pow(9.0e18, -am1);   // X <= 9e18 <=> U >= u_min (about)
+        int truncated = 0;
         for (;;) {
             double U = 1.0 - uniform01(), V = uniform01();
+            if (truncated >= 64) U = u_min + (1.0 - u_min) * U;
             double X = floor(pow(U, -1.0 / am1));
-            if (X > 9.0e18 || X < 1.0) continue;
+            if (X > 9.0e18 || X < 1.0) { truncated++; continue; }
             double T = pow(1.0 + 1.0 / X, am1);
             if (V * X * (T - 1.0) / (b - 1.0) <= T / b) return (int64_t)X;
         }
@@ -150,32 +220,50 @@ inline std::vector<float> make_random_floats(size_t n, Rng& rng, float lo = -1.f
     return v;
 }
 
-// Row ids for `num_bags` bags of exactly L distinct rows each out of E rows, by FBGEMM's benchmark
-// recipe (split_table_batched_embeddings_benchmark / generate_requests):
+// Row ids for `num_bags` bags of L lookups each out of E rows, by FBGEMM's benchmark recipe
+// (split_table_batched_embeddings_benchmark / generate_requests):
 //   alpha <= 1: uniform in [0, E) (duplicates allowed, as in FBGEMM's uniform branch);
-//   alpha >  1: draw max(3L, 20) Zipf(alpha) samples per bag, map x -> (x - 1) % E, keep the L smallest
-//               distinct values (drawing more if a bag has fewer than L), then send every value
-//               through one random injective map [0, E) -> [0, E), so the hot rows are scattered.
-// Returned bag-major: bag i is out[i*L .. i*L + L).
-inline std::vector<int64_t> make_bag_indices(int64_t num_bags, int64_t L, int64_t E, double alpha, Rng& rng) {
+//   alpha >  1: Zipf(alpha) samples mapped x -> (x - 1) % E, then every value sent through one random
+//               injective map [0, E) -> [0, E), so the hot rows are scattered. With `distinct` (FBGEMM's
+//               recipe, the default of the ops) and E >= L a bag holds L distinct rows: draw max(3L, 20)
+//               samples, keep the L smallest distinct values, drawing L more while a bag has fewer (at most
+//               32 rounds; a bag still short after them, which only a steep alpha gives, is completed with
+//               the smallest rows it lacks, the limit of the recipe as alpha grows). Without `distinct`, or
+//               where E < L, a bag is L plain draws and may repeat rows, as real traces do.
+// Bounded time for every alpha (Rng::zipf). Returned bag-major: bag i is out[i*L .. i*L + L).
+inline std::vector<int64_t> make_bag_indices(int64_t num_bags, int64_t L, int64_t E, double alpha, Rng& rng,
+                                             bool distinct = true) {
     std::vector<int64_t> out((size_t)(num_bags * L));
     if (alpha <= 1.0) {
         for (auto& x : out) x = rng.randint(0, E);
         return out;
     }
-    if (E < L) fail_args("Zipf bags need E (%lld) >= L (%lld) to draw L distinct rows", (long long)E, (long long)L);
-    const int64_t draws = std::max<int64_t>(3 * L, 20);
-    std::vector<int64_t> bag;
-    for (int64_t i = 0; i < num_bags; i++) {
-        bag.clear();
-        for (int64_t k = 0; k < draws; k++) bag.push_back((rng.zipf(alpha) - 1) % E);
-        for (;;) {
-            std::sort(bag.begin(), bag.end());
-            bag.erase(std::unique(bag.begin(), bag.end()), bag.end());
-            if ((int64_t)bag.size() >= L) break;
-            for (int64_t k = 0; k < L; k++) bag.push_back((rng.zipf(alpha) - 1) % E);
+    if (!distinct || E < L) {
+        for (auto& x : out) x = (rng.zipf(alpha) - 1) % E;
+    } else {
+        const int64_t draws = std::max<int64_t>(3 * L, 20);
+        std::vector<int64_t> bag;
+        for (int64_t i = 0; i < num_bags; i++) {
+            bag.clear();
+            for (int64_t k = 0; k < draws; k++) bag.push_back((rng.zipf(alpha) - 1) % E);
+            for (int round = 0;; round++) {
+                std::sort(bag.begin(), bag.end());
+                bag.erase(std::unique(bag.begin(), bag.end()), bag.end());
+                if ((int64_t)bag.size() >= L) break;
+                if (round == 32) {                                  // complete with the smallest rows missing
+                    std::vector<int64_t> have = bag;
+                    size_t j = 0;
+                    for (int64_t v = 0; (int64_t)bag.size() < L; v++) {
+                        while (j < have.size() && have[j] < v) j++;
+                        if (j == have.size() || have[j] != v) bag.push_back(v);
+                    }
+                    std::sort(bag.begin(), bag.end());
+                    break;
+                }
+                for (int64_t k = 0; k < L; k++) bag.push_back((rng.zipf(alpha) - 1) % E);
+            }
+            std::copy(bag.begin(), bag.begin() + L, out.begin() + i * L);
         }
-        std::copy(bag.begin(), bag.begin() + L, out.begin() + i * L);
     }
     // the random injective map, as a lazy Fisher-Yates shuffle of [0, E): only drawn values get slots
     std::unordered_map<int64_t, int64_t> swapped, assigned;
@@ -196,25 +284,36 @@ inline std::vector<int64_t> make_bag_indices(int64_t num_bags, int64_t L, int64_
     return out;
 }
 
+// host bytes make_bag_indices may hold beyond its output: the two hash maps of the injective map
+// (about 64 bytes per node, two nodes per distinct row) and a bag's scratch
+inline double bag_indices_host_bytes(int64_t num_bags, int64_t L, double alpha) {
+    return alpha > 1.0 ? 128.0 * (double)num_bags * (double)L + 64.0 * (double)std::max<int64_t>(3 * L, 20) : 0.0;
+}
+
 // ----------------------------------------------------------------------------------------------
 // validation: compare a result with its reference, report, and return pass/fail (never exit here,
 // so `all` goes on and main exits 1 at the end)
 
 struct ValidateStats {
-    size_t n = 0, failures = 0, nonfinite = 0;
+    size_t n = 0, failures = 0, nonfinite = 0, ref_nan = 0;   // ref_nan: NaN in the reference itself (a defect)
     double max_abs = 0.0, max_rel = 0.0;
     std::vector<size_t> first_bad;  // up to 5 failing indices
 };
 
 // An element fails when it is non-finite where the reference is finite, or |got - ref| > atol + rtol*|ref|.
+// An infinite reference must be matched exactly; a NaN in the reference always fails (a reference that
+// computes NaN is broken, and a NaN-poisoned element would otherwise pass there).
 inline ValidateStats compare_arrays(const float* got, const float* ref, size_t n, float atol, float rtol) {
     ValidateStats s;
     s.n = n;
     for (size_t i = 0; i < n; i++) {
         double g = got[i], r = ref[i];
         bool bad;
-        if (!std::isfinite(r)) {
-            bad = !(std::isnan(r) ? std::isnan(g) : g == r);   // a non-finite reference must be matched
+        if (std::isnan(r)) {
+            bad = true;
+            s.ref_nan++;
+        } else if (std::isinf(r)) {
+            bad = g != r;
         } else if (!std::isfinite(g)) {
             bad = true;
             s.nonfinite++;
@@ -241,6 +340,7 @@ inline bool report_validation(const char* name, const ValidateStats& s, const fl
     }
     printf("  %-16s FAIL  %zu of %zu elements (%zu non-finite), max abs err %.3g, max rel err %.3g, atol %.1g rtol %.1g\n",
            name, s.failures, s.n, s.nonfinite, s.max_abs, s.max_rel, atol, rtol);
+    if (s.ref_nan) printf("    the reference itself holds %zu NaN: a defect of the reference or of its inputs\n", s.ref_nan);
     for (size_t i : s.first_bad) printf("    [%zu] got %.9g expected %.9g\n", i, got[i], ref[i]);
     return false;
 }
@@ -262,9 +362,11 @@ bool validate_device(const char* name, const T* d_got, const float* ref, size_t 
 }
 
 // ----------------------------------------------------------------------------------------------
-// command line: the common flags of DESIGN.md plus the op's named size flags
+// command line: the common flags plus the op's named size flags
 //   ./<op> [KERNEL | all] [--<size> N ...] [--seed N] [--block N] [--repeat N]
-//          [--check-only] [--no-check] [--csv] [--dump DIR] [-h | --help]
+//          [--check-only] [--no-check] [--csv] [--dump DIR] [--load DIR] [-h | --help]
+// Every number is parsed in 64 bits and range-checked before it is narrowed; --dump's directory is
+// created and tried before any work.
 
 struct Cli {
     // the common flags, filled by parse()
@@ -275,6 +377,8 @@ struct Cli {
     int repeat = 100;
     bool check_only = false, no_check = false, csv = false;
     std::string dump_dir;
+    std::string load_dir;          // --load DIR: inputs from the .npy files of a --dump (ops with supports_load)
+    bool supports_load = false;    // set by an op that reads --load before calling parse()
 
     struct Opt { std::string name, help, def; int kind; void* target; std::vector<std::string> choices; };
     enum { INT, INT64, DOUBLE, FLAG, CHOICE, INT_LIST };
@@ -319,13 +423,15 @@ struct Cli {
         if (!constraints.empty()) printf("constraints:\n%s\n", constraints.c_str());
         printf("common:\n"
                "  --seed N        random seed for the inputs [42]\n"
-               "  --block N       run one block size instead of the op's list\n"
-               "  --repeat N      timed samples per measurement [100]\n"
+               "  --block N       run one block size (1..1024) instead of the op's list\n"
+               "  --repeat N      timed samples per measurement, 1..1000000 [100]\n"
                "  --check-only    check every version, time nothing\n"
                "  --no-check      time without checking\n"
                "  --csv           also print the results as CSV at the end\n"
-               "  --dump DIR      write inputs, reference and the last version's output as .npy to DIR\n"
-               "  -h, --help      this text\n"
+               "  --dump DIR      write inputs, reference and the last version's output as .npy to DIR\n");
+        if (supports_load)
+            printf("  --load DIR      read the inputs from the .npy files a --dump wrote to DIR (size flags are then ignored)\n");
+        printf("  -h, --help      this text\n"
                "exit codes: 0 all checks passed, 1 a check failed, 2 bad arguments or shape, 3 no usable CUDA device or a CUDA error\n");
     }
 
@@ -333,8 +439,37 @@ struct Cli {
         char* end = nullptr;
         errno = 0;
         long long v = strtoll(s, &end, 10);
-        if (errno != 0 || end == s || *end != '\0') fail_args("%s expects an integer, got '%s'", flag.c_str(), s);
+        if (end == s || *end != '\0') fail_args("%s expects an integer, got '%s'", flag.c_str(), s);
+        if (errno == ERANGE) fail_args("%s (%s) does not fit in 64 bits", flag.c_str(), s);
         return v;
+    }
+    // an integer in [lo, hi], checked before any narrowing
+    static long long parse_ranged(const std::string& flag, const char* s, long long lo, long long hi) {
+        long long v = parse_integer(flag, s);
+        if (v < lo || v > hi) fail_args("%s (%s) must be %lld..%lld", flag.c_str(), s, lo, hi);
+        return v;
+    }
+    // a finite number that an fp32 kernel argument can hold (no overflow to infinity, no underflow to 0)
+    static double parse_number(const std::string& flag, const char* s) {
+        char* end = nullptr;
+        double v = strtod(s, &end);
+        if (end == s || *end != '\0') fail_args("%s expects a number, got '%s'", flag.c_str(), s);
+        if (!std::isfinite(v)) fail_args("%s (%s) must be finite", flag.c_str(), s);
+        if (fabs(v) > 3.4028234663852886e38 || (v != 0.0 && fabs(v) < 1.1754943508222875e-38))
+            fail_args("%s (%s) does not fit in fp32 (|v| must be 0 or 1.2e-38..3.4e38)", flag.c_str(), s);
+        return v;
+    }
+    // a directory that exists (or is created) and takes a file, checked before any work
+    static void check_dump_dir(const std::string& dir) {
+        if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+            fail_args("--dump: cannot create directory '%s': %s", dir.c_str(), strerror(errno));
+        struct stat st;
+        if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail_args("--dump: '%s' is not a directory", dir.c_str());
+        const std::string probe = dir + "/.write_test";
+        FILE* f = fopen(probe.c_str(), "wb");
+        if (!f || fputc('x', f) == EOF || fclose(f) != 0)
+            fail_args("--dump: cannot write in '%s': %s", dir.c_str(), strerror(errno));
+        remove(probe.c_str());
     }
 
     void parse(int argc, char** argv) {
@@ -344,35 +479,35 @@ struct Cli {
             std::string a = argv[i];
             auto value = [&](void) -> const char* {
                 if (i + 1 >= argc) fail_args("%s needs a value", a.c_str());
+                if (strncmp(argv[i + 1], "--", 2) == 0) fail_args("%s needs a value, got the flag '%s'", a.c_str(), argv[i + 1]);
                 return argv[++i];
             };
             if (a == "-h" || a == "--help") { usage(); exit(EXIT_PASS); }
-            else if (a == "--seed") seed = (uint64_t)parse_integer(a, value());
-            else if (a == "--block") block = (int)parse_integer(a, value());
-            else if (a == "--repeat") repeat = (int)parse_integer(a, value());
+            else if (a == "--seed") seed = (uint64_t)parse_ranged(a, value(), 0, INT64_MAX);
+            else if (a == "--block") block = (int)parse_ranged(a, value(), 1, 1024);
+            else if (a == "--repeat") repeat = (int)parse_ranged(a, value(), 1, 1000000);
             else if (a == "--check-only") check_only = true;
             else if (a == "--no-check") no_check = true;
             else if (a == "--csv") csv = true;
             else if (a == "--dump") dump_dir = value();
+            else if (a == "--load") {
+                if (!supports_load) fail_args("--load: %s does not read dumped inputs yet", op.c_str());
+                load_dir = value();
+            }
             else if (a.rfind("--", 0) == 0) {
                 const Opt* o = nullptr;
                 for (const auto& c : opts) if ("--" + c.name == a) o = &c;
                 if (!o) fail_args("unknown option '%s' (see -h)", a.c_str());
                 switch (o->kind) {
                     case INT: {
-                        long long v = parse_integer(a, value());
-                        if (v < INT32_MIN || v > INT32_MAX) fail_args("%s (%lld) does not fit in 32 bits", a.c_str(), v);
+                        const char* s = value();
+                        long long v = parse_integer(a, s);
+                        if (v < INT32_MIN || v > INT32_MAX) fail_args("%s (%s) does not fit in 32 bits", a.c_str(), s);
                         *(int*)o->target = (int)v;
                         break;
                     }
                     case INT64: *(int64_t*)o->target = parse_integer(a, value()); break;
-                    case DOUBLE: {
-                        const char* s = value(); char* end = nullptr;
-                        double v = strtod(s, &end);
-                        if (end == s || *end != '\0' || !std::isfinite(v)) fail_args("%s expects a number, got '%s'", a.c_str(), s);
-                        *(double*)o->target = v;
-                        break;
-                    }
+                    case DOUBLE: *(double*)o->target = parse_number(a, value()); break;
                     case FLAG: *(bool*)o->target = true; break;
                     case CHOICE: {
                         std::string v = value();
@@ -392,7 +527,7 @@ struct Cli {
                             std::string item = s.substr(start, comma - start);
                             if (item.empty()) fail_args("%s expects a comma-separated list of integers, got '%s'", a.c_str(), s.c_str());
                             long long v = parse_integer(a, item.c_str());
-                            if (v < INT32_MIN || v > INT32_MAX) fail_args("%s item %lld does not fit in 32 bits", a.c_str(), v);
+                            if (v < INT32_MIN || v > INT32_MAX) fail_args("%s item %s does not fit in 32 bits", a.c_str(), item.c_str());
                             list->push_back((int)v);
                             start = comma + 1;
                         }
@@ -412,9 +547,12 @@ struct Cli {
             }
         }
         if (!kernel_given) kernels = {default_kernel};
-        if (block < 0 || block > 1024) fail_args("--block (%d) must be 1..1024", block);
-        if (repeat < 1) fail_args("--repeat (%d) must be >= 1", repeat);
         if (check_only && no_check) fail_args("--check-only and --no-check exclude each other");
+        if (!dump_dir.empty()) check_dump_dir(dump_dir);
+        if (!load_dir.empty()) {
+            struct stat st;
+            if (stat(load_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail_args("--load: '%s' is not a directory", load_dir.c_str());
+        }
     }
 
     // the block sizes to run: --block N, or the op's list
@@ -428,13 +566,20 @@ struct Cli {
 #define require(cond, ...) do { if (!(cond)) fail_args(__VA_ARGS__); } while (0)
 
 // ----------------------------------------------------------------------------------------------
-// .npy dump (format 1.0): little-endian '<f4', '<i8' or '<i4', C order
+// .npy files (format 1.0): little-endian '<f4', '<i8' or '<i4', C order. --dump writes them (Cli::parse
+// has checked the directory before any work); --load reads them back through read_npy.
+
+// the exit code of the last run_versions (0 before any): a dump that fails after a failed check exits 1,
+// so that the check failure is never masked by the dump's error
+inline int& last_run_rc() { static int rc = EXIT_PASS; return rc; }
+
+[[noreturn]] inline void fail_dump(const std::string& path, const char* what) {
+    fprintf(stderr, "error: --dump: %s '%s': %s\n", what, path.c_str(), strerror(errno));
+    exit(last_run_rc() == EXIT_CHECK_FAILED ? EXIT_CHECK_FAILED : EXIT_BAD_ARGS);
+}
 
 inline void make_dir(const std::string& dir) {
-    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "error: cannot create dump directory '%s': %s\n", dir.c_str(), strerror(errno));
-        exit(EXIT_BAD_ARGS);
-    }
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail_dump(dir, "cannot create directory");
 }
 
 template <class T> inline const char* npy_descr();
@@ -455,13 +600,129 @@ void write_npy(const std::string& dir, const std::string& name, const T* data, s
     size_t total = 10 + header.size() + 1;
     header += std::string((64 - total % 64) % 64, ' ') + "\n";
     FILE* f = fopen(path.c_str(), "wb");
-    if (!f) { fprintf(stderr, "error: cannot write '%s': %s\n", path.c_str(), strerror(errno)); exit(EXIT_BAD_ARGS); }
+    if (!f) fail_dump(path, "cannot open");
     unsigned short hlen = (unsigned short)header.size();
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fwrite(&hlen, 2, 1, f);
-    fwrite(header.data(), 1, header.size(), f);
-    fwrite(data, sizeof(T), count, f);
-    fclose(f);
+    bool ok = fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && fwrite(&hlen, 2, 1, f) == 1 &&
+              fwrite(header.data(), 1, header.size(), f) == header.size() && (count == 0 || fwrite(data, sizeof(T), count, f) == count);
+    if (fclose(f) != 0 || !ok) fail_dump(path, "cannot write");
+}
+
+// a text file next to the .npy files (checked as they are)
+inline void write_text(const std::string& dir, const std::string& name, const std::string& text) {
+    if (dir.empty()) return;
+    const std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) fail_dump(path, "cannot open");
+    bool ok = fputs(text.c_str(), f) >= 0;
+    if (fclose(f) != 0 || !ok) fail_dump(path, "cannot write");
+}
+
+// An .npy array read back for --load. The header is parsed by npy_open (dtype string and shape; the
+// payload size checked against the shape); read_npy<T> wants T's dtype exactly, read_npy_int64 takes
+// '<i8' or '<i4' (numpy's default integer, or int32 ids) and widens. A missing file returns false when
+// `optional`; every other problem exits 2 naming the file. `rank` -1 takes any rank.
+struct NpyFile { FILE* f = nullptr; std::string path, descr; std::vector<int64_t> shape; int64_t count = 1; };
+
+inline bool npy_open(const std::string& dir, const std::string& name, NpyFile& n, int rank, bool optional) {
+    n.path = dir + "/" + name + ".npy";
+    n.f = fopen(n.path.c_str(), "rb");
+    if (!n.f) {
+        if (optional && errno == ENOENT) return false;
+        fail_args("--load: cannot open '%s': %s", n.path.c_str(), strerror(errno));
+    }
+    auto bad = [&](const std::string& why) { fclose(n.f); fail_args("--load: '%s': %s", n.path.c_str(), why.c_str()); };
+    unsigned char head[12];
+    if (fread(head, 1, 10, n.f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) bad("not an .npy file");
+    size_t hlen = head[8] | (head[9] << 8);
+    if (head[6] == 2 || head[6] == 3) {                      // versions 2 and 3: a 4-byte header length
+        if (fread(head + 10, 1, 2, n.f) != 2) bad("truncated header");
+        hlen |= ((size_t)head[10] << 16) | ((size_t)head[11] << 24);
+    } else if (head[6] != 1) {
+        bad("unknown .npy version " + std::to_string(head[6]));
+    }
+    if (hlen > (1u << 20)) bad("header over 1 MB");
+    std::string h(hlen, ' ');
+    if (fread(&h[0], 1, hlen, n.f) != hlen) bad("truncated header");
+    const size_t d = h.find("'descr':");
+    const size_t q1 = d == std::string::npos ? d : h.find('\'', d + 8), q2 = q1 == std::string::npos ? q1 : h.find('\'', q1 + 1);
+    if (q2 == std::string::npos) bad("no readable 'descr' in the header");
+    n.descr = h.substr(q1 + 1, q2 - q1 - 1);
+    if (h.find("'fortran_order': False") == std::string::npos) bad("Fortran order: write it with np.ascontiguousarray");
+    const size_t sp = h.find("'shape':"), open = sp == std::string::npos ? sp : h.find('(', sp),
+                 close = open == std::string::npos ? open : h.find(')', open);
+    if (close == std::string::npos) bad("no 'shape' in the header");
+    const std::string shape_text = h.substr(open, close - open + 1);
+    n.shape.clear();
+    n.count = 1;
+    for (size_t i = open + 1; i < close;) {
+        while (i < close && (h[i] == ' ' || h[i] == ',')) i++;
+        if (i >= close) break;
+        char* end = nullptr;
+        errno = 0;
+        long long v = strtoll(h.c_str() + i, &end, 10);
+        if (end == h.c_str() + i || errno || v < 0) bad("unreadable shape " + shape_text);
+        n.shape.push_back(v);
+        if (__builtin_mul_overflow(n.count, (int64_t)v, &n.count)) bad("the shape overflows 64 bits");
+        i = end - h.c_str();
+    }
+    if (rank >= 0 && (int)n.shape.size() != rank)
+        bad("shape " + shape_text + " has rank " + std::to_string(n.shape.size()) + ", expected " + std::to_string(rank));
+    const size_t item = n.descr.size() >= 3 ? (size_t)atoi(n.descr.c_str() + 2) : 0;
+    const long here = ftell(n.f);
+    fseek(n.f, 0, SEEK_END);
+    const long size = ftell(n.f);
+    fseek(n.f, here, SEEK_SET);
+    if (item == 0 || size < here || (uint64_t)(size - here) != (uint64_t)n.count * item)
+        bad("the payload holds " + std::to_string(size - here) + " bytes; shape " + shape_text + " of '" + n.descr + "' needs " +
+            std::to_string((uint64_t)n.count * item));
+    return true;
+}
+
+template <class S, class T>
+void npy_read_payload(NpyFile& n, std::vector<T>& data) {
+    require_host_memory((double)n.count * (sizeof(S) + sizeof(T)), ("--load of " + n.path).c_str());
+    std::vector<S> raw((size_t)n.count);
+    const bool ok = n.count == 0 || fread(raw.data(), sizeof(S), (size_t)n.count, n.f) == (size_t)n.count;
+    fclose(n.f);
+    if (!ok) fail_args("--load: '%s': short read", n.path.c_str());
+    data.assign(raw.begin(), raw.end());
+}
+
+template <class T>
+bool read_npy(const std::string& dir, const std::string& name, std::vector<T>& data, std::vector<int64_t>& shape, int rank,
+              bool optional = false) {
+    NpyFile n;
+    if (!npy_open(dir, name, n, rank, optional)) return false;
+    if (n.descr != npy_descr<T>()) {
+        fclose(n.f);
+        fail_args("--load: '%s': dtype '%s', expected '%s'", n.path.c_str(), n.descr.c_str(), npy_descr<T>());
+    }
+    npy_read_payload<T>(n, data);
+    shape = n.shape;
+    return true;
+}
+
+inline bool read_npy_int64(const std::string& dir, const std::string& name, std::vector<int64_t>& data, std::vector<int64_t>& shape,
+                           int rank, bool optional = false) {
+    NpyFile n;
+    if (!npy_open(dir, name, n, rank, optional)) return false;
+    if (n.descr == "<i8") npy_read_payload<int64_t>(n, data);
+    else if (n.descr == "<i4") npy_read_payload<int32_t>(n, data);
+    else { fclose(n.f); fail_args("--load: '%s': dtype '%s', expected '<i8' or '<i4'", n.path.c_str(), n.descr.c_str()); }
+    shape = n.shape;
+    return true;
+}
+
+// a 1-d int64 array of exactly n entries (the *_meta.npy of a dump), each checked to lie in [lo, hi]
+inline std::vector<int64_t> read_meta(const std::string& dir, const std::string& name, size_t n, int64_t lo, int64_t hi,
+                                      const char* fields) {
+    std::vector<int64_t> v, shape;
+    read_npy_int64(dir, name, v, shape, 1);
+    if (v.size() != n) fail_args("--load: %s.npy has %zu entries, expected %zu (%s)", name.c_str(), v.size(), n, fields);
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < lo || v[i] > hi)
+            fail_args("--load: %s[%zu] = %lld must be %lld..%lld (%s)", name.c_str(), i, (long long)v[i], (long long)lo, (long long)hi, fields);
+    return v;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -526,6 +787,17 @@ inline cudaDeviceProp cuda_init() {
     return prop;
 }
 
+// Refuses (exit 2) an op whose device allocations exceed the free device memory, after cuda_init. The
+// L2 flush buffer and the copy-peak measurement (2 GiB) come on top when the versions are timed.
+inline void require_device_memory(double bytes, const char* what, bool timed = true) {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    const double extra = timed ? 2.0 * (1 << 30) + 2.0 * (64 << 20) : 0.0;
+    if (bytes + extra > (double)free_b)
+        fail_args("%s needs %.3g GB of device memory%s; %.3g GB of %.3g GB is free", what, bytes / 1e9,
+                  timed ? " (and 2.1 GB for timing)" : "", (double)free_b / 1e9, (double)total_b / 1e9);
+}
+
 // Fill device memory with 0xFF bytes: NaN as fp32 and as bf16, -1 as an integer, so an element that
 // a kernel forgets to write fails the check.
 inline void poison(void* d_ptr, size_t bytes) { cudaCheck(cudaMemset(d_ptr, 0xFF, bytes)); }
@@ -572,7 +844,7 @@ __global__ void flush_l2_read_kernel(const int4* buf, size_t n, int* sink) {
     if (acc == 0x7fffffff) *sink = acc;
 }
 
-// Before each timed sample: a buffer of twice the L2 size is written (DESIGN.md's flush), so that no
+// Before each timed sample: a buffer of twice the L2 size is written, so that no
 // sample starts with its inputs in L2. The environment variable L2_FLUSH=read reads a buffer of that
 // size instead: a written buffer leaves up to an L2 of dirty lines whose write-back to DRAM then happens
 // during the timed kernel; a read leaves L2 clean. (scripts/gpu_check.sh measures one case both ways.)
@@ -674,9 +946,11 @@ inline double fma_peak_gflops() {
 }
 
 // ----------------------------------------------------------------------------------------------
-// The loop every op's main runs: for each requested version, skip it (with the reason) if the shape
-// breaks its precondition; check it at every block size (outputs poisoned first); then time it at
-// every block size. Returns the exit code: 1 if any check failed.
+// The loop every op's main runs. First every requested version is asked whether it can run the shape:
+// a version named on the command line that cannot is an error (exit 2, naming its constraint and the
+// versions that can); `all` lists the versions it skips and exits 2 when none can run. Then each version
+// is checked at every block size (outputs poisoned first) and timed at every block size. Returns the
+// exit code: 1 if any check failed.
 
 struct OpRunner {
     const char* op = "";
@@ -692,14 +966,30 @@ struct OpRunner {
     std::function<std::string(int kernel, int block, double ms)> extra;  // optional key=value fields
 };
 
-inline int run_versions(const Cli& cli, OpRunner& r) {
-    bool all_pass = true;
+// The requested versions that can run, after the errors: a version named on the command line that cannot
+// run exits 2 with its reason and the versions that can; `all` exits 2 when none can. `print` lists the
+// versions `all` skips. An op may call this before any work (print = false) so that the error comes first.
+inline std::vector<int> select_versions(const Cli& cli, const std::function<std::string(int)>& skip_reason, bool print) {
+    std::string can;
+    for (int k = 1; k <= cli.num_kernels; k++)
+        if (!skip_reason || skip_reason(k).empty()) can += (can.empty() ? "" : ", ") + std::to_string(k);
+    if (can.empty()) can = "none";
+    std::vector<int> run;
     for (int k : cli.kernels) {
-        std::string why = r.skip_reason ? r.skip_reason(k) : "";
-        if (!why.empty()) {
-            printf("version %d: skipped, %s\n", k, why.c_str());
-            continue;
-        }
+        const std::string why = skip_reason ? skip_reason(k) : "";
+        if (why.empty()) { run.push_back(k); continue; }
+        if (!cli.all) fail_args("version %d cannot run here: %s (versions that can: %s)", k, why.c_str(), can.c_str());
+        if (print) printf("version %d: skipped, %s\n", k, why.c_str());
+    }
+    if (run.empty()) fail_args("no version can run here (versions 1..%d all skipped; the first: %s)", cli.num_kernels,
+                               skip_reason ? skip_reason(cli.kernels[0]).c_str() : "");
+    return run;
+}
+
+inline int run_versions(const Cli& cli, OpRunner& r) {
+    const std::vector<int> run = select_versions(cli, r.skip_reason, true);
+    bool all_pass = true;
+    for (int k : run) {
         std::vector<int> blocks = cli.blocks(r.blocks_for ? r.blocks_for(k) : r.block_sizes);
         std::string check = "unchecked";
         if (!cli.no_check) {
@@ -739,6 +1029,9 @@ inline int run_versions(const Cli& cli, OpRunner& r) {
         }
     }
     print_summary(cli.csv);
+    if (run.size() < cli.kernels.size()) printf("\n%zu of %zu versions ran (the rest skipped above)", run.size(), cli.kernels.size());
     if (!cli.no_check) printf(all_pass ? "\nall checks passed\n" : "\nSOME CHECKS FAILED\n");
-    return all_pass ? EXIT_PASS : EXIT_CHECK_FAILED;
+    else printf("\n");
+    last_run_rc() = all_pass ? EXIT_PASS : EXIT_CHECK_FAILED;
+    return last_run_rc();
 }

@@ -53,7 +53,7 @@ Compile and run:
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
 */
-#include "common.h"
+#include "embedding_bag.h"
 #include <cub/cub.cuh>
 
 // ----------------------------------------------------------------------------------------------
@@ -81,146 +81,41 @@ static const int EMBEDDING_BAG_BACKWARD_LONG_RUN = 32;   // version 3: FBGEMM's 
 static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-8 hold a row in registers: D <= 1024
 
 // ----------------------------------------------------------------------------------------------
-// inputs: the bench's configuration (the forward's flags), the generated layout, validation
-
-struct EmbeddingBagBackwardConfig {
-    int T = 32, D = 128, B = 512, L = 20;
-    int64_t E = 100000;
-    double alpha = 1.15;        // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
-    bool mean = false, weighted = false, mixed_dims = false, one_row = false;
-    std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
-    double empty_frac = 0.0;    // each bag is emptied with this probability
-};
+// inputs: the bags, layout and flags of embedding_bag.h (shared with the forward, so a seed gives both
+// ops the same bags), plus grad_output; the optimizer's parameters
 
 struct EmbeddingBagBackwardParams {
     EmbeddingBagBackwardOpt opt = EmbeddingBagBackwardOpt::rowwise_adagrad;
     double lr = 0.1, eps = 0.1;
 };
 
-struct EmbeddingBagBackwardInputs {
-    int T = 0, B = 0;
-    bool mean = false;
-    std::vector<int> D_offsets;             // T+1
-    std::vector<int64_t> E;                 // rows of each table
-    std::vector<int64_t> weights_offsets;   // T
-    std::vector<int64_t> hash_offsets;      // T+1: running sum of E (linear row ids)
-    int64_t num_weights = 0;                // elements of the flat weight array
-    std::vector<int64_t> indices, offsets;  // N, T*B+1
-    std::vector<float> per_sample_weights;  // empty: unweighted
+struct EmbeddingBagBackwardInputs : EmbeddingBagInputs {
     std::vector<float> grad_output;         // B * total_D
-    int total_D() const { return D_offsets.empty() ? 0 : D_offsets.back(); }
-    int D(int t) const { return D_offsets[t + 1] - D_offsets[t]; }
-    int64_t num_rows() const { return hash_offsets.empty() ? 0 : hash_offsets.back(); }
-    int64_t N() const { return (int64_t)indices.size(); }
-    int max_D() const { int m = 0; for (int t = 0; t < T; t++) m = std::max(m, D(t)); return m; }
 };
 
-// --mixed-dims: the dims cycle through these and E halves over every 4 tables (as in the forward)
-static const int EMBEDDING_BAG_BACKWARD_MIXED_D[] = {4, 12, 36, 64, 132, 260};
-
-inline int embedding_bag_backward_table_D(const EmbeddingBagBackwardConfig& c, int t) {
-    if (!c.Ds.empty()) return c.Ds[t % c.Ds.size()];
-    if (c.mixed_dims) return EMBEDDING_BAG_BACKWARD_MIXED_D[t % 6];
-    return c.D;
-}
-inline int64_t embedding_bag_backward_table_E(const EmbeddingBagBackwardConfig& c, int t) {
-    if (!c.Es.empty()) return c.Es[t % c.Es.size()];
-    if (c.mixed_dims) return std::max<int64_t>(c.E >> (t % 4), std::max(c.L, 1));
-    return c.E;
+// grad_output from a stream of its own (the tables and the optimizer state are not made here: they are a
+// function of (seed, position), filled on the GPU by embedding_bag_backward_hash01)
+inline void embedding_bag_backward_make_grad(EmbeddingBagBackwardInputs& in, uint64_t seed) {
+    Rng grad_rng(seed ^ 0x6BAD6BAD0DDBA11ull);
+    in.grad_output = make_random_floats((size_t)in.B * in.total_D(), grad_rng, -1.f, 1.f);
 }
 
-// Bags, row ids and per-sample weights by the forward's recipe (the same streams, so a seed gives both ops
-// the same bags), then grad_output from a fourth stream. The tables and the optimizer state are not made
-// here: they are a function of (seed, position), filled on the GPU (embedding_bag_backward_hash01).
-inline EmbeddingBagBackwardInputs embedding_bag_backward_make_inputs(const EmbeddingBagBackwardConfig& c, uint64_t seed) {
+inline EmbeddingBagBackwardInputs embedding_bag_backward_make_inputs(const EmbeddingBagConfig& c, uint64_t seed) {
     EmbeddingBagBackwardInputs in;
-    in.T = c.T; in.B = c.B; in.mean = c.mean;
-    in.D_offsets.assign(1, 0);
-    in.hash_offsets.assign(1, 0);
-    int64_t total_D = 0, wo = 0;
-    for (int t = 0; t < c.T; t++) {
-        const int D = embedding_bag_backward_table_D(c, t);
-        const int64_t E = embedding_bag_backward_table_E(c, t);
-        total_D += D;
-        if (total_D > INT32_MAX) fail_args("total_D (sum of the tables' D) must be < 2^31");
-        in.D_offsets.push_back((int)total_D);
-        in.E.push_back(E);
-        in.weights_offsets.push_back(wo);
-        in.hash_offsets.push_back(in.hash_offsets.back() + E);
-        wo += E * (int64_t)D;
-    }
-    in.num_weights = wo;
-    Rng idx_rng(seed), aux_rng(seed ^ 0xA5A5A5A5F00DF00Dull), grad_rng(seed ^ 0x6BAD6BAD0DDBA11ull);
-    std::vector<std::vector<int64_t>> rows(c.T);
-    for (int t = 0; t < c.T; t++) {
-        if (c.one_row) rows[t].assign((size_t)c.B * c.L, idx_rng.randint(0, in.E[t]));
-        else rows[t] = make_bag_indices(c.B, c.L, in.E[t], c.alpha, idx_rng);
-    }
-    in.offsets.assign(1, 0);
-    for (int t = 0; t < c.T; t++) {
-        for (int b = 0; b < c.B; b++) {
-            bool empty = c.empty_frac > 0.0 && aux_rng.uniform01() < c.empty_frac;
-            if (!empty)
-                in.indices.insert(in.indices.end(), rows[t].begin() + (size_t)b * c.L, rows[t].begin() + (size_t)(b + 1) * c.L);
-            in.offsets.push_back((int64_t)in.indices.size());
-        }
-    }
-    if (c.weighted) in.per_sample_weights = make_random_floats(in.indices.size(), aux_rng, -1.f, 1.f);
-    in.grad_output = make_random_floats((size_t)c.B * total_D, grad_rng, -1.f, 1.f);
+    static_cast<EmbeddingBagInputs&>(in) = embedding_bag_make_inputs(c, seed);
+    embedding_bag_backward_make_grad(in, seed);
     return in;
 }
 
-// The checks a caller's inputs must pass before any kernel touches them (every version trusts them: an
-// index >= E_t would update a row of another table or write past the array). "" when fine.
+// embedding_bag_validate, and: positions in the sorted lookups are 32-bit; one grad_output row per bag
 inline std::string embedding_bag_backward_validate(const EmbeddingBagBackwardInputs& in) {
-    char buf[256];
-    auto err = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    const int T = in.T, B = in.B;
-    if (T < 1 || B < 1) return err("T (%d) and B (%d) must be >= 1", T, B);
-    if ((int64_t)T * B >= INT32_MAX) return err("T*B (%lld) must be < 2^31 (a bag id is 32-bit)", (long long)T * B);
-    if ((int)in.D_offsets.size() != T + 1) return err("D_offsets has %zu entries, expected T+1 = %d", in.D_offsets.size(), T + 1);
-    if (in.D_offsets[0] != 0) return err("D_offsets[0] (%d) must be 0", in.D_offsets[0]);
-    for (int t = 0; t < T; t++) {
-        int D = in.D_offsets[t + 1] - in.D_offsets[t];
-        if (D <= 0 || D % 4 != 0) return err("D of table %d (%d) must be a positive multiple of 4", t, D);
-    }
-    if ((int)in.E.size() != T || (int)in.weights_offsets.size() != T || (int)in.hash_offsets.size() != T + 1)
-        return err("E, weights_offsets and hash_offsets need T, T and T+1 entries (have %zu, %zu and %zu)", in.E.size(),
-                   in.weights_offsets.size(), in.hash_offsets.size());
-    if (in.hash_offsets[0] != 0) return err("hash_offsets[0] (%lld) must be 0", (long long)in.hash_offsets[0]);
-    for (int t = 0; t < T; t++) {
-        int64_t wo = in.weights_offsets[t], E = in.E[t];
-        if (E < 1) return err("E of table %d (%lld) must be >= 1", t, (long long)E);
-        if (in.hash_offsets[t + 1] != in.hash_offsets[t] + E)
-            return err("hash_offsets[%d] (%lld) must be hash_offsets[%d] + E = %lld", t + 1, (long long)in.hash_offsets[t + 1], t,
-                       (long long)(in.hash_offsets[t] + E));
-        if (wo < 0 || wo % 4 != 0)
-            return err("weights_offsets[%d] (%lld) must be a non-negative multiple of 4 (16-byte aligned rows)", t, (long long)wo);
-        if (wo + E * (int64_t)in.D(t) > in.num_weights)
-            return err("table %d (offset %lld, %lld rows of %d) runs past the %lld weights", t, (long long)wo, (long long)E, in.D(t),
-                       (long long)in.num_weights);
-    }
-    const int64_t nbags = (int64_t)T * B;
-    if ((int64_t)in.offsets.size() != nbags + 1)
-        return err("offsets has %zu entries, expected T*B+1 = %lld", in.offsets.size(), (long long)(nbags + 1));
-    if (in.offsets[0] != 0) return err("offsets[0] (%lld) must be 0", (long long)in.offsets[0]);
-    for (int64_t i = 1; i <= nbags; i++)
-        if (in.offsets[i] < in.offsets[i - 1])
-            return err("offsets must be non-decreasing: offsets[%lld] = %lld < offsets[%lld] = %lld", (long long)i,
-                       (long long)in.offsets[i], (long long)(i - 1), (long long)in.offsets[i - 1]);
-    if (in.offsets[nbags] != (int64_t)in.indices.size())
-        return err("offsets[T*B] (%lld) must equal the number of indices (%zu)", (long long)in.offsets[nbags], in.indices.size());
+    std::string bad = embedding_bag_validate(in);
+    if (!bad.empty()) return bad;
     if ((int64_t)in.indices.size() >= INT32_MAX)
-        return err("%zu lookups: at most 2^31 - 1 (positions in the sorted lookups are 32-bit)", in.indices.size());
-    if (!in.per_sample_weights.empty() && in.per_sample_weights.size() != in.indices.size())
-        return err("per_sample_weights has %zu entries, expected one per index (%zu)", in.per_sample_weights.size(), in.indices.size());
-    if (in.grad_output.size() != (size_t)B * in.total_D())
-        return err("grad_output has %zu entries, expected B*total_D = %lld", in.grad_output.size(), (long long)B * in.total_D());
-    for (int t = 0; t < T; t++)
-        for (int64_t l = in.offsets[(int64_t)t * B]; l < in.offsets[(int64_t)(t + 1) * B]; l++)
-            if (in.indices[l] < 0 || in.indices[l] >= in.E[t])
-                return err("indices[%lld] = %lld (table %d) is out of range: table %d has E = %lld rows", (long long)l,
-                           (long long)in.indices[l], t, t, (long long)in.E[t]);
+        return std::to_string(in.indices.size()) + " lookups: at most 2^31 - 1 (positions in the sorted lookups are 32-bit)";
+    if (in.grad_output.size() != (size_t)in.B * in.total_D())
+        return "grad_output has " + std::to_string(in.grad_output.size()) + " entries, expected B*total_D = " +
+               std::to_string((int64_t)in.B * in.total_D());
     return "";
 }
 
@@ -1467,7 +1362,7 @@ inline void embedding_bag_backward_free(EmbeddingBagBackwardWorkspace& ws) {
 // ----------------------------------------------------------------------------------------------
 // launchers (stream-ordered only: no allocation, no host synchronization) and the dispatcher
 
-inline unsigned embedding_bag_backward_grid(int64_t threads, int block) { return (unsigned)ceil_div<int64_t>(threads, block); }
+inline unsigned embedding_bag_backward_grid(int64_t threads, int block) { return grid_x(ceil_div<int64_t>(threads, block), "embedding_bag_backward"); }
 
 void embedding_bag_backward1(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
@@ -1519,7 +1414,7 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
     embedding_bag_backward_find_long<<<embedding_bag_backward_grid(a.N, 256), 256, 0, stream>>>(ws.run_lengths, ws.num_runs, ws.long_ids,
                                                                                                  ws.num_long);
     // FBGEMM's grid for the long runs: one block per 1024 lookups, striding over the long runs
-    const unsigned cta_grid = (unsigned)std::max<int64_t>(1, ceil_div<int64_t>(a.N, 1024));
+    const unsigned cta_grid = grid_x(std::max<int64_t>(1, ceil_div<int64_t>(a.N, 1024)), "embedding_bag_backward version 8");
     const size_t smem = (size_t)(block / 32) * VPL * 32 * sizeof(float4);
     embedding_bag_backward_kernel3_cta<VPL><<<cta_grid, block, smem, stream>>>(a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.long_ids,
                                                                               ws.num_long, ws.bags_sorted, ws.psw_sorted, go);
@@ -1806,99 +1701,100 @@ inline EmbeddingBagBackwardStats embedding_bag_backward_stats(EmbeddingBagBackwa
 }
 inline float embedding_bag_backward_bits_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
 
-// the shape field of the RESULT lines (the forward's, plus the optimizer)
-inline std::string embedding_bag_backward_shape(const EmbeddingBagBackwardConfig& c, const EmbeddingBagBackwardParams& p) {
-    std::string Ds, Es;
-    for (int t = 0; t < std::min(c.T, 8); t++) {
-        Ds += (t ? ":" : "") + std::to_string(embedding_bag_backward_table_D(c, t));
-        Es += (t ? ":" : "") + std::to_string(embedding_bag_backward_table_E(c, t));
+// ----------------------------------------------------------------------------------------------
+
+// the inputs of a run: loaded (--load; grad_output from the dump when it has one, else from the seed) or
+// generated from the flags (host memory checked first), broken on request, validated (exit 2)
+inline EmbeddingBagBackwardInputs embedding_bag_backward_inputs(const Cli& cli, EmbeddingBagConfig& cfg, const EmbeddingBagFlags& flags) {
+    EmbeddingBagBackwardInputs in;
+    if (!cli.load_dir.empty()) {
+        static_cast<EmbeddingBagInputs&>(in) = embedding_bag_load_inputs(cli.load_dir, "embedding_bag_backward_", cfg);
+        std::vector<int64_t> sh;
+        if (read_npy(cli.load_dir, "embedding_bag_backward_grad_output", in.grad_output, sh, 2, true)) {
+            require(sh[0] == in.B && sh[1] == in.total_D(), "--load: embedding_bag_backward_grad_output has shape (%lld, %lld), expected (B, total_D) = (%d, %d)",
+                    (long long)sh[0], (long long)sh[1], in.B, in.total_D());
+            for (size_t i = 0; i < in.grad_output.size(); i++)
+                require(std::isfinite(in.grad_output[i]), "--load: embedding_bag_backward_grad_output[%zu] (flat) is %g: it must be finite", i,
+                        in.grad_output[i]);
+        } else {
+            embedding_bag_backward_make_grad(in, cli.seed);
+        }
+    } else {
+        embedding_bag_check_config(cfg, flags);
+        require((int64_t)cfg.T * cfg.B * cfg.L < INT32_MAX, "T*B*L (%lld) must be < 2^31 lookups", (long long)cfg.T * cfg.B * cfg.L);
+        // the inputs, grad_output, and the reference: per lookup ~64 bytes, per touched row ~6 arrays of D floats
+        int64_t total_D = 0, max_D = 0, rows = 0;
+        for (int t = 0; t < cfg.T; t++) {
+            total_D += embedding_bag_table_D(cfg, t);
+            max_D = std::max<int64_t>(max_D, embedding_bag_table_D(cfg, t));
+            rows += embedding_bag_table_E(cfg, t);
+        }
+        const double N = (double)cfg.T * cfg.B * cfg.L;
+        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + 4.0 * (double)cfg.B * total_D + 64.0 * N + 24.0 * max_D * std::min(N, (double)rows),
+                            "embedding_bag_backward (inputs, grad_output, reference)");
+        in = embedding_bag_backward_make_inputs(cfg, cli.seed);
     }
-    bool same_D = true, same_E = true;
-    for (int t = 1; t < c.T; t++) {
-        same_D = same_D && embedding_bag_backward_table_D(c, t) == embedding_bag_backward_table_D(c, 0);
-        same_E = same_E && embedding_bag_backward_table_E(c, t) == embedding_bag_backward_table_E(c, 0);
-    }
-    if (same_D) Ds = std::to_string(embedding_bag_backward_table_D(c, 0));
-    else if (c.T > 8) Ds += ":...";
-    if (same_E) Es = std::to_string(embedding_bag_backward_table_E(c, 0));
-    else if (c.T > 8) Es += ":...";
-    char buf[512];
-    snprintf(buf, sizeof buf, "T%d,E%s,D%s,B%d,L%d,alpha%g,%s%s%s%s,%s", c.T, Es.c_str(), Ds.c_str(), c.B, c.L,
-             c.alpha > 1.0 ? c.alpha : 0.0, c.mean ? "mean" : "sum", c.weighted ? ",weighted" : "",
-             c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "",
-             EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt]);
-    return buf;
+    embedding_bag_break(in, flags.break_input);
+    std::string bad = embedding_bag_backward_validate(in);
+    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+    return in;
 }
 
-// ----------------------------------------------------------------------------------------------
+// Device bytes of a run (an upper bound): tables and state twice (pristine and live), the dense
+// gradient, the inputs, the check's compact copies of the touched rows (at most N rows of max_D), and the
+// requested versions' workspace (embedding_bag_backward_workspace).
+inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInputs& in, EmbeddingBagBackwardOpt opt,
+                                                  const std::vector<int>& kernels) {
+    const double N = (double)in.N(), W = (double)in.num_weights, R = (double)in.num_rows(), max_D = in.max_D();
+    const double C = std::min(N * max_D, W);   // touched elements
+    double b = 2.0 * W * sizeof(floatX) + 9.0 * R;
+    if (opt == EmbeddingBagBackwardOpt::rowwise_adagrad) b += 8.0 * R;
+    if (opt == EmbeddingBagBackwardOpt::adagrad) b += 8.0 * W;
+    if (opt == EmbeddingBagBackwardOpt::dense) b += 4.0 * W;
+    b += 12.0 * N + 8.0 * in.offsets.size() + 4.0 * in.grad_output.size() + 40.0 * std::min(N, R) + 8.0 * 4.0 * C;
+    double ws = 0.0;
+    for (int k : kernels) {
+        if (k == 1) ws = std::max(ws, 4.0 * W + 4.0 * R + 8.0 * N);
+        if (k == 2 || k == 3) ws = std::max(ws, 120.0 * N + 4.0 * in.grad_output.size());
+        if (k >= 4) ws = std::max(ws, 48.0 * N + (N / 8.0 + 1.0) * 8.0 * max_D);
+    }
+    return b + ws;
+}
+
+inline void embedding_bag_backward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagBackwardInputs& in) {
+    embedding_bag_dump_inputs(dir, "embedding_bag_backward_", in, cfg.L);
+    write_npy(dir, "embedding_bag_backward_grad_output", in.grad_output.data(), {(int64_t)in.B, (int64_t)in.total_D()});
+}
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    EmbeddingBagBackwardConfig cfg;
+    EmbeddingBagConfig cfg;
+    EmbeddingBagFlags flags;
     EmbeddingBagBackwardParams prm;
-    std::string pooling = "sum", optimizer = "rowwise_adagrad", break_input = "none";
+    std::string optimizer = "rowwise_adagrad";
     Cli cli("embedding_bag_backward",
             "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
             "one update per looked-up row, rows nobody looked up untouched.", 8, 8);
-    cli.add_int("T", &cfg.T, "tables");
-    cli.add_int64("E", &cfg.E, "rows per table");
-    cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
-    cli.add_int("B", &cfg.B, "bags per table (batch size)");
-    cli.add_int("L", &cfg.L, "lookups per bag");
-    cli.add_double("alpha", &cfg.alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
-    cli.add_choice("pooling", &pooling, {"sum", "mean"}, "pooling");
-    cli.add_flag("weighted", &cfg.weighted, "per-sample weights");
-    cli.add_flag("mixed-dims", &cfg.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
-    cli.add_int_list("Ds", &cfg.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
-    cli.add_int_list("Es", &cfg.Es, "per-table E, cycled over the tables (overrides --E, --mixed-dims)");
-    cli.add_double("empty-frac", &cfg.empty_frac, "fraction of bags made empty (1: all bags empty)");
-    cli.add_flag("one-row", &cfg.one_row, "adversarial input: every lookup of a table hits the same row");
+    embedding_bag_add_flags(cli, cfg, flags);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "rowwise_adagrad", "adagrad"}, "the fused optimizer (dense: write the gradient)");
     cli.add_double("lr", &prm.lr, "learning rate");
     cli.add_double("eps", &prm.eps, "Adagrad's epsilon");
-    cli.add_choice("break-input", &break_input, {"none", "index", "order", "count"},
-                   "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
-    cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a positive multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31,\n"
-                      "  fewer than 2^31 lookups, eps > 0; Zipf (alpha > 1) needs E >= L in every table;\n"
+    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) + ",\n"
+                      "  fewer than 2^31 lookups, eps > 0;\n"
                       "  versions 2-8 need every D <= 1024, versions 4-8 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
                       "  --block a power of two from 32 to 512 (at most 256 for versions 7 and 8)";
     cli.parse(argc, argv);
-    cfg.mean = pooling == "mean";
     for (int i = 0; i < 4; i++)
         if (optimizer == EMBEDDING_BAG_BACKWARD_OPT_NAMES[i]) prm.opt = (EmbeddingBagBackwardOpt)i;
-    require(cfg.T >= 1 && cfg.T <= 65535, "T (%d) must be 1..65535", cfg.T);
-    require(cfg.B >= 1, "B (%d) must be >= 1", cfg.B);
-    require(cfg.L >= 0, "L (%d) must be >= 0", cfg.L);
-    require(cfg.E >= 1, "E (%lld) must be >= 1", (long long)cfg.E);
-    for (int E : cfg.Es) require(E >= 1, "every --Es entry must be >= 1 (got %d)", E);
-    require(cfg.empty_frac >= 0.0 && cfg.empty_frac <= 1.0, "--empty-frac (%g) must be in [0, 1]", cfg.empty_frac);
-    require((int64_t)cfg.T * cfg.B < INT32_MAX, "T*B (%lld) must be < 2^31", (long long)cfg.T * cfg.B);
-    require((int64_t)cfg.T * cfg.B * cfg.L < INT32_MAX, "T*B*L (%lld) must be < 2^31 lookups", (long long)cfg.T * cfg.B * cfg.L);
     require(prm.eps > 0.0, "--eps (%g) must be > 0", prm.eps);
     require(cli.block == 0 || (cli.block >= 32 && cli.block <= 512 && (cli.block & (cli.block - 1)) == 0),
             "--block (%d) must be a power of two from 32 to 512", cli.block);
     for (int k : cli.kernels) require(!(k >= 7 && cli.block > 256), "--block (%d) must be at most 256 for version %d", cli.block, k);
-    for (int t = 0; t < cfg.T; t++) {
-        const int D = embedding_bag_backward_table_D(cfg, t);
-        require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
-    }
-    int64_t table_elems = 0;
-    for (int t = 0; t < cfg.T; t++) table_elems += embedding_bag_backward_table_E(cfg, t) * embedding_bag_backward_table_D(cfg, t);
-    require(table_elems <= ((int64_t)8 << 30), "the tables hold %lld elements: more than this bench allocates (2^33)", (long long)table_elems);
-
-    EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, cli.seed);
-    if (break_input == "index") {
-        for (int64_t bag = 0; bag < (int64_t)in.T * in.B; bag++)
-            if (in.offsets[bag + 1] > in.offsets[bag]) { in.indices[in.offsets[bag]] = in.E[bag / in.B]; break; }
-    } else if (break_input == "order") {
-        in.offsets[1] = -1;
-    } else if (break_input == "count") {
-        in.offsets.pop_back();
-    }
-    std::string bad = embedding_bag_backward_validate(in);
-    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+    EmbeddingBagBackwardInputs in = embedding_bag_backward_inputs(cli, cfg, flags);
+    select_versions(cli, [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); }, false);
 
     cuda_init();
+    require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels), "embedding_bag_backward", !cli.check_only);
     const EmbeddingBagBackwardOpt opt = prm.opt;
     const bool dense = opt == EmbeddingBagBackwardOpt::dense, rowwise = opt == EmbeddingBagBackwardOpt::rowwise_adagrad,
                adagrad = opt == EmbeddingBagBackwardOpt::adagrad;
@@ -2062,7 +1958,7 @@ int main(int argc, char** argv) {
     };
 
     char shape[600];
-    snprintf(shape, sizeof shape, "%s", embedding_bag_backward_shape(cfg, prm).c_str());
+    snprintf(shape, sizeof shape, "%s,%s", embedding_bag_shape(cfg).c_str(), EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt]);
     OpRunner r;
     r.op = "embedding_bag_backward";
     r.shape = shape;
@@ -2142,14 +2038,7 @@ int main(int argc, char** argv) {
         } else {
             const std::string& dir = cli.dump_dir;
             const std::string p = "embedding_bag_backward_";
-            write_npy(dir, p + "indices", in.indices.data(), {(int64_t)in.indices.size()});
-            write_npy(dir, p + "offsets", in.offsets.data(), {(int64_t)in.offsets.size()});
-            write_npy(dir, p + "D_offsets", in.D_offsets.data(), {(int64_t)in.D_offsets.size()});
-            write_npy(dir, p + "weights_offsets", in.weights_offsets.data(), {(int64_t)in.weights_offsets.size()});
-            write_npy(dir, p + "hash_offsets", in.hash_offsets.data(), {(int64_t)in.hash_offsets.size()});
-            if (!in.per_sample_weights.empty())
-                write_npy(dir, p + "per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
-            write_npy(dir, p + "grad_output", in.grad_output.data(), {(int64_t)in.B, (int64_t)in.total_D()});
+            embedding_bag_backward_dump(dir, cfg, in);
             std::vector<float> before = to_float_vec(device_download(W0, (size_t)num_weights));
             std::vector<float> after = to_float_vec(device_download(W, (size_t)num_weights));
             std::vector<float> wref = before;

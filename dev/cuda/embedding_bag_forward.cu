@@ -48,7 +48,7 @@ Compile and run:
   make embedding_bag_forward_bf16  && ./embedding_bag_forward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
   ./embedding_bag_forward all --T 1 --E 1000000 --D 128 --B 65536 --L 32 --alpha 0     (the large size)
 */
-#include "common.h"
+#include "embedding_bag.h"
 
 // Tolerances: the GPU sums in fp32 (in bag order per lane or row slot), the reference in double. The
 // error of an fp32 sum of L terms is at most about L * 2^-24 * sum|terms| and in practice ~sqrt(L) of
@@ -58,85 +58,12 @@ Compile and run:
 static const float EMBEDDING_BAG_FORWARD_ATOL = 5e-5f, EMBEDDING_BAG_FORWARD_RTOL = 2e-5f;
 
 // ----------------------------------------------------------------------------------------------
-// inputs: the bench's configuration, the generated layout, validation, bytes
-
-struct EmbeddingBagForwardConfig {
-    int T = 32, D = 128, B = 512, L = 20;
-    int64_t E = 100000;
-    double alpha = 1.15;        // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
-    bool mean = false, weighted = false, mixed_dims = false, one_row = false;
-    std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
-    double empty_frac = 0.0;    // each bag is emptied with this probability
-};
-
-struct EmbeddingBagForwardInputs {
-    int T = 0, B = 0;
-    bool mean = false;
-    std::vector<int> D_offsets;             // T+1
-    std::vector<int64_t> E;                 // rows of each table (host side, for validation)
-    std::vector<int64_t> weights_offsets;   // T
-    int64_t num_weights = 0;                // elements of the flat weight array
-    std::vector<int64_t> indices, offsets;  // total_L, T*B+1
-    std::vector<float> per_sample_weights;  // empty: unweighted
-    int total_D() const { return D_offsets.empty() ? 0 : D_offsets.back(); }
-    int D(int t) const { return D_offsets[t + 1] - D_offsets[t]; }
-};
-
-// --mixed-dims: the dims cycle through these, and E halves over every 4 tables (tables of different E and D)
-static const int EMBEDDING_BAG_FORWARD_MIXED_D[] = {4, 12, 36, 64, 132, 260};
-
-inline int embedding_bag_forward_table_D(const EmbeddingBagForwardConfig& c, int t) {
-    if (!c.Ds.empty()) return c.Ds[t % c.Ds.size()];
-    if (c.mixed_dims) return EMBEDDING_BAG_FORWARD_MIXED_D[t % 6];
-    return c.D;
-}
-inline int64_t embedding_bag_forward_table_E(const EmbeddingBagForwardConfig& c, int t) {
-    if (!c.Es.empty()) return c.Es[t % c.Es.size()];
-    if (c.mixed_dims) return std::max<int64_t>(c.E >> (t % 4), std::max(c.L, 1));
-    return c.E;
-}
-
-// Row ids, bags and per-sample weights from the seed; no weights (they can be GBs: see _make_weights).
-// Three independent streams: row ids (so that the Zipf statistics do not depend on the other flags),
-// per-sample weights and empty bags, table weights.
-inline EmbeddingBagForwardInputs embedding_bag_forward_make_inputs(const EmbeddingBagForwardConfig& c, uint64_t seed) {
-    EmbeddingBagForwardInputs in;
-    in.T = c.T; in.B = c.B; in.mean = c.mean;
-    in.D_offsets.assign(1, 0);
-    int64_t total_D = 0, wo = 0;
-    for (int t = 0; t < c.T; t++) {
-        int D = embedding_bag_forward_table_D(c, t);
-        int64_t E = embedding_bag_forward_table_E(c, t);
-        total_D += D;
-        if (total_D > INT32_MAX) fail_args("total_D (sum of the tables' D) must be < 2^31");
-        in.D_offsets.push_back((int)total_D);
-        in.E.push_back(E);
-        in.weights_offsets.push_back(wo);
-        wo += E * (int64_t)D;
-    }
-    in.num_weights = wo;
-    Rng idx_rng(seed), aux_rng(seed ^ 0xA5A5A5A5F00DF00Dull);
-    std::vector<std::vector<int64_t>> rows(c.T);
-    for (int t = 0; t < c.T; t++) {
-        if (c.one_row) rows[t].assign((size_t)c.B * c.L, idx_rng.randint(0, in.E[t]));
-        else rows[t] = make_bag_indices(c.B, c.L, in.E[t], c.alpha, idx_rng);
-    }
-    in.offsets.assign(1, 0);
-    for (int t = 0; t < c.T; t++) {
-        for (int b = 0; b < c.B; b++) {
-            bool empty = c.empty_frac > 0.0 && aux_rng.uniform01() < c.empty_frac;
-            if (!empty)
-                in.indices.insert(in.indices.end(), rows[t].begin() + (size_t)b * c.L, rows[t].begin() + (size_t)(b + 1) * c.L);
-            in.offsets.push_back((int64_t)in.indices.size());
-        }
-    }
-    if (c.weighted) in.per_sample_weights = make_random_floats(in.indices.size(), aux_rng, -1.f, 1.f);
-    return in;
-}
+// inputs: embedding_bag.h (shared with the backward); here the tables' weights, the forward's own
+// validation, bytes
 
 // The tables' weights, uniform in [-1, 1) on a grid of 2^-23 (exact in fp32), rounded once to floatX.
 // Two weights per 64-bit draw (24 bits each): the default size has 410M weights, the dense case 704M.
-inline std::vector<floatX> embedding_bag_forward_make_weights(const EmbeddingBagForwardInputs& in, uint64_t seed) {
+inline std::vector<floatX> embedding_bag_forward_make_weights(const EmbeddingBagInputs& in, uint64_t seed) {
     Rng rng(seed ^ 0x5EED0F0E1647ull);
     std::vector<floatX> w((size_t)in.num_weights);
     const size_t n = w.size();
@@ -148,52 +75,16 @@ inline std::vector<floatX> embedding_bag_forward_make_weights(const EmbeddingBag
     return w;
 }
 
-// The checks a caller's inputs must pass before a kernel may touch them (every version trusts them:
-// an index >= E_t would read another table or past the array). "" when fine, else what is wrong.
-inline std::string embedding_bag_forward_validate(const EmbeddingBagForwardInputs& in) {
-    char buf[256];
-    auto err = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    const int T = in.T, B = in.B;
-    if (T < 1 || B < 1) return err("T (%d) and B (%d) must be >= 1", T, B);
-    if ((int)in.D_offsets.size() != T + 1) return err("D_offsets has %zu entries, expected T+1 = %d", in.D_offsets.size(), T + 1);
-    if (in.D_offsets[0] != 0) return err("D_offsets[0] (%d) must be 0", in.D_offsets[0]);
-    for (int t = 0; t < T; t++) {
-        int D = in.D_offsets[t + 1] - in.D_offsets[t];
-        if (D <= 0 || D % 4 != 0) return err("D of table %d (%d) must be a positive multiple of 4", t, D);
-    }
-    if ((int)in.E.size() != T || (int)in.weights_offsets.size() != T)
-        return err("E and weights_offsets need T = %d entries (have %zu and %zu)", T, in.E.size(), in.weights_offsets.size());
-    for (int t = 0; t < T; t++) {
-        int64_t wo = in.weights_offsets[t], E = in.E[t];
-        if (E < 1 || E > INT32_MAX) return err("E of table %d (%lld) must be 1..2^31-1 (row ids travel as 32-bit in versions 4, 5)", t, (long long)E);
-        if (wo < 0 || wo % 4 != 0)
-            return err("weights_offsets[%d] (%lld) must be a non-negative multiple of 4 (16-byte aligned rows)", t, (long long)wo);
-        if (wo + E * (int64_t)in.D(t) > in.num_weights)
-            return err("table %d (offset %lld, %lld rows of %d) runs past the %lld weights", t, (long long)wo, (long long)E, in.D(t),
-                       (long long)in.num_weights);
-    }
-    const int64_t nbags = (int64_t)T * B;
-    if ((int64_t)in.offsets.size() != nbags + 1)
-        return err("offsets has %zu entries, expected T*B+1 = %lld", in.offsets.size(), (long long)(nbags + 1));
-    if (in.offsets[0] != 0) return err("offsets[0] (%lld) must be 0", (long long)in.offsets[0]);
-    for (int64_t i = 1; i <= nbags; i++)
-        if (in.offsets[i] < in.offsets[i - 1])
-            return err("offsets must be non-decreasing: offsets[%lld] = %lld < offsets[%lld] = %lld", (long long)i,
-                       (long long)in.offsets[i], (long long)(i - 1), (long long)in.offsets[i - 1]);
-    if (in.offsets[nbags] != (int64_t)in.indices.size())
-        return err("offsets[T*B] (%lld) must equal the number of indices (%zu)", (long long)in.offsets[nbags], in.indices.size());
-    if (!in.per_sample_weights.empty() && in.per_sample_weights.size() != in.indices.size())
-        return err("per_sample_weights has %zu entries, expected one per index (%zu)", in.per_sample_weights.size(), in.indices.size());
-    for (int t = 0; t < T; t++)
-        for (int64_t l = in.offsets[(int64_t)t * B]; l < in.offsets[(int64_t)(t + 1) * B]; l++)
-            if (in.indices[l] < 0 || in.indices[l] >= in.E[t])
-                return err("indices[%lld] = %lld (table %d) is out of range: table %d has E = %lld rows", (long long)l,
-                           (long long)in.indices[l], t, t, (long long)in.E[t]);
-    return "";
+// embedding_bag_validate, and: versions 4 and 5 carry row ids in 32 bits. "" when fine.
+inline std::string embedding_bag_forward_validate(const EmbeddingBagInputs& in) {
+    for (size_t t = 0; t < in.E.size(); t++)
+        if (in.E[t] > INT32_MAX)
+            return "E of table " + std::to_string(t) + " (" + std::to_string(in.E[t]) + ") must be 1..2^31-1 (row ids travel as 32-bit in versions 4, 5)";
+    return embedding_bag_validate(in);
 }
 
 // the fewest bytes of one call (the header's formula)
-inline double embedding_bag_forward_bytes(const EmbeddingBagForwardInputs& in) {
+inline double embedding_bag_forward_bytes(const EmbeddingBagInputs& in) {
     double bytes = 0.0;
     for (int t = 0; t < in.T; t++) {
         int64_t L_t = in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B];
@@ -208,14 +99,14 @@ inline double embedding_bag_forward_bytes(const EmbeddingBagForwardInputs& in) {
 }
 
 // FBGEMM benchmark's figure: output + B * sum(D) * L parameters at the nominal bag length L
-inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagForwardInputs& in, int L) {
+inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagInputs& in, int L) {
     return 4.0 * in.B * in.total_D() + (double)sizeof(floatX) * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
 // CPU reference: plain loops, sums in double
 
-void embedding_bag_forward_cpu(float* out, const EmbeddingBagForwardInputs& in, const floatX* weights) {
+void embedding_bag_forward_cpu(float* out, const EmbeddingBagInputs& in, const floatX* weights) {
     const int total_D = in.total_D();
     std::vector<double> acc;
     for (int t = 0; t < in.T; t++) {
@@ -324,7 +215,7 @@ __host__ __device__ inline int64_t embedding_bag_forward_bag_of_thread(unsigned 
 // grid x of version 3: enough blocks for the table with the most lanes per bag (fewest bags per warp)
 inline unsigned embedding_bag_forward_grid_x_groups(int B, int max_D, int block_size) {
     const int64_t bags_per_block = (int64_t)(block_size / 32) * (32 / embedding_bag_forward_lanes_per_row(max_D));
-    return (unsigned)ceil_div<int64_t>(B, bags_per_block);
+    return grid_x(ceil_div<int64_t>(B, bags_per_block), "embedding_bag_forward version 3");
 }
 
 // four consecutive weights as fp32: one 16-byte load in fp32, one 8-byte load in bf16 (bf16 is the top
@@ -618,16 +509,16 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBa
 
 void embedding_bag_forward1(const EmbeddingBagForwardArgs& a, int block_size) {
     const int64_t n = (int64_t)a.B * a.total_D;
-    embedding_bag_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(a);
+    embedding_bag_forward_kernel1<<<grid_x(ceil_div<int64_t>(n, block_size), "embedding_bag_forward version 1"), block_size>>>(a);
 }
 
 void embedding_bag_forward2(const EmbeddingBagForwardArgs& a, int block_size) {
     const int64_t bags = (int64_t)a.T * a.B;
-    embedding_bag_forward_kernel2<<<(unsigned)ceil_div<int64_t>(bags, block_size / 32), block_size>>>(a);
+    embedding_bag_forward_kernel2<<<grid_x(ceil_div<int64_t>(bags, block_size / 32), "embedding_bag_forward version 2"), block_size>>>(a);
 }
 
 void embedding_bag_forward3(const EmbeddingBagForwardArgs& a, int block_size) {
-    dim3 grid(embedding_bag_forward_grid_x_groups(a.B, a.max_D, block_size), a.T);
+    dim3 grid(embedding_bag_forward_grid_x_groups(a.B, a.max_D, block_size), grid_y(a.T, "embedding_bag_forward version 3"));
     embedding_bag_forward_kernel3<<<grid, block_size>>>(a);
 }
 
@@ -637,7 +528,7 @@ void embedding_bag_forward4_class(const EmbeddingBagForwardArgs& a, int block_si
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
     const int n = a.class_begin[c + 1] - a.class_begin[c];
     if (n == 0) return;
-    dim3 grid((unsigned)ceil_div<int64_t>(a.B, (int64_t)(block_size / 32) * (32 / G)), n);
+    dim3 grid(grid_x(ceil_div<int64_t>(a.B, (int64_t)(block_size / 32) * (32 / G)), "embedding_bag_forward version 4"), grid_y(n, "embedding_bag_forward version 4"));
     embedding_bag_forward_kernel4<G, NV><<<grid, block_size>>>(a, a.class_begin[c]);
 }
 
@@ -657,7 +548,7 @@ void embedding_bag_forward5_class(const EmbeddingBagForwardArgs& a, int block_si
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
     const int n = a.class_begin[c + 1] - a.class_begin[c];
     if (n == 0) return;
-    dim3 grid((unsigned)ceil_div<int64_t>(a.B, block_size / 32), n);
+    dim3 grid(grid_x(ceil_div<int64_t>(a.B, block_size / 32), "embedding_bag_forward versions 5-6"), grid_y(n, "embedding_bag_forward versions 5-6"));
     embedding_bag_forward_kernel5<G, NV, WIDE><<<grid, block_size>>>(a, a.class_begin[c]);
 }
 
@@ -693,94 +584,96 @@ inline std::vector<int> embedding_bag_forward_blocks(int kernel_num) {
 }
 inline int embedding_bag_forward_max_block(int kernel_num) { return kernel_num >= 4 ? 512 : 1024; }
 
-// the shape field of the RESULT lines (the peer script reads it from the dump to print the same one)
-inline std::string embedding_bag_forward_shape(const EmbeddingBagForwardConfig& c) {
-    std::string Ds, Es;
-    for (int t = 0; t < std::min(c.T, 8); t++) {
-        Ds += (t ? ":" : "") + std::to_string(embedding_bag_forward_table_D(c, t));
-        Es += (t ? ":" : "") + std::to_string(embedding_bag_forward_table_E(c, t));
+// ----------------------------------------------------------------------------------------------
+
+// the inputs of a run: loaded (--load) or generated from the flags (host memory checked first), broken
+// on request (--break-input), and validated (exit 2 with the offending position)
+inline EmbeddingBagInputs embedding_bag_forward_inputs(const Cli& cli, EmbeddingBagConfig& cfg, const EmbeddingBagFlags& flags) {
+    EmbeddingBagInputs in;
+    if (!cli.load_dir.empty()) {
+        in = embedding_bag_load_inputs(cli.load_dir, "embedding_bag_forward_", cfg);
+    } else {
+        embedding_bag_check_config(cfg, flags);
+        int64_t total_D = 0;
+        for (int t = 0; t < cfg.T; t++) {
+            total_D += embedding_bag_table_D(cfg, t);
+            require(embedding_bag_table_E(cfg, t) <= INT32_MAX, "E of table %d (%lld) must be 1..2^31-1 (row ids travel as 32-bit in versions 4, 5)",
+                    t, (long long)embedding_bag_table_E(cfg, t));
+        }
+        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + (double)embedding_bag_num_weights(cfg) * sizeof(floatX) +
+                                4.0 * (double)cfg.B * total_D * (cli.dump_dir.empty() ? 1 : 2),
+                            "embedding_bag_forward (inputs, tables, reference)");
+        in = embedding_bag_make_inputs(cfg, cli.seed);
     }
-    bool same_D = true, same_E = true;
-    for (int t = 1; t < c.T; t++) {
-        same_D = same_D && embedding_bag_forward_table_D(c, t) == embedding_bag_forward_table_D(c, 0);
-        same_E = same_E && embedding_bag_forward_table_E(c, t) == embedding_bag_forward_table_E(c, 0);
+    embedding_bag_break(in, flags.break_input);
+    std::string bad = embedding_bag_forward_validate(in);
+    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+    return in;
+}
+
+// the table weights: the dump's embedding_bag_forward_weights.npy when --load has one, else from the seed
+inline std::vector<floatX> embedding_bag_forward_weights(const Cli& cli, const EmbeddingBagInputs& in) {
+    std::vector<float> w;
+    std::vector<int64_t> sh;
+    if (cli.load_dir.empty() || !read_npy(cli.load_dir, "embedding_bag_forward_weights", w, sh, 1, true))
+        return embedding_bag_forward_make_weights(in, cli.seed);
+    require((int64_t)w.size() == in.num_weights, "--load: embedding_bag_forward_weights has %zu entries; the layout needs %lld", w.size(),
+            (long long)in.num_weights);
+    for (size_t i = 0; i < w.size(); i++)
+        require(std::isfinite(w[i]), "--load: embedding_bag_forward_weights[%zu] is %g: the weights must be finite", i, w[i]);
+    return to_floatX(w);
+}
+
+// device bytes of a run: tables, ids, offsets, per-sample weights, output, the plan
+inline double embedding_bag_forward_device_bytes(const EmbeddingBagInputs& in) {
+    return (double)in.num_weights * sizeof(floatX) + 8.0 * in.N() + 8.0 * in.offsets.size() + 4.0 * in.per_sample_weights.size() +
+           4.0 * in.B * in.total_D() + 24.0 * (in.T + 1);
+}
+
+inline void embedding_bag_forward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagInputs& in,
+                                       const std::vector<floatX>& weights, const float* ref, const float* got, const std::string& shape) {
+    embedding_bag_dump_inputs(dir, "embedding_bag_forward_", in, cfg.L);
+    write_npy(dir, "embedding_bag_forward_out_ref", ref, {(int64_t)in.B, (int64_t)in.total_D()});
+    write_npy(dir, "embedding_bag_forward_out", got, {(int64_t)in.B, (int64_t)in.total_D()});
+    if (in.num_weights <= ((int64_t)64 << 20)) {
+        std::vector<float> wf = to_float_vec(weights);
+        write_npy(dir, "embedding_bag_forward_weights", wf.data(), {in.num_weights});
+    } else {
+        printf("weights (%lld elements) not dumped: over 64M elements; the peer makes its own of the same shape\n", (long long)in.num_weights);
     }
-    if (same_D) Ds = std::to_string(embedding_bag_forward_table_D(c, 0));
-    else if (c.T > 8) Ds += ":...";
-    if (same_E) Es = std::to_string(embedding_bag_forward_table_E(c, 0));
-    else if (c.T > 8) Es += ":...";
-    char buf[512];
-    snprintf(buf, sizeof buf, "T%d,E%s,D%s,B%d,L%d,alpha%g,%s%s%s%s", c.T, Es.c_str(), Ds.c_str(), c.B, c.L,
-             c.alpha > 1.0 ? c.alpha : 0.0, c.mean ? "mean" : "sum", c.weighted ? ",weighted" : "",
-             c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "");
-    return buf;
+    write_text(dir, "embedding_bag_forward_shape.txt", shape + "\n");
+    printf("dumped embedding_bag_forward_*.npy to %s\n", dir.c_str());
 }
 
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    EmbeddingBagForwardConfig cfg;
-    std::string pooling = "sum", break_input = "none";
+    EmbeddingBagConfig cfg;
+    EmbeddingBagFlags flags;
     Cli cli("embedding_bag_forward",
             "Pooled embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows.", 6, 6);
-    cli.add_int("T", &cfg.T, "tables");
-    cli.add_int64("E", &cfg.E, "rows per table");
-    cli.add_int("D", &cfg.D, "columns per table (a multiple of 4)");
-    cli.add_int("B", &cfg.B, "bags per table (batch size)");
-    cli.add_int("L", &cfg.L, "lookups per bag");
-    cli.add_double("alpha", &cfg.alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
-    cli.add_choice("pooling", &pooling, {"sum", "mean"}, "pooling");
-    cli.add_flag("weighted", &cfg.weighted, "per-sample weights");
-    cli.add_flag("mixed-dims", &cfg.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
-    cli.add_int_list("Ds", &cfg.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
-    cli.add_int_list("Es", &cfg.Es, "per-table E, cycled over the tables (overrides --E, --mixed-dims)");
-    cli.add_double("empty-frac", &cfg.empty_frac, "fraction of bags made empty (1: all bags empty)");
-    cli.add_flag("one-row", &cfg.one_row, "adversarial input: every lookup of a table hits the same row");
-    cli.add_choice("break-input", &break_input, {"none", "index", "order", "count"},
-                   "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
-    cli.constraints = "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31;\n"
-                      "  Zipf (alpha > 1) needs E >= L in every table; --block a multiple of 32 (at most 512 for versions 4, 5)";
+    embedding_bag_add_flags(cli, cfg, flags);
+    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) + ";\n  E < 2^31 per table; --block a multiple of 32 (at most 512 for versions 4-6)";
     cli.parse(argc, argv);
-    cfg.mean = pooling == "mean";
-    require(cfg.T >= 1 && cfg.T <= 65535, "T (%d) must be 1..65535 (the table is the grid's y index)", cfg.T);
-    require(cfg.B >= 1, "B (%d) must be >= 1", cfg.B);
-    require(cfg.L >= 0, "L (%d) must be >= 0", cfg.L);
-    require(cfg.E >= 1, "E (%lld) must be >= 1", (long long)cfg.E);
-    for (int E : cfg.Es) require(E >= 1, "every --Es entry must be >= 1 (got %d)", E);
-    require(cfg.empty_frac >= 0.0 && cfg.empty_frac <= 1.0, "--empty-frac (%g) must be in [0, 1]", cfg.empty_frac);
-    require((int64_t)cfg.T * cfg.B < INT32_MAX, "T*B (%lld) must be < 2^31", (long long)cfg.T * cfg.B);
-    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-5 give bags whole warps)", cli.block);
-    for (int t = 0; t < cfg.T; t++) {
-        const int D = embedding_bag_forward_table_D(cfg, t);
-        require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
-    }
-    // (D is checked here so that a huge bad D fails before any allocation; the validator repeats it for callers)
-    int64_t table_elems = 0;
-    for (int t = 0; t < cfg.T; t++) table_elems += embedding_bag_forward_table_E(cfg, t) * embedding_bag_forward_table_D(cfg, t);
-    require(table_elems <= ((int64_t)8 << 30), "the tables hold %lld elements: more than this bench allocates (2^33)", (long long)table_elems);
-
-    EmbeddingBagForwardInputs in = embedding_bag_forward_make_inputs(cfg, cli.seed);
-    if (break_input == "index") {
-        for (int64_t bag = 0; bag < (int64_t)in.T * in.B; bag++)
-            if (in.offsets[bag + 1] > in.offsets[bag]) { in.indices[in.offsets[bag]] = in.E[bag / in.B]; break; }
-    } else if (break_input == "order") {
-        in.offsets[1] = -1;
-    } else if (break_input == "count") {
-        in.offsets.pop_back();
-    }
-    std::string bad = embedding_bag_forward_validate(in);
-    if (!bad.empty()) fail_args("invalid input: %s", bad.c_str());
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-6 give bags whole warps)", cli.block);
+    auto skip = [&](int k) -> std::string {
+        if (cli.block > embedding_bag_forward_max_block(k))
+            return "--block " + std::to_string(cli.block) + " exceeds the " + std::to_string(embedding_bag_forward_max_block(k)) +
+                   " threads version " + std::to_string(k) + " is compiled for";
+        return "";
+    };
+    select_versions(cli, skip, false);
+    EmbeddingBagInputs in = embedding_bag_forward_inputs(cli, cfg, flags);
 
     cuda_init();
-    const int total_D = in.total_D();
-    int max_D = 0;
-    for (int t = 0; t < in.T; t++) max_D = std::max(max_D, in.D(t));
+    require_device_memory(embedding_bag_forward_device_bytes(in), "embedding_bag_forward", !cli.check_only);
+    const int total_D = in.total_D(), max_D = in.max_D();
     printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB\n", in.T, in.B, total_D, max_D, in.indices.size(),
-           cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"), cfg.mean ? "mean" : "sum",
+           !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")), cfg.mean ? "mean" : "sum",
            cfg.weighted ? ", weighted" : "", (double)in.num_weights * sizeof(floatX) / 1e9);
 
-    std::vector<floatX> weights = embedding_bag_forward_make_weights(in, cli.seed);
+    std::vector<floatX> weights = embedding_bag_forward_weights(cli, in);
     const size_t n_out = (size_t)in.B * total_D;
     std::vector<float> ref(n_out);
     embedding_bag_forward_cpu(ref.data(), in, weights.data());
@@ -801,15 +694,10 @@ int main(int argc, char** argv) {
     const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L);
     OpRunner r;
     r.op = "embedding_bag_forward";
-    r.shape = embedding_bag_forward_shape(cfg);
+    r.shape = embedding_bag_shape(cfg);
     r.bytes = embedding_bag_forward_bytes(in);
     r.blocks_for = [](int k) { return embedding_bag_forward_blocks(k); };
-    r.skip_reason = [&](int k) -> std::string {
-        if (cli.block > embedding_bag_forward_max_block(k))
-            return "--block " + std::to_string(cli.block) + " exceeds the " + std::to_string(embedding_bag_forward_max_block(k)) +
-                   " threads version " + std::to_string(k) + " is compiled for";
-        return "";
-    };
+    r.skip_reason = skip;
     r.prepare_check = [&] { poison(a.out, n_out * sizeof(float)); };
     r.launch = [&](int k, int block) { embedding_bag_forward(k, a, block); };
     r.check = [&](int, int) {
@@ -823,38 +711,12 @@ int main(int argc, char** argv) {
     int rc = run_versions(cli, r);
 
     if (!cli.dump_dir.empty()) {
-        const std::string& dir = cli.dump_dir;
         std::vector<float> got = device_download(a.out, n_out);
-        write_npy(dir, "embedding_bag_forward_indices", in.indices.data(), {(int64_t)in.indices.size()});
-        write_npy(dir, "embedding_bag_forward_offsets", in.offsets.data(), {(int64_t)in.offsets.size()});
-        write_npy(dir, "embedding_bag_forward_D_offsets", in.D_offsets.data(), {(int64_t)in.D_offsets.size()});
-        write_npy(dir, "embedding_bag_forward_weights_offsets", in.weights_offsets.data(), {(int64_t)in.T});
-        write_npy(dir, "embedding_bag_forward_E", in.E.data(), {(int64_t)in.T});
-        if (!in.per_sample_weights.empty())
-            write_npy(dir, "embedding_bag_forward_per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
-        const int64_t meta[6] = {in.T, in.B, total_D, in.mean ? 1 : 0, in.per_sample_weights.empty() ? 0 : 1, cfg.L};
-        write_npy(dir, "embedding_bag_forward_meta", meta, {6});   // T, B, total_D, mean, weighted, L
-        write_npy(dir, "embedding_bag_forward_out_ref", ref.data(), {(int64_t)in.B, (int64_t)total_D});
-        write_npy(dir, "embedding_bag_forward_out", got.data(), {(int64_t)in.B, (int64_t)total_D});
-        if (in.num_weights <= ((int64_t)64 << 20)) {
-            std::vector<float> wf = to_float_vec(weights);
-            write_npy(dir, "embedding_bag_forward_weights", wf.data(), {in.num_weights});
-        } else {
-            printf("weights (%lld elements) not dumped: over 64M elements; the peer makes its own of the same shape\n",
-                   (long long)in.num_weights);
-        }
-        FILE* f = fopen((dir + "/embedding_bag_forward_shape.txt").c_str(), "w");
-        if (f) { fprintf(f, "%s\n", r.shape.c_str()); fclose(f); }
-        printf("dumped embedding_bag_forward_*.npy to %s\n", dir.c_str());
+        embedding_bag_forward_dump(cli.dump_dir, cfg, in, weights, ref.data(), got.data(), r.shape);
     }
-    cudaCheck(cudaFree((void*)a.weights));
-    cudaCheck(cudaFree((void*)a.weights_offsets));
-    cudaCheck(cudaFree((void*)a.D_offsets));
-    cudaCheck(cudaFree((void*)a.indices));
-    cudaCheck(cudaFree((void*)a.offsets));
-    if (a.per_sample_weights) cudaCheck(cudaFree((void*)a.per_sample_weights));
-    cudaCheck(cudaFree(a.out));
-    cudaCheck(cudaFree((void*)a.table_order));
+    for (const void* p : {(const void*)a.weights, (const void*)a.weights_offsets, (const void*)a.D_offsets, (const void*)a.indices,
+                          (const void*)a.offsets, (const void*)a.per_sample_weights, (const void*)a.out, (const void*)a.table_order})
+        if (p) cudaCheck(cudaFree(const_cast<void*>(p)));
     return rc;
 }
 #endif

@@ -216,23 +216,23 @@ __global__ void repkv_backward_kernel5(floatX* __restrict__ dinp, const floatX* 
 
 void repkv_backward1(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * 3 * NH * HD;
-    repkv_backward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+    repkv_backward_kernel1<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_backward"), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
 }
 
 void repkv_backward2(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
-    repkv_backward_kernel2<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+    repkv_backward_kernel2<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_backward"), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
 }
 
 void repkv_backward3(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
-    repkv_backward_kernel3<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
+    repkv_backward_kernel3<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_backward"), block_size>>>(dinp, dout, B, T, NH, NKV, HD);
 }
 
 // versions 4-5: x covers one row's vectors, y the rows (at most 65535; the kernel strides over the rest)
 static dim3 repkv_backward_grid2d(int B, int T, int NH, int NKV, int HD, int block_size) {
     int row_vecs = (NH + 2 * NKV) * HD / x128::N;
-    return dim3((unsigned)ceil_div(row_vecs, block_size), (unsigned)std::min<int64_t>((int64_t)B * T, 65535));
+    return dim3(grid_x(ceil_div(row_vecs, block_size), "repkv_backward"), grid_y(std::min<int64_t>((int64_t)B * T, 65535), "repkv_backward"));
 }
 
 void repkv_backward4(floatX* dinp, const floatX* dout, int B, int T, int NH, int NKV, int HD, int block_size) {
@@ -264,29 +264,76 @@ std::string repkv_backward_skip_reason(int kernel_num, int NH, int NKV, int HD) 
 }
 
 // ----------------------------------------------------------------------------------------------
+// the shape's checks (flags or a loaded dump), and --load: the input of a --dump, validated
+
+struct RepkvBackwardShape { int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128; };
+
+// exits 2 on a shape the versions cannot index: every size >= 1, NH a multiple of NKV, a row in int
+inline void repkv_backward_check_shape(const RepkvBackwardShape& s) {
+    require(s.B >= 1 && s.T >= 1 && s.NH >= 1 && s.NKV >= 1 && s.HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)",
+            s.B, s.T, s.NH, s.NKV, s.HD);
+    require(s.NH % s.NKV == 0, "NH (%d) must be a multiple of NKV (%d)", s.NH, s.NKV);
+    const int64_t c_out = mul64(mul64(3, s.NH, "3*NH"), s.HD, "3*NH*HD");
+    require(c_out <= INT32_MAX, "a row of dout, 3*NH*HD = %lld elements, must be < 2^31 (32-bit column index)", (long long)c_out);
+    mul64(mul64(s.B, s.T, "B*T"), c_out, "B*T*3*NH*HD");
+}
+
+// --load DIR: repkv_backward_meta.npy (B, T, NH, NKV, HD) and repkv_backward_dout.npy (B, T, 3, NH, HD)
+inline std::vector<float> repkv_backward_load(const std::string& dir, RepkvBackwardShape& s) {
+    std::vector<int64_t> m = read_meta(dir, "repkv_backward_meta", 5, 1, INT32_MAX, "B, T, NH, NKV, HD");
+    s = {(int)m[0], (int)m[1], (int)m[2], (int)m[3], (int)m[4]};
+    repkv_backward_check_shape(s);
+    std::vector<float> dout;
+    std::vector<int64_t> sh;
+    read_npy(dir, "repkv_backward_dout", dout, sh, 5);
+    require(sh[0] == s.B && sh[1] == s.T && sh[2] == 3 && sh[3] == s.NH && sh[4] == s.HD,
+            "--load: repkv_backward_dout has shape (%lld, %lld, %lld, %lld, %lld); the meta gives (%d, %d, 3, %d, %d)", (long long)sh[0],
+            (long long)sh[1], (long long)sh[2], (long long)sh[3], (long long)sh[4], s.B, s.T, s.NH, s.HD);
+    for (size_t i = 0; i < dout.size(); i++)
+        require(std::isfinite(dout[i]), "--load: repkv_backward_dout[%zu] (flat) is %g; the inputs must be finite", i, dout[i]);
+    return dout;
+}
+
+inline void repkv_backward_dump(const std::string& dir, const RepkvBackwardShape& s, const float* dout, const float* ref, const float* dinp) {
+    const int64_t meta[5] = {s.B, s.T, s.NH, s.NKV, s.HD};
+    const int64_t C_in = (int64_t)(s.NH + 2 * (int64_t)s.NKV) * s.HD;
+    write_npy(dir, "repkv_backward_meta", meta, {5});
+    write_npy(dir, "repkv_backward_dout", dout, {s.B, s.T, 3, s.NH, s.HD});
+    write_npy(dir, "repkv_backward_dinp_ref", ref, {s.B, s.T, C_in});
+    if (dinp) write_npy(dir, "repkv_backward_dinp", dinp, {s.B, s.T, C_in});
+}
+
+// ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
+    RepkvBackwardShape s;
     Cli cli("repkv_backward", "Backward of grouped-query attention's K/V replication: sum the rep copies of each K/V head.", 5, 3);
-    cli.add_int("B", &B, "batch size");
-    cli.add_int("T", &T, "sequence length");
-    cli.add_int("NH", &NH, "query heads");
-    cli.add_int("NKV", &NKV, "key/value heads");
-    cli.add_int("HD", &HD, "head dimension");
-    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV;\n"
+    cli.add_int("B", &s.B, "batch size");
+    cli.add_int("T", &s.T, "sequence length");
+    cli.add_int("NH", &s.NH, "query heads");
+    cli.add_int("NKV", &s.NKV, "key/value heads");
+    cli.add_int("HD", &s.HD, "head dimension");
+    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV; 3*NH*HD < 2^31;\n"
                       "  versions 3-5 need HD a multiple of 4 (fp32) or 8 (bf16)";
+    cli.supports_load = true;
     cli.parse(argc, argv);
-    require(B >= 1 && T >= 1 && NH >= 1 && NKV >= 1 && HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)", B, T, NH, NKV, HD);
-    require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV);
-
-    const int64_t n_in = (int64_t)B * T * (NH + 2 * NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    std::vector<float> dout_f;
+    if (!cli.load_dir.empty()) dout_f = repkv_backward_load(cli.load_dir, s);
+    repkv_backward_check_shape(s);
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
+    const int64_t n_in = (int64_t)B * T * (NH + 2 * (int64_t)NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    select_versions(cli, [&](int k) { return repkv_backward_skip_reason(k, NH, NKV, HD); }, false);
+    require_host_memory((double)n_out * (8 + sizeof(floatX)) + (double)n_in * 4 * (cli.dump_dir.empty() ? 1 : 2), "repkv_backward");
     cuda_init();
+    require_device_memory((double)(n_in + n_out) * sizeof(floatX), "repkv_backward", !cli.check_only);
 
     // inputs, rounded once to the element type; the reference sees the same rounded values
     Rng rng(cli.seed);
-    std::vector<floatX> dout = to_floatX(make_random_floats(n_out, rng));
-    std::vector<float> dout_f = to_float_vec(dout), ref(n_in);
+    if (dout_f.empty()) dout_f = make_random_floats(n_out, rng);
+    std::vector<floatX> dout = to_floatX(dout_f);
+    dout_f = to_float_vec(dout);
+    std::vector<float> ref(n_in);
     repkv_backward_cpu(ref.data(), dout_f.data(), B, T, NH, NKV, HD);
 
     floatX* d_dout = device_upload(dout);
@@ -306,10 +353,8 @@ int main(int argc, char** argv) {
 
     if (!cli.dump_dir.empty()) {
         std::vector<float> got = to_float_vec(device_download(d_dinp, n_in));
-        write_npy(cli.dump_dir, "repkv_backward_dout", dout_f.data(), {B, T, 3, NH, HD});
-        write_npy(cli.dump_dir, "repkv_backward_dinp_ref", ref.data(), {B, T, (NH + 2 * NKV) * HD});
-        write_npy(cli.dump_dir, "repkv_backward_dinp", got.data(), {B, T, (NH + 2 * NKV) * HD});
-        printf("dumped repkv_backward_{dout,dinp_ref,dinp}.npy to %s\n", cli.dump_dir.c_str());
+        repkv_backward_dump(cli.dump_dir, s, dout_f.data(), ref.data(), got.data());
+        printf("dumped repkv_backward_{meta,dout,dinp_ref,dinp}.npy to %s\n", cli.dump_dir.c_str());
     }
     cudaCheck(cudaFree(d_dout));
     cudaCheck(cudaFree(d_dinp));

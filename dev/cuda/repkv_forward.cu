@@ -232,23 +232,23 @@ __global__ void repkv_forward_kernel6(floatX* __restrict__ out, const floatX* __
 
 void repkv_forward1(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * 3 * NH * HD;
-    repkv_forward_kernel1<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+    repkv_forward_kernel1<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_forward"), block_size>>>(out, inp, B, T, NH, NKV, HD);
 }
 
 void repkv_forward2(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
-    repkv_forward_kernel2<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+    repkv_forward_kernel2<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_forward"), block_size>>>(out, inp, B, T, NH, NKV, HD);
 }
 
 void repkv_forward3(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
     int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD / x128::N;
-    repkv_forward_kernel3<<<(unsigned)ceil_div<int64_t>(n, block_size), block_size>>>(out, inp, B, T, NH, NKV, HD);
+    repkv_forward_kernel3<<<grid_x(ceil_div<int64_t>(n, block_size), "repkv_forward"), block_size>>>(out, inp, B, T, NH, NKV, HD);
 }
 
 // versions 4-5: x covers one row's vectors, y the rows (at most 65535; the kernel strides over the rest)
 static dim3 repkv_forward_grid2d(int B, int T, int NH, int NKV, int HD, int block_size) {
     int row_vecs = (NH + 2 * NKV) * HD / x128::N;
-    return dim3((unsigned)ceil_div(row_vecs, block_size), (unsigned)std::min<int64_t>((int64_t)B * T, 65535));
+    return dim3(grid_x(ceil_div(row_vecs, block_size), "repkv_forward"), grid_y(std::min<int64_t>((int64_t)B * T, 65535), "repkv_forward"));
 }
 
 void repkv_forward4(floatX* out, const floatX* inp, int B, int T, int NH, int NKV, int HD, int block_size) {
@@ -273,7 +273,7 @@ void repkv_forward6(floatX* out, const floatX* inp, int B, int T, int NH, int NK
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, repkv_forward_kernel6, block_size, smem));
         cached_block = block_size; cached_smem = smem; cached_grid = sms * std::max(blocks_per_sm, 1);
     }
-    unsigned grid = (unsigned)std::min<int64_t>((int64_t)B * T, cached_grid);
+    unsigned grid = grid_x(std::min<int64_t>((int64_t)B * T, cached_grid), "repkv_forward version 6");
     repkv_forward_kernel6<<<grid, block_size, smem>>>(out, inp, B, T, NH, NKV, HD);
 }
 
@@ -293,34 +293,81 @@ std::string repkv_forward_skip_reason(int kernel_num, int NH, int NKV, int HD) {
     if (kernel_num >= 3 && HD % x128::N != 0)
         return "HD (" + std::to_string(HD) + ") is not a multiple of the " + std::to_string(x128::N) +
                "-element 16-byte vector (" DTYPE_NAME ")";
-    if (kernel_num == 6 && (int64_t)(NH + 2 * NKV) * HD * sizeof(floatX) > 200 * 1024)
+    if (kernel_num == 6 && ((int64_t)NH + 2 * (int64_t)NKV) * HD * (int64_t)sizeof(floatX) > 200 * 1024)
         return "an input row does not fit in 200 KB of shared memory";
     return "";
+}
+
+// ----------------------------------------------------------------------------------------------
+// the shape's checks (flags or a loaded dump), and --load: the input of a --dump, validated
+
+struct RepkvForwardShape { int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128; };
+
+// exits 2 on a shape the versions cannot index: every size >= 1, NH a multiple of NKV, a row in int
+inline void repkv_forward_check_shape(const RepkvForwardShape& s) {
+    require(s.B >= 1 && s.T >= 1 && s.NH >= 1 && s.NKV >= 1 && s.HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)",
+            s.B, s.T, s.NH, s.NKV, s.HD);
+    require(s.NH % s.NKV == 0, "NH (%d) must be a multiple of NKV (%d)", s.NH, s.NKV);
+    const int64_t c_out = mul64(mul64(3, s.NH, "3*NH"), s.HD, "3*NH*HD");
+    require(c_out <= INT32_MAX, "a row of out, 3*NH*HD = %lld elements, must be < 2^31 (32-bit column index)", (long long)c_out);
+    mul64(mul64(s.B, s.T, "B*T"), c_out, "B*T*3*NH*HD");
+}
+
+// --load DIR: repkv_forward_meta.npy (B, T, NH, NKV, HD) and repkv_forward_inp.npy (B, T, (NH + 2*NKV)*HD)
+inline std::vector<float> repkv_forward_load(const std::string& dir, RepkvForwardShape& s) {
+    std::vector<int64_t> m = read_meta(dir, "repkv_forward_meta", 5, 1, INT32_MAX, "B, T, NH, NKV, HD");
+    s = {(int)m[0], (int)m[1], (int)m[2], (int)m[3], (int)m[4]};
+    repkv_forward_check_shape(s);
+    std::vector<float> inp;
+    std::vector<int64_t> sh;
+    read_npy(dir, "repkv_forward_inp", inp, sh, 3);
+    const int64_t C_in = (int64_t)(s.NH + 2 * (int64_t)s.NKV) * s.HD;
+    require(sh[0] == s.B && sh[1] == s.T && sh[2] == C_in, "--load: repkv_forward_inp has shape (%lld, %lld, %lld); the meta gives (%d, %d, %lld)",
+            (long long)sh[0], (long long)sh[1], (long long)sh[2], s.B, s.T, (long long)C_in);
+    for (size_t i = 0; i < inp.size(); i++)
+        require(std::isfinite(inp[i]), "--load: repkv_forward_inp[%zu] (flat) is %g; the inputs must be finite", i, inp[i]);
+    return inp;
+}
+
+inline void repkv_forward_dump(const std::string& dir, const RepkvForwardShape& s, const float* inp, const float* ref, const float* out) {
+    const int64_t meta[5] = {s.B, s.T, s.NH, s.NKV, s.HD};
+    const int64_t C_in = (int64_t)(s.NH + 2 * (int64_t)s.NKV) * s.HD;
+    write_npy(dir, "repkv_forward_meta", meta, {5});
+    write_npy(dir, "repkv_forward_inp", inp, {s.B, s.T, C_in});
+    write_npy(dir, "repkv_forward_out_ref", ref, {s.B, s.T, 3, s.NH, s.HD});
+    if (out) write_npy(dir, "repkv_forward_out", out, {s.B, s.T, 3, s.NH, s.HD});
 }
 
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128;
+    RepkvForwardShape s;
     Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 6, 3);
-    cli.add_int("B", &B, "batch size");
-    cli.add_int("T", &T, "sequence length");
-    cli.add_int("NH", &NH, "query heads");
-    cli.add_int("NKV", &NKV, "key/value heads");
-    cli.add_int("HD", &HD, "head dimension");
-    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV;\n"
+    cli.add_int("B", &s.B, "batch size");
+    cli.add_int("T", &s.T, "sequence length");
+    cli.add_int("NH", &s.NH, "query heads");
+    cli.add_int("NKV", &s.NKV, "key/value heads");
+    cli.add_int("HD", &s.HD, "head dimension");
+    cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV; 3*NH*HD < 2^31;\n"
                       "  versions 3-6 need HD a multiple of 4 (fp32) or 8 (bf16); version 6 an input row within 200 KB";
+    cli.supports_load = true;
     cli.parse(argc, argv);
-    require(B >= 1 && T >= 1 && NH >= 1 && NKV >= 1 && HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)", B, T, NH, NKV, HD);
-    require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV);
-
-    const int64_t n_in = (int64_t)B * T * (NH + 2 * NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    std::vector<float> inp_f;
+    if (!cli.load_dir.empty()) inp_f = repkv_forward_load(cli.load_dir, s);
+    repkv_forward_check_shape(s);
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
+    const int64_t n_in = (int64_t)B * T * (NH + 2 * (int64_t)NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
+    select_versions(cli, [&](int k) { return repkv_forward_skip_reason(k, NH, NKV, HD); }, false);
+    require_host_memory((double)n_in * (8 + sizeof(floatX)) + (double)n_out * 4 * (cli.dump_dir.empty() ? 1 : 2), "repkv_forward");
     cuda_init();
+    require_device_memory((double)(n_in + n_out) * sizeof(floatX), "repkv_forward", !cli.check_only);
 
     Rng rng(cli.seed);
-    std::vector<floatX> inp = to_floatX(make_random_floats(n_in, rng));
-    std::vector<float> inp_f = to_float_vec(inp), ref(n_out);
+    if (inp_f.empty()) inp_f = make_random_floats(n_in, rng);
+    std::vector<floatX> inp = to_floatX(inp_f);
+    inp_f = to_float_vec(inp);                     // the reference sees the values rounded to floatX
+    std::vector<float> ref(n_out);
     repkv_forward_cpu(ref.data(), inp_f.data(), B, T, NH, NKV, HD);
 
     floatX* d_inp = device_upload(inp);
@@ -340,10 +387,8 @@ int main(int argc, char** argv) {
 
     if (!cli.dump_dir.empty()) {
         std::vector<float> got = to_float_vec(device_download(d_out, n_out));
-        write_npy(cli.dump_dir, "repkv_forward_inp", inp_f.data(), {B, T, (NH + 2 * NKV) * HD});
-        write_npy(cli.dump_dir, "repkv_forward_out_ref", ref.data(), {B, T, 3, NH, HD});
-        write_npy(cli.dump_dir, "repkv_forward_out", got.data(), {B, T, 3, NH, HD});
-        printf("dumped repkv_forward_{inp,out_ref,out}.npy to %s\n", cli.dump_dir.c_str());
+        repkv_forward_dump(cli.dump_dir, s, inp_f.data(), ref.data(), got.data());
+        printf("dumped repkv_forward_{meta,inp,out_ref,out}.npy to %s\n", cli.dump_dir.c_str());
     }
     cudaCheck(cudaFree(d_inp));
     cudaCheck(cudaFree(d_out));
