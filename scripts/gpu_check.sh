@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU driver: in one call, build everything, run `make test` (CPU + GPU parts), run every line of
 # scripts/bench_cases.txt (every version at the bench sizes), run the PyTorch/FBGEMM peers, and turn it
-# all into results/<gpu>.md, .csv and .png. Logs go to $OUT (the device tool's output folder) or ./build/gpu.
+# all into results/<gpu>.md, .csv and .png. Logs go to build/logs; results and a tarball of the logs to
+# $OUT (default ./build/gpu).
 #
 #   bash scripts/gpu_check.sh                  everything
 #   bash scripts/gpu_check.sh --only repkv     bench lines and peers whose text contains 'repkv'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-kernel profile of the slow spots, on the GPU machine (Firecracker runtime: ncu reads counters).
+# Per-kernel profile of the slow spots, on a GPU machine where ncu may read the performance counters.
 # Each case runs one version at one block size with a few samples; ncu reports every kernel of the
 # call (memsets of the L2 flush excluded by the name filter): duration, SM and memory throughput, L2 and
 # DRAM bytes, achieved occupancy. Clocks are left alone (--clock-control none).

@@ -3,9 +3,13 @@
 
   python3 scripts/run_all.py --run                 run every line of scripts/bench_cases.txt, then tabulate
   python3 scripts/run_all.py --logs build/logs     tabulate logs written by scripts/gpu_check.sh
+  python3 scripts/run_all.py --gpu h200 --tables-only
+                                                   rewrite results/<gpu>.md (and README's table) from the .csv
 
 Rows already in results/<gpu>.csv are kept unless the new logs measure the same (op, dtype, shape,
 kernel, block) or peer (op, impl, shape): a run of a subset (--only) updates its rows and leaves the rest.
+For the reference GPU (h200) the headline table of README.md, between its `results:begin` and
+`results:end` comments, is rewritten from the same rows, so the README holds no number of its own.
 Standard library only; the PNG needs matplotlib and is skipped with a message without it.
 """
 import argparse
@@ -87,7 +91,7 @@ def write_markdown(path, gpu, rows, peaks):
         if r["op"] not in ops:
             ops.append(r["op"])
     lines = [f"# Results: {gpu}", "",
-             "Written by `scripts/run_all.py` from the RESULT/PEER lines of `scripts/gpu_check.sh` runs on the lent GPU.",
+             "Written by `scripts/run_all.py` from the RESULT/PEER lines of `scripts/gpu_check.sh` runs on this GPU.",
              "Each table row is a version's best block size (all block sizes are in the .csv). `% copy` is the",
              "achieved bandwidth (the op's fewest-bytes count over the median time) over the device-to-device copy",
              "bandwidth measured in the same process. Times are medians of timed samples with an L2 flush before each.", ""]
@@ -100,6 +104,11 @@ def write_markdown(path, gpu, rows, peaks):
         if fmas:
             lines.append(f"FP32 FMA peak: median {fmas[len(fmas)//2]:.0f} GFLOP/s ({len(fmas)} processes).")
         lines.append("")
+    elif os.path.exists(path):   # no PEAK lines in this call (--tables-only): keep the last run's summary
+        with open(path) as f:
+            kept = [l.rstrip("\n") for l in f if l.startswith(("Copy peak in these runs", "FP32 FMA peak"))]
+        if kept:
+            lines += kept + [""]
     for op in ops:
         lines += [f"## {op}", ""]
         res = [r for r in rows if r["op"] == op and r["kind"] == "RESULT"]
@@ -138,6 +147,83 @@ def write_markdown(path, gpu, rows, peaks):
             lines += ["", f.read()]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+# The README's headline table: one row per (op, dtype, bench shape) with the fastest version there, and
+# the PyTorch peer as a signed sum of peer rows (a forward subtracted from forward + backward + step).
+README_GPU = "h200"
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
+_REPKV = "B8,T1024,NH32,NKV8,HD128"
+_BAG = "T32,E100000,D128,B512,L20,alpha{a},sum"
+_BAG_LARGE = "T1,E1000000,D128,B65536,L32,alpha{a},sum"
+_TT = "T3,p200x220x250,q4x4x4,r32x32,nt1,B{b},L20,alpha{a}"
+HEADLINE = [  # (op, dtype, shape, [(peer op, peer impl, sign)], what the peer times)
+    ("repkv_forward", "fp32", _REPKV, [("repkv_forward", "pytorch", 1)], "split / expand / stack"),
+    ("repkv_forward", "bf16", _REPKV, [], ""),
+    ("repkv_backward", "fp32", _REPKV, [("repkv_backward", "pytorch", 1)], "reshape / sum / cat"),
+    ("repkv_backward", "bf16", _REPKV, [], ""),
+] + [
+    ("embedding_bag_forward", "fp32", shape.format(a=a), [("embedding_bag_forward", "torch.F.embedding_bag", 1)],
+     "F.embedding_bag") for shape in (_BAG, _BAG_LARGE) for a in ("0", "1.15")
+] + [
+    ("embedding_bag_backward", "fp32", _BAG.format(a=a) + ",rowwise_adagrad",
+     [("embedding_bag_backward", "pytorch_fwd_bwd_adagrad_step", 1), ("embedding_bag_backward", "pytorch_forward", -1)],
+     "backward + Adagrad step") for a in ("0", "1.15")
+] + [
+    ("tt_embedding_forward", "fp32", _TT.format(b=512, a=a), [("tt_embedding_forward", "pytorch_bmm_chain", 1)],
+     "bmm chain") for a in ("0", "1.15")
+] + [
+    ("tt_embedding_forward", "fp32", _TT.format(b=4096, a="0"), [], ""),
+] + [
+    ("tt_embedding_backward", "fp32", _TT.format(b=512, a=a),
+     [("tt_embedding_backward", "pytorch_bmm_chain_fwd_bwd_sgd", 1), ("tt_embedding_forward", "pytorch_bmm_chain", -1)],
+     "bmm chain backward + SGD") for a in ("0", "1.15")
+]
+
+
+def headline_table(rows):
+    """The README's table (markdown lines), from the same rows as results/<gpu>.md."""
+    out = ["| op | dtype | shape | fastest version | ms (median) | rate | PyTorch ms | speed-up | measured |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for op, dtype, shape, peer_parts, peer_what in HEADLINE:
+        res = [r for r in rows if r["kind"] == "RESULT" and (r["op"], r["dtype"], r["shape"]) == (op, dtype, shape)]
+        if not res:
+            continue
+        best = min(res, key=lambda r: float(r["ms_median"]))
+        versions = max(int(r["kernel"]) for r in rows if r["kind"] == "RESULT" and r["op"] == op)
+        extra = dict(kv.split("=", 1) for kv in best["extra"].split() if "=" in kv)
+        if "gflops" in extra:
+            rate = f"{float(extra['gflops']) / 1000:.1f} TFLOP/s ({extra.get('pct_fma', '?')}% of FMA)"
+        else:
+            rate = f"{float(best['pct_copy']):.1f}% of copy"
+        if "fbgemm_gbps" in extra and op.endswith("backward"):
+            rate += f" (FBGEMM's count: {extra['fbgemm_gbps']} GB/s)"
+        peers = []
+        for peer_op, impl, sign in peer_parts:
+            match = [r for r in rows if r["kind"] == "PEER" and (r["op"], r["impl"], r["shape"]) == (peer_op, impl, shape)]
+            peers.append((match[0], sign) if match else None)
+        peer_ms, speedup, dates = "", "", {best["date"]}
+        if peers and all(peers):
+            ms = sum(sign * float(r["ms_median"]) for r, sign in peers)
+            dates |= {r["date"] for r, _ in peers}
+            peer_ms = f"{ms:.4f} ({peer_what})"
+            speedup = f"{ms / float(best['ms_median']):.1f}x"
+        out.append(f"| {op} | {dtype} | `{shape}` | {best['kernel']} (of {versions}) | {fnum(best['ms_median'])} | "
+                   f"{rate} | {peer_ms} | {speedup} | {', '.join(sorted(dates))} |")
+    return out
+
+
+def write_readme_table(readme, rows):
+    with open(readme) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        print(f"{readme}: no {README_BEGIN} / {README_END} markers, table not written")
+        return
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    with open(readme, "w") as f:
+        f.write(head + README_BEGIN + "\n" + "\n".join(headline_table(rows)) + "\n" + README_END + tail)
+    print(f"wrote the headline table of {readme}")
 
 
 def write_plot(path, gpu, rows):
@@ -183,12 +269,23 @@ def run_bench_cases(log_path):
             subprocess.run("./" + line, shell=True, cwd=os.path.join(ROOT, "dev", "cuda"), stdout=log, stderr=subprocess.STDOUT)
 
 
+def write_outputs(out, gpu, rows, peaks, plot):
+    write_markdown(os.path.join(out, f"{gpu}.md"), gpu, rows, peaks)
+    print(f"wrote {os.path.join(out, gpu + '.md')}")
+    if plot:
+        write_plot(os.path.join(out, f"{gpu}.png"), gpu, rows)
+    if gpu == README_GPU:
+        write_readme_table(os.path.join(ROOT, "README.md"), rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="store_true", help="run scripts/bench_cases.txt first")
     ap.add_argument("--logs", default=os.path.join(ROOT, "build", "logs"), help="folder of *.log files")
     ap.add_argument("--gpu", default=None, help="name for results/<gpu>.md (default: from nvidia-smi)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--tables-only", action="store_true",
+                    help="read no logs: rewrite results/<gpu>.md and README's table from results/<gpu>.csv")
     args = ap.parse_args()
     gpu = args.gpu
     if not gpu:
@@ -198,6 +295,17 @@ def main():
             gpu = re.sub(r"[^a-z0-9]", "_", name.lower().replace("nvidia ", ""))
         except Exception:
             gpu = "unknown"
+    csv_path = os.path.join(args.out, f"{gpu}.csv")
+    old = []
+    if os.path.exists(csv_path):
+        with open(csv_path) as f:
+            old = [dict(r) for r in csv.DictReader(f)]
+    if args.tables_only:
+        if not old:
+            print(f"no rows in {csv_path}")
+            return 1
+        write_outputs(args.out, gpu, old, [], plot=False)
+        return 0
     os.makedirs(args.logs, exist_ok=True)
     if args.run:
         run_bench_cases(os.path.join(args.logs, "bench.log"))
@@ -208,20 +316,14 @@ def main():
         print(f"no RESULT or PEER lines in {args.logs}")
         return 1
     os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, f"{gpu}.csv")
-    old = []
-    if os.path.exists(csv_path):
-        with open(csv_path) as f:
-            old = [dict(r) for r in csv.DictReader(f)]
     rows = merge(old, new_rows)
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(r)
-    write_markdown(os.path.join(args.out, f"{gpu}.md"), gpu, rows, peaks)
-    write_plot(os.path.join(args.out, f"{gpu}.png"), gpu, rows)
-    print(f"wrote {csv_path} and {gpu}.md: {len(new_rows)} new rows, {len(rows)} in all")
+    write_outputs(args.out, gpu, rows, peaks, plot=True)
+    print(f"wrote {csv_path}: {len(new_rows)} new rows, {len(rows)} in all")
     return 0
 
 

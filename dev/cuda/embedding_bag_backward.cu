@@ -4,148 +4,54 @@ backward, "exact" optimizers): the pooled gradient becomes one gradient per look
 the row's occurrences in the batch, and the optimizer updates that row once. Rows nobody looked up are
 not touched (weights and optimizer state stay bit-identical).
 
-Layout (FBGEMM's, the same inputs as embedding_bag_forward.cu):
-  weights          one flat array of floatX; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
-                   differ) starts at weights_offsets[t] (int64; rows are 16-byte aligned in fp32)
-  D_offsets[T+1]   int32 running sum of D_t; total_D = D_offsets[T]
-  hash_offsets[T+1] int64 running sum of E_t: row r of table t has the linear id hash_offsets[t] + r
-  indices[N] int64 row ids; offsets[T*B+1] int64, table-major: bag (t, b) is
-                   indices[offsets[t*B + b] .. offsets[t*B + b + 1]); bags may be empty
-  per_sample_weights[N] fp32, optional ("weighted")
-  grad_output[B][total_D] fp32 (the gradient of the forward's fp32 output, in both builds)
-  g_{t,r} = sum over occurrences l of row r in a bag (t, b): s_l * grad_output[b][D_offsets[t] + :],
-            s_l = w_l (1 unweighted), divided by the bag's length for MEAN
-Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row:
-  dense            grad[t][r] = g (fp32, the tables' shape; the buffer arrives zeroed, untouched rows stay 0)
-  sgd              W -= lr * g
-  rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)     (FBGEMM's default)
-  adagrad          m[t,r,d] += g^2;       W -= lr * g / (sqrt(m) + eps)
-Optimizer state is fp32 in both builds; the _bf16 build stores the weights in bf16 (updated in fp32,
-rounded to nearest once).
+Layout: embedding_bag_forward.cu's inputs (weights, D_offsets, weights_offsets, indices, table-major
+offsets, optional per-sample weights), plus hash_offsets[T+1] (int64 running sum of E_t: row r of table t
+has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 in both builds). With
+s_l = w_l (1 unweighted, divided by the bag's length for MEAN):
+  g_{t,r} = sum over occurrences l of row r in a bag (t, b) of s_l * grad_output[b][D_offsets[t] + :]
+Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row; state is fp32:
+  dense  grad[t][r] = g  |  sgd  W -= lr * g  |  adagrad  m[t,r,d] += g^2; W -= lr * g / (sqrt(m) + eps)
+  rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)       (FBGEMM's default)
 
-Fewest bytes (each input read once; each looked-up row's weights and state read and written once):
-  bytes = 8 * N + 8 * (T*B + 1)                          indices, offsets
-        + 4 * N                                          per-sample weights, if weighted
-        + 4 * B * total_D                                grad_output
-        + sum over unique rows u of
-            dense: 4 D_u | sgd: 2 D_u sizeof(floatX) | rowwise: 2 D_u sizeof(floatX) + 8 | adagrad: 2 D_u (sizeof(floatX) + 4)
-  FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): uniform (311,574 unique rows
-  of 327,680 lookups) 2.6 + 0.1 + 8.4 + 321.5 MB = 332.7 MB; Zipf 1.15 (18,016 unique) 11.1 + 18.6 = 29.7 MB.
-  Predicted floors (not measured) at ~4.3 TB/s: 0.077 ms uniform; Zipf is bound instead by the 167 MB of
-  grad_output rows every lookup re-reads from L2 (the 8.4 MB grad_output stays in the 60 MB L2).
-  FBGEMM's benchmark figure, printed as `fbgemm_gbps=` = 2 * rw / time with
-  rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (nominal L): 176.2 MB at the default size.
+Fewest bytes (inputs read once; each looked-up row's weights and state read and written once):
+  bytes = 8 * N + 8 * (T*B + 1) + 4 * N (weighted) + 4 * B * total_D + sum over unique rows u of
+            dense: 4 D_u | sgd: 2 D_u sizeof(floatX) | rowwise_adagrad: 2 D_u sizeof(floatX) + 8
+            | adagrad: 2 D_u (sizeof(floatX) + 4)
+  FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): 332.7 MB at uniform (311,574
+  unique rows of 327,680 lookups), 29.7 MB at Zipf 1.15. FBGEMM's own figure, 2 * rw / time with
+  rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
 
-Versions (one idea each; measured times below):
-  1  what a first port does: every lookup atomicAdds its scaled gradient row into a dense fp32 buffer of
-     the tables' shape and claims its row in a flag array (the first claimant appends it to a list);
-     then one warp per listed row applies the optimizer and zeroes the buffer row and flag again.
-     Float atomics in arbitrary order: not bit-reproducible.
-  2  sort instead of atomics (FBGEMM's first stage): linearize (table offset + row id), CUB radix sort of
-     (linear id -> bag) over only the bits the largest id needs, run-length encode, exclusive sum of the
-     run lengths, then one warp per unique row sums its occurrences and applies the optimizer.
-     Deterministic. A row looked up 10,000 times is one warp's serial loop.
-  3  FBGEMM's hybrid: runs of 32 or more go to a block per row (the warps split the run, a shared-memory
-     tree combines them, warp 0 updates the row); shorter runs stay one warp per row. Like FBGEMM it sorts
-     the per-sample weights in a second radix sort and scales grad_output for MEAN in an extra pass.
-  4  beyond FBGEMM: the sorted lookups are cut into fixed chunks of 32, one warp per chunk, so every warp
-     reads the same number of gradient rows whatever the distribution (one giant run is spread over the
-     whole GPU instead of one block). A run inside a chunk is finished there; a run crossing chunks leaves
-     one partial sum per chunk, and a combine kernel (one warp per chunk that owns such a run; a block per
-     run for runs over more than 64 chunks) adds them in a fixed order (no float atomics) and updates the
-     row. No run-length encode, scan or find-long pass; 32-bit keys; the bag and the per-sample weight
-     travel in the sort's value and MEAN's 1/L is applied per lookup, so one sort and no extra passes.
-     Never synchronizes the host: the check captures the whole step in a CUDA graph and replays it.
-  5  version 4 with two rows in flight per warp: the next piece's weight and state rows are loaded while
-     this piece's gradient rows are summed (uniform input: nearly every piece is one row, so one DRAM
-     latency per row was exposed). For D <= 256 (register budget); wider rows run as version 4.
-  6  version 5 with sub-warp rows for small D (max D <= 64): a group of G lanes (G = 8 for D <= 32, 16 for
-     D <= 64) owns a chunk of G lookups, so a warp works on 32/G rows at once instead of leaving lanes idle.
-  7  version 4 with four rows in flight per warp at any D <= 256: the warp keeps its chunk of 32 lookups (so
-     the partials and combines are version 4's), but its short pieces (under 8 lookups: nearly all of them
-     at uniform input) are dealt round-robin to four groups of 8 lanes, each group holding a whole row (4
-     vectors per lane at D = 128); long pieces (hot rows) are summed by the whole warp in version 4's layout.
-     Adagrad's per-element state is loaded at the update, after an L2 prefetch, not held in registers.
-     Wider rows run as version 4.
-  8  version 7 with the sort done table by table (the default). FBGEMM's layout is table-major, so sorting
-     each table's lookups sorts them all: one block per table sorts its (row, position) pairs in shared memory
-     with CUB's block radix sort (17 bits at E = 1e5), one kernel instead of CUB's device-wide histogram,
-     scan and three onesweep passes, all latency-bound at 327,680 keys. Stable, so the order and every bit
-     are version 7's. Tables over 12,288 lookups go to CUB's segmented sort in the same step (one launch that
-     finds nothing to do when every table fit); when the tables average more than that, version 7's
-     device-wide sort is used instead (the large single-table size: version 8 is version 7 there).
+Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
+measured in the same process, by the fewest bytes); every number, the sgd and large sizes: results/h200.md.
+                                                                    uniform          Zipf 1.15  one row
+  1  atomicAdd into a dense buffer, a flag list, then the optimizer  1.4702 (5.3%)    0.1323     0.2999
+  2  CUB radix sort of linear ids, run-length encode, warp per row  0.3926 (19.9%)   0.1543     0.6674
+  3  FBGEMM's hybrid: runs of 32 or more get a block per row         0.4295 (18.2%)   0.1858     0.1689
+  4  fixed chunks of 32 sorted lookups per warp, ordered combines    0.2289 (34.2%)   0.1114     0.0906
+  5  version 4 with the next row loaded while this one is summed     0.2521 (31.0%)   0.1221     0.0925
+  6  version 5 with sub-warp rows for max D <= 64 (not run at D=128; 0.0735 on the 11M x 64 table)
+  7  version 4 with four short pieces in flight per warp (8 lanes)   0.1843 (42.5%)   0.1164     0.0971
+  8  version 7 with one CUB block radix sort per table (default)     0.1546 (50.6%)   0.0902     0.0809
+Version 8 at uniform is fbgemm_gbps=2280. PyTorch (nn.EmbeddingBag sparse=True + Adagrad, elementwise:
+it has no rowwise; scripts/peers/embedding_bag_backward.py), 2026-11-30: forward + backward + step 2.0954 /
+1.0496 ms at uniform / Zipf, its forward alone 0.1085 / 0.0818. FBGEMM itself has not been run here.
 
-Measured on the lent H200 on 2026-11-30 (UTC), sixth session, one run (median ms, best block, FBGEMM's default
-size T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad unless said; `fbgemm` = FBGEMM's formula as % of the copy
-bandwidth measured in the same process, 4249-4259 GB/s; every version passed its check, determinism replay and
-untouched-row proof; results/logs/2026-11-30_s6_bench_embedding_bag_backward.log):
-            uniform          Zipf 1.15        one row      sgd uniform/Zipf   T=1 E=1e6 B=65536 L=32 uniform/Zipf
-  1   1.470 (5.6%  fbgemm)   0.132            0.300        2.294 / 0.167      4.871 / 0.903
-  2   0.393 (21.1%)          0.154            0.668        0.372 / 0.154      1.469 / 6.203
-  3   0.430 (19.3%)          0.186            0.169        0.409 / 0.184      1.571 / 0.933
-  4   0.229 (36.2%)          0.111 (74.2%)    0.091        0.206 / 0.106      0.616 / 0.383
-  5   0.252 (32.9%)          0.122            0.093        0.226 / 0.116      0.740 / 0.442
-  7   0.184 (45.0%)          0.116 (71.1%)    0.097        0.171 / 0.112      0.640 / 0.460
-  8   0.155 (53.7%)          0.090 (91.7%)    0.081        0.144 / 0.087      0.640 / 0.460   (the default)
-  (6 runs only where max D <= 64: at the TT comparison size T=1 E=11e6 D=64 B=512 L=20 sgd, 10,240 lookups in
-   one table, v1 0.054, v2 0.066, v3 0.072, v4 0.083, v5 0.088, v6 0.074, v7 0.064, v8 0.050: the table sort
-   makes 8 the fastest there too.)
-PyTorch in the same run (nn.EmbeddingBag sparse=True, one concatenated table, scripts/peers/
-embedding_bag_backward.py), forward + backward + step, uniform / Zipf: SGD 0.639 / 0.725 ms, Adagrad (elementwise;
-PyTorch has no rowwise) 1.932 / 1.160 ms; its forward alone 0.108 / 0.082 ms. Version 8's backward + rowwise
-Adagrad is 11.8x / 12.0x faster than PyTorch's backward + Adagrad step (forward subtracted).
-FBGEMM itself could not be run: its wheel for torch 2.11 / CUDA 13 is 443 MiB, beyond what a device call carries.
-What the numbers say. Sorting instead of atomics (2) wins 3.7x at uniform because the atomics scatter 42 MB of
-partial rows through L2 and the optimizer pass then re-reads them; but one warp per unique row serialises a
-hot row (2 is 4.2x slower on the large Zipf input than on uniform, 1.7x on one row). FBGEMM's block per long
-run (3) fixes the hot rows but pays a second kernel and its tree. Fixed chunks of 32 lookups (4) give every
-warp the same work whatever the distribution and drop the run-length encode and scan. Prefetching the next
-row (5) did not pay: 72 registers cost more occupancy than the overlap gains. Four rows per warp (7) takes
-20% off at uniform (fifth session's ncu: the chunk kernel 158 -> 108 us, DRAM 43% -> 62% busy) but its 111
-registers cost it 5-20% wherever hot rows dominate. The table-by-table sort (8) then takes the sort from ~48 us of
-kernels (histogram 4.6, scan 2.3, three onesweep passes of 13.6 us on 38 blocks) to one 24 us kernel and an
-empty 2.3 us launch, and wins everywhere the tables fit a block: 16% at uniform, 22% at Zipf (where it also
-passes version 4), 17% on one row. At the large single-table size it is version 7 (version 4 is 4% / 17%
-faster there, uniform / Zipf).
-The 50%-by-FBGEMM's-formula target is 0.166 ms at the default size (2 x 176.2 MB at 2,125 GB/s, half this run's
-copy bandwidth): version 8 reaches 53.7% (0.155 ms). ncu at uniform (clocks left alone; the experiments' log
-below): linearize 5.0 us, table sort 24.2 us, the empty segmented sort 2.3 us, the chunk kernel 108 us (DRAM ~60%
-busy: random 512-byte rows read and written), the combines 6.5 + 2.4 us.
-Tried this session and measured, not kept (results/logs/2026-11-30_s6_experiments/: the patches, the scripts and
-every line they printed): staging the chunk's weight rows in shared memory with cp.async, all 32 in flight per
-warp (0.206-0.210 ms against version 7's 0.188: 16 KB per warp cut the warps per SM to 11, and a warp's DRAM
-reads come in one burst); finishing the runs that cross chunks in the chunk kernel (the last warp to arrive adds
-the partials; no combine kernel): the same at uniform (0.1828 against 0.1826), 15% slower at Zipf and at the
-large size (every warp with a partial pays a fence, probes and an atomic while holding its registers); an L2
-prefetch of the first rows on a side stream while the sort runs (0.187 against 0.183 without); CUB's segmented
-sorts per table (48.9 us against the device-wide 60.7 in a micro-benchmark, 8.2 ms with one table of 2 million
-lookups); the block sort with 1024 threads x 16 items and 6-bit digits (spills; the sort kernel 37 us) or 1024 x
-12 and 4-bit digits (0.160 ms against 0.155). Earlier sessions: CUB's onesweep with a smaller tile (1-3%), 11-bit
-digits (do not fit), chunks of 8 lookups per group of 8 lanes (2x slower with hot rows), an in-kernel L2
-prefetch of the chunk's rows, the L2::256B hint on the row loads, forced occupancy (spills).
-What is left: the chunk kernel's random 512-byte read-modify-writes hold DRAM at about 60% busy; the sort is
-now 24 us of one block per table over 32 of the 132 SMs.
-
-Launches per step (no host synchronization in any; every one stream-ordered):
-  1: memset + 2 kernels. 2: linearize, CUB sort (a histogram, a scan and one pass per 8 key bits: 3 for
-  the default size's 22 bits), CUB run-length encode, CUB exclusive sum, 1 kernel. 3: as 2, plus a second
-  sort (weighted), the MEAN pass (mean), a memset and 3 kernels. 4-7: linearize, CUB sort, the chunk
-  kernel, a memset and 2 combine kernels (the second has no work unless a run spans over 64 chunks).
-  8: as 7 with the table sort and CUB's segmented sort in place of the device-wide sort.
-Timing: before each sample the looked-up rows (weights and state) are restored from a pristine copy,
-untimed, so every sample times the same step from the same tables; the dense gradient buffer is zeroed
-once and each step rewrites the same rows. The check poisons every scratch buffer and the dense
-gradient's looked-up rows before each checked run, compares every looked-up row (weights, state, or the
-gradient) with the reference, proves every other row bit-identical, and then replays the step from a
-CUDA graph (captured in global mode: a synchronizing call would break the capture) and compares bits.
+Lessons:
+- Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;
+  fixed chunks (4) give every warp the same work whatever the distribution, with one sort and no scan.
+- More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap).
+- FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
+  kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
+- What bounds the uniform backward now: the chunk kernel's random 512-byte row read-modify-writes hold
+  DRAM at about 60% busy (108 us in ncu of the 155), and the sort runs on 32 of the 132 SMs.
+- Profiles, launches per step, how timing restores the tables, what was tried and dropped:
+  results/notes/embedding_bag_backward.md.
 
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
   make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
-  ./embedding_bag_backward all --alpha 0                       (FBGEMM's default size, uniform row ids)
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
-  ./embedding_bag_backward 7 8 --alpha 0 --block 64              (the device-wide sort against the table sort)
 */
 #include "embedding_bag.h"
 #include <cub/cub.cuh>

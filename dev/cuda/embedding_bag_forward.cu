@@ -1,74 +1,47 @@
 /*
 Pooled embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's
 nn.EmbeddingBag for one table): T tables are each looked up by B bags of row ids, and each bag's rows
-are summed (or averaged) into one D_t-wide vector of the output row.
+are summed (or averaged) into one D_t-wide slice of the bag's output row.
 
 Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs):
-  weights          one flat array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may differ)
-                   starts at weights_offsets[t] (int64, a multiple of 4: rows are 16-byte aligned in fp32)
+  weights          one flat floatX array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
+                   differ) starts at weights_offsets[t] (int64, a multiple of 4: 16-byte aligned rows)
   D_offsets[T+1]   int32 running sum of D_t; total_D = D_offsets[T]
   indices[total_L] int64 row ids; offsets[T*B+1] int64, table-major: bag (t, b) is
                    indices[offsets[t*B + b] .. offsets[t*B + b + 1]); bags may be empty
   per_sample_weights[total_L] fp32, optional ("weighted")
   out[B][total_D]  fp32: out[b][D_offsets[t] + d] = scale * sum_{l in bag(t,b)} w_l * W_t[indices[l]][d]
                    (w_l = 1 unweighted; scale = 1/L_bag for MEAN, 1 for SUM; an empty bag gives 0)
-Element types: weights are floatX (fp32, or bf16 in the _bf16 build, where a lane's 4 columns are one
-8-byte load); accumulation and the output are fp32 in both builds (FBGEMM's default output type).
+Accumulation and the output are fp32 in both builds; the _bf16 build stores the weights in bf16.
 
-Fewest bytes (nothing can be deduplicated without a sort, so every looked-up row is read once per lookup):
-  bytes = sum_t L_t * D_t * sizeof(floatX)    rows (L_t = lookups into table t)
-        + 8 * total_L                         indices
-        + 8 * (T*B + 1)                       offsets
-        + 4 * total_L                         per-sample weights, if weighted
-        + 4 * B * total_D                     output
-        + 4 * (T+1) + 8 * T                   D_offsets, weights_offsets
-  FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32): 167.8 + 2.6 + 0.13 + 8.4 MB = 178.9 MB;
-  the large size (T=1 E=1e6 D=128 B=65536 L=32): 1073.7 + 16.8 + 0.5 + 33.6 MB = 1124.6 MB.
-  Predicted floor (not measured) at a copy bandwidth of ~4.2 TB/s: 0.043 ms and 0.27 ms. Zipf inputs
-  reuse hot rows from L2 (and L1), so they can pass 100% of copy bandwidth by this count.
-  FBGEMM's benchmark prints rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L (nominal L) over the time:
-  it is printed as `fbgemm_gbps=` (176.2 MB at the default size).
+Fewest bytes (every looked-up row read once per lookup: nothing deduplicates without a sort):
+  bytes = sum_t L_t * D_t * sizeof(floatX) + 8 * total_L + 8 * (T*B + 1) + 4 * B * total_D
+        + 4 * total_L (weighted) + 4 * (T+1) + 8 * T
+  = 178.9 MB at FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32), 1124.6 MB at the large size
+  (T=1 E=1e6 D=128 B=65536 L=32). Zipf inputs re-read hot rows from L2, so they pass 100% by this count.
+  FBGEMM's benchmark figure, rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L over the time, is printed
+  as `fbgemm_gbps=`.
 
-Versions (one idea each; measured times below and in results/h200.md):
-  1  one thread per (bag, column): the table of a column by binary search over D_offsets, then a scalar
-     loop over the bag (what a first port does: 4-byte loads, every thread re-reads the bag's indices)
-  2  one warp per bag, each lane owns 4 columns (one 16-byte load per row in fp32); D > 128 loops
-  3  several bags per warp for small D: a bag gets the power of two lanes that covers D/4 (D=4: one lane,
-     32 bags per warp); the grid's y index is the table, so the lanes per bag are uniform in a block
-  4  memory-level parallelism: the bag's indices (and weights) are loaded by the group's lanes at once
-     and broadcast with shuffles (as 32-bit row ids: E_t < 2^31), 8 16-byte row loads are issued
-     before the first add, lanes hold up to 4 vectors (D <= 512 in one pass), and the output is stored
-     with the streaming hint; one kernel instantiation per class of tables (lanes per row, vectors per
-     lane), launched once per class present (once when all tables share D), so each has its own registers
-  5  one warp per bag for every D: where a row needs fewer than 32 lanes, the warp's row slots take
-     different rows of the same bag and combine with xor shuffles at the end (more rows in flight
-     per bag and fewer bags per warp: better when bags are few, e.g. the dense case with B=512, T=1).
-     At D >= 128 (a row takes the whole warp) it is version 4.
-  6  version 5 with PTX's L2::256B prefetch-size hint on the row loads: an L2 miss fetches the aligned
-     256 bytes around the vector from DRAM at once (a D = 128 fp32 row is two such blocks, read by one warp
-     instruction) instead of sector by sector. Nothing else changes.
-Measured on the lent H200 on 2026-11-29, fifth session, all in one run (median ms, best block; % of the copy
-bandwidth measured in the same process, 4227-4231 GB/s, by the fewest-bytes count above; every version passed
-its checks; results/logs/2026-11-29_s5_bench_embedding_bag_forward_v6.log):
-       default uniform   default Zipf    large uniform     large Zipf   large one-row   T=1 E=11e6 D=64 B=512
-  1    0.0651 (64.9%)    0.0404          0.3154 (84.3%)    0.1602       0.1593          0.0092
-  2    0.0560 (75.4%)    0.0242          0.2631 (101.1%)   0.0804       0.0756          0.0112
-  3    0.0598 (70.7%)    0.0270          0.2782 (95.6%)    0.0822       0.0754          0.0140
-  4    0.0545 (77.6%)    0.0231          0.2561 (103.8%)   0.0716       0.0690          0.0103
-  5    0.0546 (77.4%)    0.0231          0.2562 (103.8%)   0.0716       0.0689          0.0079
-  6    0.0529 (79.9%)    0.0203          0.2587 (102.8%)   0.0673       0.0657          0.0075  (the default)
-  bf16 weights, large uniform: v4 0.1596, v5 0.1596, v6 0.1513 ms (91.8%).
-PyTorch F.embedding_bag in the same run (scripts/peers/embedding_bag_forward.py, same inputs, same timing
-method): default uniform 0.1112, Zipf 0.0817, large uniform 0.6099, large Zipf 0.4395, T=1 E=11e6 D=64 0.0109 ms.
-Version 6 is 2.10x / 4.0x faster at the default size, 2.36x / 6.5x at the large size (version 4: 2.38x at
-large uniform), 1.5x on the small dense table. The large uniform case reads at the copy roof (over 100% by our
-count: a few rows repeat and hit L2), where the hint changes nothing (0.2587 against 0.2562 ms); at the default
-size, where 55 us of kernel is short enough for fixed costs to show, it takes 3% off (0.0529 against 0.0546),
-and 5-12% off the Zipf and one-row inputs. The default write flush leaves dirty lines whose write-back lands in
-the timed kernel (measured: version 4 takes 0.0549 ms after the default write flush and 0.0478 ms, 87.4% of
-copy, after a read flush; results/h200_notes.md), which weighs on every short kernel here, PyTorch's included.
-Versions 4-6 keep 8 row loads in flight per lane and beat the plain warp per bag (2) by 3-16%; several bags per
-warp (3) does not pay at D=128. The same hint on the backward's weight rows made it slower (embedding_bag_backward.cu).
+Versions. H200, 2026-11-29, best block, median ms (% of the copy bandwidth measured in the same process);
+every number is in results/h200.md.
+                                                               default size       default   large size
+                                                               uniform            Zipf 1.15 uniform
+  1  one thread per (bag, column), scalar loop over the bag    0.0651 (64.9%)     0.0404    0.3154 (84.3%)
+  2  one warp per bag, a lane owns 4 columns (16-byte loads)   0.0560 (75.4%)     0.0242    0.2631 (101.1%)
+  3  several bags per warp for small D (lanes per bag: D/4)    0.0598 (70.7%)     0.0270    0.2782 (95.6%)
+  4  bag indices shuffled across lanes, 8 row loads in flight  0.0545 (77.6%)     0.0231    0.2561 (103.8%)
+  5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
+  6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
+PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
+Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
+
+Lessons:
+- Rows in flight decide it: versions 4-6 keep 8 row loads per lane outstanding and beat the plain warp
+  per bag (2) by up to 16%; several bags per warp (3) does not pay at D = 128.
+- The large uniform size reads at the copy roof; there the 256-byte hint changes nothing, while at the
+  default size (a ~50 us kernel) and on Zipf inputs it takes 3-12% off. The same hint slowed the backward.
+- The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel; it weighs on
+  every short kernel here, PyTorch's included (results/notes/embedding_bag_forward.md).
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all

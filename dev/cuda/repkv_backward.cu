@@ -13,30 +13,26 @@ gradients of each K and V head:
 
 Fewest bytes: read dout once, write dinp once:
   bytes = B*T*HD*(3*NH + NH + 2*NKV) * sizeof(floatX)  = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
-No arithmetic to speak of, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
+No arithmetic to speak of, so the floor is bytes / copy bandwidth (0.142 ms at the median 4255 GB/s
+of the runs in results/h200.md).
 
-Versions, measured on the lent H200 on 2026-11-29 (scripts/gpu_check.sh; bench size; best block; median
-of 100 samples, L2 flushed before each; % of the device-to-device copy bandwidth measured in the same
-process, 4230 GB/s; fp32 | bf16):
-  1  the seed's approach (llm.c dev/cuda/repkv_backward.cu): one   0.715 ms  19.8%  | 0.710 ms  10.0%
-     thread per dout element; the K/V threads of every head but
-     the first of its group return at once
-  2  one thread per dinp element: no idle threads, each dout        0.260 ms  54.5%  | 0.254 ms  28.0%
-     element read once
-  3  16-byte vectors: one thread per 16 bytes of dinp (4 fp32 or    0.143 ms  99.2%  | 0.076 ms  93.5%
-     8 bf16), 128-bit loads and stores (the default)
-  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit        0.145 ms  97.9%  | 0.075 ms  94.5%
-     division, 32-bit index math
-  5  version 4 with streaming (evict-first) loads and stores        0.152 ms  93.6%  | 0.079 ms  89.4%
-What the numbers say. Version 1 pays twice: half its threads idle, and the rest issue 4-byte accesses.
-Version 2 fixes the first, version 3 the second and reaches the copy roof (99% of cudaMemcpy moving the
-same bytes): nothing is left to win in fp32. In bf16 the same bytes are half the elements, so each thread
-does twice the arithmetic per byte and the 2-D grid's cheaper index math (version 4) edges ahead, within
-run-to-run noise of version 3. Evict-first hints cost 2-5% when nothing else competes for L2. Also tried
-and dropped, measured the same day: four vectors per thread with every load issued first (72% at its
-register-limited block sizes; 90% when it could use 1024 threads), one block per row with a loop (90%).
-PyTorch's composite (reshape / sum / cat) takes 0.296 ms in the same session (scripts/peers/repkv.py):
-version 3 is 2.1x faster.
+Versions. H200, 2026-11-29, bench size, best block; median ms and % of the device-to-device copy
+bandwidth measured in the same process (every number: results/h200.md):
+                                                                       fp32             bf16
+  1  one thread per dout element, most K/V threads idle (llm.c's)     0.7151  19.8%    0.7104  10.0%
+  2  one thread per dinp element: no idle threads, dout read once     0.2601  54.6%    0.2534  28.0%
+  3  16-byte vectors, one thread per 16 bytes of dinp (the default)   0.1432  99.1%    0.0760  93.4%
+  4  version 3 on a 2-D grid: 32-bit index math, no 64-bit division   0.1451  97.8%    0.0752  94.4%
+  5  version 4 with streaming (evict-first) loads and stores          0.1515  93.7%    0.0795  89.3%
+PyTorch's composite (reshape / sum / cat; scripts/peers/repkv.py): 0.3016 ms (2026-11-30).
+
+Lessons:
+- Version 1 pays twice: half its threads idle, and the rest issue 4-byte accesses. Version 2 fixes the
+  first, version 3 the second and reaches the copy roof: nothing is left to win in fp32.
+- In bf16 the same bytes are twice the elements, so index math weighs more per byte and the 2-D grid
+  (version 4) edges ahead, within run-to-run noise of version 3.
+- Evict-first hints cost 2-5% when nothing else competes for L2.
+- Ideas measured and dropped, and the effect of the L2 flush: results/notes/repkv_backward.md.
 
 Compile and run:
   make repkv_backward          && ./repkv_backward 3

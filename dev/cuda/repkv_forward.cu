@@ -10,32 +10,28 @@ attention each K and V head is copied rep times so that Q, K and V all have NH h
 
 Fewest bytes: read inp once, write out once:
   bytes = B*T*HD*(NH + 2*NKV + 3*NH) * sizeof(floatX) = 604 MB in fp32 at B8,T1024,NH32,NKV8,HD128.
-No arithmetic, so the floor is bytes / copy bandwidth (0.143 ms at 4221 GB/s).
+No arithmetic, so the floor is bytes / copy bandwidth (0.142 ms at the median 4255 GB/s of
+the runs in results/h200.md).
 
-Versions, measured on the lent H200 on 2026-11-29 (scripts/gpu_check.sh; bench size; best block; median
-of 100 samples, L2 flushed before each; % of the device-to-device copy bandwidth measured in the same
-process, 4230 GB/s; fp32 | bf16):
-  1  the seed's approach (llm.c dev/cuda/repkv.cu): one thread    0.610 ms  23.3%  | 0.609 ms  11.7%
-     per out element, decoded with five divisions; a K/V element
-     is fetched rep times (from L2 after the first)
-  2  one thread per inp element, writing its rep copies: each      0.238 ms  59.6%  | 0.233 ms  30.5%
-     input read once, half the threads of version 1
-  3  16-byte vectors: one thread per 16 bytes of inp, 128-bit      0.149 ms  95.0%  | 0.077 ms  92.4%
-     loads and stores (the default: the fastest in fp32)
-  4  a 2-D grid (rows in y, a row's vectors in x): no 64-bit       0.150 ms  94.8%  | 0.077 ms  92.4%
-     division, 32-bit index math
-  5  version 4 with streaming (evict-first) loads and stores       0.154 ms  92.1%  | 0.079 ms  90.2%
-  6  Hopper's bulk-copy engine: a row into shared memory with one  0.162 ms  87.8%  | 0.083 ms  85.9%
-     cp.async.bulk, out with one bulk store per destination head
-What the numbers say. The 16-byte vectors of version 3 take the op to the copy roof: the forward writes
-twice what it reads, and 95% of a 50/50 copy is about where a write-heavy stream lands. Versions 4-6 test
-the usual next ideas and none pays here: the 64-bit division of version 3 is hidden under memory latency
-(version 4 ties it), evict-first hints cost a little when nothing else competes for L2 (version 5), and
-the bulk-copy engine, with one row in flight per block and a round trip through shared memory, moves less
-than plain vector stores (version 6). Also tried and dropped, measured the same day: four vectors per
-thread with every load issued first (90.0%), one block per row with a loop (90.2%), and a gather form,
-one thread per out vector (82.6%). PyTorch's composite (split / expand / reshape / stack) takes 0.588 ms
-in the same session (scripts/peers/repkv.py): version 3 is 3.9x faster.
+Versions. H200, 2026-11-29, bench size, best block; median ms and % of the device-to-device copy
+bandwidth measured in the same process (every number: results/h200.md):
+                                                                       fp32             bf16
+  1  one thread per out element, five divisions (llm.c's dev/cuda)    0.6101  23.3%    0.6085  11.7%
+  2  one thread per inp element writing its rep copies                0.2384  59.6%    0.2327  30.5%
+  3  16-byte vectors, one thread per 16 bytes of inp (the default)    0.1496  94.9%    0.0768  92.5%
+  4  version 3 on a 2-D grid: 32-bit index math, no 64-bit division   0.1495  94.9%    0.0768  92.5%
+  5  version 4 with streaming (evict-first) loads and stores          0.1544  91.9%    0.0786  90.3%
+  6  Hopper's bulk-copy engine: a row via shared memory, bulk stores  0.1619  87.7%    0.0826  86.0%
+PyTorch's composite (split / expand / reshape / stack; scripts/peers/repkv.py): 0.5673 ms (2026-11-30).
+
+Lessons:
+- Version 1 re-reads each K/V element rep times and issues 4-byte accesses; version 2 removes the
+  re-reads, version 3 the narrow accesses, and that alone reaches the copy roof.
+- The forward writes twice what it reads; about 95% of a copy is where such a write-heavy stream lands.
+- Versions 4-6 are the usual next ideas and none pays: the 64-bit division is hidden under memory
+  latency (4 ties 3), evict-first hints cost a little when nothing competes for L2 (5), and the bulk
+  engine with one row in flight per block moves less than plain vector stores (6).
+- Ideas measured and dropped, and the effect of the L2 flush: results/notes/repkv_forward.md.
 
 Compile and run:
   make repkv_forward        && ./repkv_forward 3

@@ -20,18 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_util as pu
 
 OP = "embedding_bag_backward"
-# the fbgemm-gpu wheel that matches torch 2.11 (FBGEMM 1.6.0, cp312, manylinux_2_28_x86_64) on PyPI, as read
-# on 2026-11-29: too large to travel with a device call (64 MiB for the whole working tree)
-FBGEMM_WHEEL = "fbgemm_gpu-1.6.0-cp312-cp312-manylinux_2_28_x86_64.whl, 464,960,817 bytes (443 MiB)"
+# the fbgemm-gpu wheel that matches torch 2.11 / CUDA 13 / Python 3.12 on PyPI, as read on 2026-11-29
+FBGEMM_WHEEL = "fbgemm_gpu-1.6.0-cp312-cp312-manylinux_2_28_x86_64.whl (443 MiB)"
 
-ok, why = pu.have_torch_cuda()
-if not ok:
-    print(f"SKIP {OP} peers: {why or 'no CUDA device for torch'}")
-    sys.exit(0)
+pu.skip_without_torch(f"{OP} peers")
 import numpy as np
 import torch
 
-failed = False
+result = pu.Outcome()
 
 
 def concat_inputs(d, T, B):
@@ -46,14 +42,14 @@ def concat_inputs(d, T, B):
 
 
 def cross_check(name, args, opt, mean=False, weighted=False):
-    global failed
-    d = pu.tempdir(OP)
     full = ["all", "--check-only", "--optimizer", opt] + args + (["--pooling", "mean"] if mean else []) + (["--weighted"] if weighted else [])
-    rc, out = pu.run_op(OP, full, d)
-    if rc != 0:
-        print(f"FAIL {OP} {name}: the op exited {rc}\n{out[-1500:]}")
-        failed = True
-        return
+    with pu.dumped_run(result, OP, full, tail=1500) as d:
+        if d is not None:
+            compare_step(d, name, opt, mean, weighted)
+
+
+def compare_step(d, name, opt, mean, weighted):
+    """The op's dumped step against nn.EmbeddingBag + torch.optim on the same inputs."""
     D_offsets = pu.load(d, OP + "_D_offsets")
     T = len(D_offsets) - 1
     D = int(D_offsets[1] - D_offsets[0])
@@ -91,10 +87,9 @@ def cross_check(name, args, opt, mean=False, weighted=False):
             got_s = torch.from_numpy(pu.load(d, OP + "_state_after")).cuda().view(rows, D)
             checks.append(("state", got_s, step.state[emb.weight]["sum"]))
     for what, got, want in checks:
-        good = torch.allclose(got, want, atol=2e-5, rtol=2e-5)
         err = (got - want).abs().max().item()
-        print(f"{'PASS' if good else 'FAIL'} {OP} {name} {opt}: {what} against PyTorch (max abs diff {err:.2e})")
-        failed |= not good
+        result.report(torch.allclose(got, want, atol=2e-5, rtol=2e-5),
+                      f"{OP} {name} {opt}: {what} against PyTorch (max abs diff {err:.2e})")
 
 
 small = ["--T", "3", "--E", "40", "--D", "8", "--B", "6", "--L", "4", "--alpha", "0", "--seed", "1"]
@@ -193,9 +188,8 @@ try:
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice
 except Exception as e:  # ImportError, or a wheel built against another torch
     print(f"SKIP fbgemm: fbgemm_gpu does not import here ({e.__class__.__name__}: {e}); the wheel that matches "
-          f"torch 2.11 / CUDA 13 / Python 3.12 is {FBGEMM_WHEEL} on PyPI, more than the 64 MiB a device call "
-          f"carries, and the GPU machine has no network")
-    sys.exit(1 if failed else 0)
+          f"torch 2.11 / CUDA 13 / Python 3.12 is {FBGEMM_WHEEL} on PyPI")
+    result.finish()
 
 for alpha in [0.0, 1.15]:
     shape = f"T{T},E{E},D{D},B{B},L{L},alpha{alpha:g},sum,rowwise_adagrad"
@@ -227,4 +221,4 @@ for alpha in [0.0, 1.15]:
     del tbe
     torch.cuda.empty_cache()
 
-sys.exit(1 if failed else 0)
+result.finish()

@@ -3,27 +3,23 @@
 
 1. Cross-check: run the op at small sizes with --dump, rebuild its inputs from the .npy files (row ids,
    table-major offsets, per-table D and row offsets, per-sample weights, the weights), and compare the op's
-   output (the last version run, 5) with PyTorch F.embedding_bag called per table and concatenated along
+   output (the last version run) with PyTorch F.embedding_bag called per table and concatenated along
    the columns (and with FBGEMM's SplitTableBatchedEmbeddingBagsCodegen forward where fbgemm_gpu imports).
 2. Timing at the bench sizes (FBGEMM's default T=32 E=1e5 D=128 B=512 L=20 uniform and Zipf 1.15, the
    large single table E=1e6 D=128 B=65536 L=32 uniform and Zipf, and the dense case E=1.1e7 D=64 B=512
    L=20): the op writes its row ids and offsets (the weights are not dumped at these sizes: random weights
    of the same shape stand in, the time does not depend on their values), and PyTorch runs one
-   concatenated table (row ids shifted by each table's first row), as the spec's anchor was measured.
+   concatenated table (row ids shifted by each table's first row).
    Prints PEER lines with the op's RESULT shape, our fewest-bytes GB/s and FBGEMM's labelled figure.
 """
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_util as pu
 
 OP = "embedding_bag_forward"
-ok, why = pu.have_torch_cuda()
-if not ok:
-    print(f"SKIP {OP} peers: {why or 'no CUDA device for torch'}")
-    sys.exit(0)
+pu.skip_without_torch(f"{OP} peers")
 import torch
 import torch.nn.functional as F
 
@@ -85,7 +81,7 @@ def fbgemm_module(Es, Ds, mean):
         return None, f"{e.__class__.__name__}: {str(e)[:200]}"
 
 
-failed = False
+result = pu.Outcome()
 fbgemm_why = ""
 # ---- 1. cross-check at small sizes, the op's inputs and output
 CASES = [
@@ -95,33 +91,24 @@ CASES = [
     ["--T", 2, "--D", 128, "--E", 1000, "--B", 50, "--L", 20, "--one-row", "--seed", 4],
 ]
 for args in CASES:
-    d = pu.tempdir(OP)
-    rc, out = pu.run_op(OP, ["all", "--check-only"] + args, d)
-    name = " ".join(str(a) for a in args)
-    if rc != 0:
-        print(f"FAIL {OP} {name}: the op exited {rc}\n{out[-800:]}")
-        failed = True
-        shutil.rmtree(d, ignore_errors=True)
-        continue
-    x = load_dump(d)
-    got = torch.from_numpy(pu.load(d, OP + "_out")).cuda()
-    want = torch_per_table(x)
-    good = torch.allclose(got, want, atol=ATOL, rtol=RTOL)
-    print(f"{'PASS' if good else 'FAIL'} {OP} {x['shape']} against torch F.embedding_bag per table "
-          f"(max abs diff {(got - want).abs().max().item():.2e})")
-    failed |= not good
-    if not x["weighted"]:            # FBGEMM's weighted forward takes per_sample_weights too, but keep it simple
-        emb, fbgemm_why = fbgemm_module(x["Es"], x["Ds"], x["mean"])
-        if emb is not None:
-            with torch.no_grad():
-                for t, wt in enumerate(emb.split_embedding_weights()):
-                    wo, E, D = int(x["weights_offsets"][t]), x["Es"][t], x["Ds"][t]
-                    wt.copy_(x["weights"][wo:wo + E * D].view(E, D))
-                fb = emb(x["indices"], x["offsets"])
-            good = torch.allclose(got, fb, atol=ATOL, rtol=RTOL)
-            print(f"{'PASS' if good else 'FAIL'} {OP} {x['shape']} against FBGEMM TBE forward (max abs diff {(got - fb).abs().max().item():.2e})")
-            failed |= not good
-    shutil.rmtree(d, ignore_errors=True)
+    with pu.dumped_run(result, OP, ["all", "--check-only"] + args) as d:
+        if d is None:
+            continue
+        x = load_dump(d)
+        got = torch.from_numpy(pu.load(d, OP + "_out")).cuda()
+        want = torch_per_table(x)
+        result.report(torch.allclose(got, want, atol=ATOL, rtol=RTOL),
+                      f"{OP} {x['shape']} against torch F.embedding_bag per table (max abs diff {(got - want).abs().max().item():.2e})")
+        if not x["weighted"]:            # FBGEMM's weighted forward takes per_sample_weights too, but keep it simple
+            emb, fbgemm_why = fbgemm_module(x["Es"], x["Ds"], x["mean"])
+            if emb is not None:
+                with torch.no_grad():
+                    for t, wt in enumerate(emb.split_embedding_weights()):
+                        wo, E, D = int(x["weights_offsets"][t]), x["Es"][t], x["Ds"][t]
+                        wt.copy_(x["weights"][wo:wo + E * D].view(E, D))
+                    fb = emb(x["indices"], x["offsets"])
+                result.report(torch.allclose(got, fb, atol=ATOL, rtol=RTOL),
+                              f"{OP} {x['shape']} against FBGEMM TBE forward (max abs diff {(got - fb).abs().max().item():.2e})")
 if fbgemm_why:
     print(f"SKIP {OP} FBGEMM peer: fbgemm_gpu does not load ({fbgemm_why})")
 
@@ -134,14 +121,10 @@ BENCH = [
     ["--T", 1, "--E", 11000000, "--D", 64, "--B", 512, "--L", 20, "--alpha", 0],
 ]
 for args in BENCH:
-    d = pu.tempdir(OP)
-    rc, out = pu.run_op(OP, ["5", "--check-only", "--block", 128] + args, d)
-    if rc != 0:
-        print(f"FAIL {OP} {' '.join(map(str, args))}: the op exited {rc}\n{out[-800:]}")
-        failed = True
-        shutil.rmtree(d, ignore_errors=True)
-        continue
-    x = load_dump(d)
+    with pu.dumped_run(result, OP, ["5", "--check-only", "--block", 128] + args) as d:
+        if d is None:
+            continue
+        x = load_dump(d)
     T, B, L, D = x["T"], x["B"], x["L"], x["Ds"][0]
     assert all(Dt == D for Dt in x["Ds"]), "the bench sizes have one D"
     total_L = x["indices"].numel()
@@ -169,5 +152,4 @@ for args in BENCH:
                      f"dtype=fp32 gbps={nbytes / (t[0] * 1e-3) / 1e9:.0f} fbgemm_gbps={fbgemm_rw / (t[0] * 1e-3) / 1e9:.0f}")
         del emb
     torch.cuda.empty_cache()
-    shutil.rmtree(d, ignore_errors=True)
-sys.exit(1 if failed else 0)
+result.finish()

@@ -1,7 +1,11 @@
-"""Shared helpers for the peer scripts: run an op binary with --dump, read .npy, and time a CUDA
-callable the way common.h times a version (warm-up, L2 flush before each sample, CUDA events, median)."""
+"""What every peer script needs: skip without torch, run an op binary with --dump into a folder that is
+removed afterwards, read .npy files, print PASS / FAIL / PEER lines and exit with the outcome, and time a
+CUDA callable the way common.h times a version (warm-up, L2 flush before each sample, CUDA events, median)."""
+import contextlib
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,8 +21,43 @@ def run_op(binary, args, dump_dir=None):
     return p.returncode, p.stdout + p.stderr
 
 
-def tempdir(prefix):
-    return tempfile.mkdtemp(prefix=prefix)
+class Outcome:
+    """The PASS / FAIL lines of one peer script, and its exit code (1 if any FAIL)."""
+
+    def __init__(self):
+        self.failed = False
+
+    def report(self, good, text):
+        print(f"{'PASS' if good else 'FAIL'} {text}", flush=True)
+        self.failed |= not good
+        return good
+
+    def finish(self):
+        sys.exit(1 if self.failed else 0)
+
+
+@contextlib.contextmanager
+def dumped_run(outcome, binary, args, tail=800):
+    """Run dev/cuda/<binary> args --dump DIR; yields DIR, or None after a FAIL line when the op exits
+    non-zero. DIR is removed when the block ends."""
+    d = tempfile.mkdtemp(prefix=binary)
+    try:
+        rc, out = run_op(binary, args, d)
+        if rc != 0:
+            outcome.report(False, f"{binary} {' '.join(map(str, args))}: the op exited {rc}\n{out[-tail:]}")
+            yield None
+        else:
+            yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def skip_without_torch(what):
+    """Print `SKIP <what>: <why>` and exit 0 unless torch imports with a CUDA device."""
+    ok, why = have_torch_cuda()
+    if not ok:
+        print(f"SKIP {what}: {why or 'no CUDA device for torch'}")
+        sys.exit(0)
 
 
 def load(dump_dir, name):

@@ -7,10 +7,7 @@ import os
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_util as pu
 
-ok, why = pu.have_torch_cuda()
-if not ok:
-    print(f"SKIP repkv peers: {why or 'no CUDA device for torch'}")
-    sys.exit(0)
+pu.skip_without_torch("repkv peers")
 import torch
 
 
@@ -32,31 +29,26 @@ def bwd_torch(dout, NH, NKV, HD):
     return torch.cat([dq, dk, dv], dim=-1)
 
 
-failed = False
+result = pu.Outcome()
 for B, T, NH, NKV, HD, seed in [(2, 37, 12, 4, 40, 1), (3, 5, 8, 8, 16, 2), (1, 64, 32, 8, 128, 3)]:
     shape = f"B{B},T{T},NH{NH},NKV{NKV},HD{HD}"
     for op in ["repkv_forward", "repkv_backward"]:
-        d = pu.tempdir(op)
-        rc, out = pu.run_op(op, ["all", "--check-only", "--B", B, "--T", T, "--NH", NH, "--NKV", NKV, "--HD", HD,
-                                 "--seed", seed], d)
-        if rc != 0:
-            print(f"FAIL {op} {shape}: the op exited {rc}\n{out[-800:]}")
-            failed = True
-            continue
-        if op == "repkv_forward":
-            x = torch.from_numpy(pu.load(d, "repkv_forward_inp")).cuda()
-            got = torch.from_numpy(pu.load(d, "repkv_forward_out")).cuda()
-            want = fwd_torch(x, NH, NKV, HD)
-            good = torch.equal(got, want)
+        args = ["all", "--check-only", "--B", B, "--T", T, "--NH", NH, "--NKV", NKV, "--HD", HD, "--seed", seed]
+        with pu.dumped_run(result, op, args) as d:
+            if d is None:
+                continue
+            if op == "repkv_forward":
+                x = torch.from_numpy(pu.load(d, "repkv_forward_inp")).cuda()
+                got = torch.from_numpy(pu.load(d, "repkv_forward_out")).cuda()
+                want = fwd_torch(x, NH, NKV, HD)
+                good = torch.equal(got, want)
+            else:
+                dy = torch.from_numpy(pu.load(d, "repkv_backward_dout")).cuda()
+                got = torch.from_numpy(pu.load(d, "repkv_backward_dinp")).cuda()
+                want = bwd_torch(dy, NH, NKV, HD)
+                good = torch.allclose(got, want, atol=1e-6, rtol=1e-6)
             err = (got - want).abs().max().item()
-        else:
-            dy = torch.from_numpy(pu.load(d, "repkv_backward_dout")).cuda()
-            got = torch.from_numpy(pu.load(d, "repkv_backward_dinp")).cuda()
-            want = bwd_torch(dy, NH, NKV, HD)
-            good = torch.allclose(got, want, atol=1e-6, rtol=1e-6)
-            err = (got - want).abs().max().item()
-        print(f"{'PASS' if good else 'FAIL'} {op} {shape} against PyTorch (max abs diff {err:.2e})")
-        failed |= not good
+            result.report(good, f"{op} {shape} against PyTorch (max abs diff {err:.2e})")
 
 # timing at the bench size, fp32
 B, T, NH, NKV, HD = 8, 1024, 32, 8, 128
@@ -67,4 +59,4 @@ dout = torch.randn(B, T, 3, NH, HD, device="cuda")
 for op, fn in [("repkv_forward", lambda: fwd_torch(inp, NH, NKV, HD)), ("repkv_backward", lambda: bwd_torch(dout, NH, NKV, HD))]:
     t = pu.time_cuda(fn)
     pu.peer_line(op, "pytorch", shape, t, f"dtype=fp32 gbps={nbytes / (t[0] * 1e-3) / 1e9:.0f}")
-sys.exit(1 if failed else 0)
+result.finish()

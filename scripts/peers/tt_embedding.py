@@ -16,7 +16,6 @@ the backward; torch.optim.SGD for the step.
    (and gflops= for the chain's forward FLOPs); forward + backward lines are filed under tt_embedding_backward.
 """
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,10 +23,7 @@ import peer_util as pu
 
 OP = "tt_embedding_forward"
 OPB = "tt_embedding_backward"
-ok, why = pu.have_torch_cuda()
-if not ok:
-    print(f"SKIP tt_embedding peers: {why or 'no CUDA device for torch'}")
-    sys.exit(0)
+pu.skip_without_torch("tt_embedding peers")
 import torch
 
 ATOL, RTOL = 1e-4, 1e-4      # the op file's fp32 tolerances (fp32 chains vs the double reference)
@@ -74,7 +70,7 @@ def tt_forward(cores, x, indices, offsets):
     return torch.zeros(nbags, D, device=DEV, dtype=rows.dtype).index_add_(0, bag, rows)
 
 
-failed = False
+result = pu.Outcome()
 # ---- 1. cross-check at small sizes
 CASES = [
     ["--p", "7,9,5", "--q", "2,4,2", "--ranks", "8,16", "--tables", 2, "--B", 9, "--L", 7, "--seed", 3],
@@ -85,27 +81,20 @@ CASES = [
     ["--p", "4,5,3,6,2", "--q", "2,2,2,2,4", "--ranks", "4,8,8,16", "--tables", 2, "--B", 7, "--L", 6, "--ragged", "--seed", 7],
 ]
 for args in CASES:
-    d = pu.tempdir(OP)
     # version 4 is the fastest fp32 version (version 5 is TF32, with its own looser tolerance, and the
     # dump holds the last version run); `all --check-only` at these sizes is in tests/gpu_cases.txt
-    rc, out = pu.run_op(OP, ["4", "--check-only"] + args, d)
-    name = " ".join(str(a) for a in args)
-    if rc != 0:
-        print(f"FAIL {OP} {name}: the op exited {rc}\n{out[-800:]}")
-        failed = True
-        shutil.rmtree(d, ignore_errors=True)
-        continue
-    x = load_dump(d)
-    with torch.no_grad():
-        want = tt_forward(x["cores"], x, x["indices"], x["offsets"]).view(x["tables"], x["B"], x["D"])
-    for what in ["out_ref", "out"]:
-        got = torch.from_numpy(pu.load(d, f"{OP}_{what}")).to(DEV)
-        good = torch.allclose(got, want, atol=ATOL, rtol=RTOL)
-        label = "CPU reference" if what == "out_ref" else "version 4's output"
-        print(f"{'PASS' if good else 'FAIL'} {OP} {x['shape']}: {label} against the PyTorch bmm chain "
-              f"(max abs diff {(got - want).abs().max().item():.2e})")
-        failed |= not good
-    shutil.rmtree(d, ignore_errors=True)
+    with pu.dumped_run(result, OP, ["4", "--check-only"] + args) as d:
+        if d is None:
+            continue
+        x = load_dump(d)
+        with torch.no_grad():
+            want = tt_forward(x["cores"], x, x["indices"], x["offsets"]).view(x["tables"], x["B"], x["D"])
+        for what in ["out_ref", "out"]:
+            got = torch.from_numpy(pu.load(d, f"{OP}_{what}")).to(DEV)
+            label = "CPU reference" if what == "out_ref" else "version 4's output"
+            result.report(torch.allclose(got, want, atol=ATOL, rtol=RTOL),
+                          f"{OP} {x['shape']}: {label} against the PyTorch bmm chain "
+                          f"(max abs diff {(got - want).abs().max().item():.2e})")
 
 # ---- 2. timing on the op's bench inputs
 BENCH = [
@@ -114,15 +103,10 @@ BENCH = [
     ["--p", "20,22,25,20", "--q", "4,2,2,4", "--ranks", "32,32,32"],      # the 4-core shape
 ]
 for args in BENCH:
-    d = pu.tempdir(OP)
-    rc, out = pu.run_op(OP, ["3", "--check-only", "--block", 128] + args, d)
-    if rc != 0:
-        print(f"FAIL {OP} {' '.join(map(str, args))}: the op exited {rc}\n{out[-800:]}")
-        failed = True
-        shutil.rmtree(d, ignore_errors=True)
-        continue
-    x = load_dump(d)
-    shutil.rmtree(d, ignore_errors=True)
+    with pu.dumped_run(result, OP, ["3", "--check-only", "--block", 128] + args) as d:
+        if d is None:
+            continue
+        x = load_dump(d)
     idx, offs, nnz = x["indices"], x["offsets"], x["indices"].numel()
     fl = flops_per_lookup(x) * nnz
 
@@ -158,7 +142,7 @@ for args in BENCH:
     pu.peer_line(OPB, "pytorch_bmm_chain_fwd_bwd_sgd", x["shape"], t, extra(t))
     del params, opt
 
-    # the dense table of the same logical size (E x D per table; one table here, as in the spec's anchor)
+    # the dense table of the same logical size (E x D per table; one table only)
     if x["tables"] == 1:
         try:
             emb = torch.nn.EmbeddingBag(x["E"], x["D"], mode="sum", sparse=True, include_last_offset=True).to(DEV)
@@ -179,4 +163,4 @@ for args in BENCH:
         except RuntimeError as e:              # out of memory on a small GPU
             print(f"SKIP dense nn.EmbeddingBag {x['E']}x{x['D']}: {str(e)[:200]}")
     torch.cuda.empty_cache()
-sys.exit(1 if failed else 0)
+result.finish()
