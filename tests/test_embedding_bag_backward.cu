@@ -688,18 +688,24 @@ static void test_adjoint(const std::string& name, const EmbeddingBagConfig& cfg,
 
 // replay: the backward's dump (the shared inputs and grad_output) read back by --load, bit for bit; the
 // same bags as the forward's dump of the same seed (both ops share embedding_bag.h)
-static void test_replay() {
-    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok";
+// the inputs of (c, seed) dumped into build/tests/fixtures/<name> and read back as --load does
+static std::pair<EmbeddingBagBackwardInputs, EmbeddingBagBackwardInputs> dump_then_load(const std::string& name, const EmbeddingBagConfig& c,
+                                                                                         uint64_t seed) {
+    const std::string root = "build/tests/fixtures", dir = root + "/" + name;
     make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
-    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
-    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
-    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, 17);
+    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, seed);
     embedding_bag_backward_dump(dir, c, in);
     Cli cli("embedding_bag_backward", "", 8, 8);
     cli.load_dir = dir;
     EmbeddingBagConfig c2;
     EmbeddingBagFlags flags;
-    const EmbeddingBagBackwardInputs back = embedding_bag_backward_inputs(cli, c2, flags);
+    return {in, embedding_bag_backward_inputs(cli, c2, flags)};
+}
+
+static void test_replay() {
+    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
+    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
+    const auto [in, back] = dump_then_load("bag_ok", c, 17);
     const bool go = back.grad_output.size() == in.grad_output.size() &&
                     memcmp(back.grad_output.data(), in.grad_output.data(), in.grad_output.size() * sizeof(float)) == 0;
     report(embedding_bag_identical(in, back) && go && embedding_bag_identical(in, embedding_bag_make_inputs(c, 17)),
@@ -769,17 +775,9 @@ static void test_nobag() {
     report(embedding_bag_backward_bytes(hn, rows, Opt::sgd) == want, fmt("bytes, nobag: 12 lookups, gradient 12 x 8, %lld rows (sgd)", (long long)rows.U()),
            fmt("formula %.0f, hand %.0f", embedding_bag_backward_bytes(hn, rows, Opt::sgd), want));
     // replay
-    const std::string dir = "build/tests/fixtures/bag_nobag_backward";
-    make_dir("build"); make_dir("build/tests"); make_dir("build/tests/fixtures"); make_dir(dir);
     EmbeddingBagConfig r = small_config(3, 40, 12, 9, 5, 1.15);
     r.nobag = true; r.empty_frac = 0.2;
-    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(r, 19);
-    embedding_bag_backward_dump(dir, r, in);
-    Cli cli("embedding_bag_backward", "", 8, 8);
-    cli.load_dir = dir;
-    EmbeddingBagConfig r2;
-    EmbeddingBagFlags flags;
-    const EmbeddingBagBackwardInputs back = embedding_bag_backward_inputs(cli, r2, flags);
+    const auto [in, back] = dump_then_load("bag_nobag_backward", r, 19);
     report(embedding_bag_identical(in, back) && back.nobag && back.grad_output == in.grad_output && back.grad_output.size() == (size_t)(in.N() * 12),
            "--dump then --load, nobag: the inputs and the N x D gradient come back bit for bit");
 }

@@ -1,5 +1,5 @@
 /*
-Pooled embedding bags, backward with the optimizer fused in (FBGEMM's split table-batched embedding
+Embedding bags, backward with the optimizer fused in (FBGEMM's split table-batched embedding
 backward, "exact" optimizers): the pooled gradient becomes one gradient per looked-up row, summed over
 the row's occurrences in the batch, and the optimizer updates that row once. Rows nobody looked up are
 not touched (weights and optimizer state stay bit-identical).
@@ -9,6 +9,8 @@ offsets, optional per-sample weights), plus hash_offsets[T+1] (int64 running sum
 has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 in both builds). With
 s_l = w_l (1 unweighted, divided by the bag's length for MEAN):
   g_{t,r} = sum over occurrences l of row r in a bag (t, b) of s_l * grad_output[b][D_offsets[t] + :]
+--pooling none (FBGEMM's nobag; one D, no per-sample weights): grad_output[N][D], lookup l adds grad_output[l];
+every version runs it: the sort carries the lookup's position instead of its bag, the rest is shared.
 Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row; state is fp32:
   dense  grad[t][r] = g  |  sgd  W -= lr * g  |  adagrad  m[t,r,d] += g^2; W -= lr * g / (sqrt(m) + eps)
   rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)       (FBGEMM's default)
@@ -20,6 +22,7 @@ Fewest bytes (inputs read once; each looked-up row's weights and state read and 
   FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): 332.7 MB at uniform (311,574
   unique rows of 327,680 lookups), 29.7 MB at Zipf 1.15. FBGEMM's own figure, 2 * rw / time with
   rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
+  nobag: 4 * N * D in place of 4 * B * total_D, and the first term of rw L times larger (335.5 MB).
 
 Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
 measured in the same process, by the fewest bytes); every number, the sgd and large sizes: results/h200.md.
@@ -51,6 +54,7 @@ Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
   make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
+  ./embedding_bag_backward --pooling none                      (one gradient row per lookup)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
 */
 #include "embedding_bag.h"

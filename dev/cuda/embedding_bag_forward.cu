@@ -1,7 +1,8 @@
 /*
-Pooled embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's
-nn.EmbeddingBag for one table): T tables are each looked up by B bags of row ids, and each bag's rows
-are summed (or averaged) into one D_t-wide slice of the bag's output row.
+Embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's nn.EmbeddingBag
+for one table): T tables are each looked up by B bags of row ids, and each bag's rows are summed (or
+averaged) into one D_t-wide slice of the bag's output row; --pooling none (FBGEMM's nobag, sequence
+embeddings) writes each lookup's row as its own output row instead.
 
 Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs):
   weights          one flat floatX array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
@@ -12,6 +13,8 @@ Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs
   per_sample_weights[total_L] fp32, optional ("weighted")
   out[B][total_D]  fp32: out[b][D_offsets[t] + d] = scale * sum_{l in bag(t,b)} w_l * W_t[indices[l]][d]
                    (w_l = 1 unweighted; scale = 1/L_bag for MEAN, 1 for SUM; an empty bag gives 0)
+  nobag            out[N][D] fp32, out[l] = W_t[indices[l]]: one D for every table (FBGEMM's nobag layout;
+                   mixed dims exit 2) and no per-sample weights (FBGEMM's nobag kernels take none)
 Accumulation and the output are fp32 in both builds; the _bf16 build stores the weights in bf16.
 
 Fewest bytes (every looked-up row read once per lookup: nothing deduplicates without a sort):
@@ -20,7 +23,9 @@ Fewest bytes (every looked-up row read once per lookup: nothing deduplicates wit
   = 178.9 MB at FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32), 1124.6 MB at the large size
   (T=1 E=1e6 D=128 B=65536 L=32). Zipf inputs re-read hot rows from L2, so they pass 100% by this count.
   FBGEMM's benchmark figure, rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L over the time, is printed
-  as `fbgemm_gbps=`.
+  as `fbgemm_gbps=`. nobag: N * D * (sizeof(floatX) + 4) + 8 * N + 8 * (T+1) + 4 * (T+1) + 8 * T
+  = 338.2 MB at the default size (only the table boundaries of the offsets are read); FBGEMM's rw has the
+  output L times larger.
 
 Versions. H200, 2026-11-29, best block, median ms (% of the copy bandwidth measured in the same process);
 every number is in results/h200.md.
@@ -32,6 +37,7 @@ every number is in results/h200.md.
   4  bag indices shuffled across lanes, 8 row loads in flight  0.0545 (77.6%)     0.0231    0.2561 (103.8%)
   5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
   6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
+  7  nobag only: the gather, G lanes per row, 4 rows in flight   not measured yet (the default at --pooling none)
 PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
 Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
 
@@ -47,6 +53,7 @@ Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
   make embedding_bag_forward_bf16  && ./embedding_bag_forward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
   ./embedding_bag_forward all --T 1 --E 1000000 --D 128 --B 65536 --L 32 --alpha 0     (the large size)
+  ./embedding_bag_forward --pooling none                                   (version 7, one row per lookup)
 */
 #include "embedding_bag.h"
 
@@ -734,6 +741,7 @@ int main(int argc, char** argv) {
     select_versions(cli, skip, false);
     EmbeddingBagInputs in = embedding_bag_forward_inputs(cli, cfg, flags);
     nobag = in.nobag;
+    select_versions(cli, skip, false);      // again: a --load may have said nobag
 
     cuda_init();
     require_device_memory(embedding_bag_forward_device_bytes(in), "embedding_bag_forward", !cli.check_only);
@@ -773,6 +781,7 @@ int main(int argc, char** argv) {
     r.prepare_check = [&] { poison(a.out, n_out * sizeof(float)); };
     r.launch = [&](int k, int block) { embedding_bag_forward(k, a, block); };
     r.check = [&](int, int) {
+        if (n_out == 0) { printf("out: no lookups (nobag, every bag empty): nothing to compare\n"); return true; }
         return validate_device("out", a.out, ref.data(), n_out, EMBEDDING_BAG_FORWARD_ATOL, EMBEDDING_BAG_FORWARD_RTOL);
     };
     r.extra = [&](int, int, double ms) {
