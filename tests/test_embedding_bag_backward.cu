@@ -262,6 +262,7 @@ static void test_validator() {
         {"per-sample weights count", [](EmbeddingBagBackwardInputs& in) { in.per_sample_weights.assign(3, 1.0f); },
          "per_sample_weights has 3 entries, expected one per index (24)"},
         {"grad_output size", [](EmbeddingBagBackwardInputs& in) { in.grad_output.pop_back(); }, "grad_output has 63 entries, expected B*total_D = 64"},
+        {"nobag grad_output size", [](EmbeddingBagBackwardInputs& in) { in.nobag = true; }, "grad_output has 64 entries, expected N*D = 192"},
         {"hash offsets", [](EmbeddingBagBackwardInputs& in) { in.hash_offsets[2] = 99; }, "hash_offsets[2] (99) must be hash_offsets[1] + E = 100"},
         {"weights offset alignment", [](EmbeddingBagBackwardInputs& in) { in.weights_offsets[1] = 402; }, "must be a non-negative multiple of 4"},
         {"table past the weights", [](EmbeddingBagBackwardInputs& in) { in.num_weights -= 4; }, "table 1 (offset 400, 50 rows of 8) runs past the 796 weights"},
@@ -416,7 +417,7 @@ static std::vector<float> emulate_grads(const EmbeddingBagBackwardInputs& in, co
         // the scale and the gradient value of lookup l, column d, as the version forms them
         auto term = [&](int64_t l, int d, float acc) {
             const int64_t bag = R.bag_of[l], b = bag % in.B;
-            const float go = in.grad_output[(size_t)b * total_D + in.D_offsets[t] + d];
+            const float go = in.nobag ? in.grad_output[(size_t)(l * D + d)] : in.grad_output[(size_t)b * total_D + in.D_offsets[t] + d];
             const float w = in.per_sample_weights.empty() ? 1.0f : in.per_sample_weights[l];
             if (o.version == 1) return acc + (in.mean ? w * bag_scale(bag) : w) * go;          // atomicAdd(s * go)
             if (o.version <= 3) return fmaf(w, in.mean ? go * bag_scale(bag) : go, acc);       // grad_mean pass, then w * go
@@ -687,25 +688,102 @@ static void test_adjoint(const std::string& name, const EmbeddingBagConfig& cfg,
 
 // replay: the backward's dump (the shared inputs and grad_output) read back by --load, bit for bit; the
 // same bags as the forward's dump of the same seed (both ops share embedding_bag.h)
-static void test_replay() {
-    const std::string root = "build/tests/fixtures", dir = root + "/bag_ok";
+// the inputs of (c, seed) dumped into build/tests/fixtures/<name> and read back as --load does
+static std::pair<EmbeddingBagBackwardInputs, EmbeddingBagBackwardInputs> dump_then_load(const std::string& name, const EmbeddingBagConfig& c,
+                                                                                         uint64_t seed) {
+    const std::string root = "build/tests/fixtures", dir = root + "/" + name;
     make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(dir);
-    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
-    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
-    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, 17);
+    const EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(c, seed);
     embedding_bag_backward_dump(dir, c, in);
     Cli cli("embedding_bag_backward", "", 8, 8);
     cli.load_dir = dir;
     EmbeddingBagConfig c2;
     EmbeddingBagFlags flags;
-    const EmbeddingBagBackwardInputs back = embedding_bag_backward_inputs(cli, c2, flags);
+    return {in, embedding_bag_backward_inputs(cli, c2, flags)};
+}
+
+static void test_replay() {
+    EmbeddingBagConfig c = small_config(3, 40, 8, 9, 5, 1.15);
+    c.weighted = true; c.empty_frac = 0.2; c.Ds = {4, 12, 132}; c.Es = {50, 7, 33}; c.mean = true;
+    const auto [in, back] = dump_then_load("bag_ok", c, 17);
     const bool go = back.grad_output.size() == in.grad_output.size() &&
                     memcmp(back.grad_output.data(), in.grad_output.data(), in.grad_output.size() * sizeof(float)) == 0;
     report(embedding_bag_identical(in, back) && go && embedding_bag_identical(in, embedding_bag_make_inputs(c, 17)),
            "--dump then --load: the backward's inputs and grad_output come back bit for bit; the bags are the forward's");
 }
 
+// --pooling none: with every lookup's gradient row set to its bag's pooled gradient slice, the nobag
+// backward is the pooled SUM backward (the same terms summed in the same order: bit for bit), for every
+// optimizer; and a nobag --dump comes back through --load with its N x D gradient
+static void test_nobag() {
+    struct Cfg { const char* name; EmbeddingBagConfig c; };
+    std::vector<Cfg> cfgs;
+    cfgs.push_back({"uniform, 3 tables of D 12", small_config(3, 57, 12, 9, 5, 0.0)});
+    {
+        EmbeddingBagConfig c = small_config(4, 300, 36, 40, 7, 1.15);
+        c.empty_frac = 0.3; c.Es = {300, 7, 1000, 50};
+        cfgs.push_back({"Zipf, 4 tables of D 36 and several E, empty bags", c});
+    }
+    {
+        EmbeddingBagConfig c = small_config(2, 20, 260, 25, 9, 0.0);
+        c.one_row = true;
+        cfgs.push_back({"one row, D 260", c});
+    }
+    for (auto& k : cfgs)
+        for (uint64_t seed : {1, 2, 3}) {
+            EmbeddingBagConfig cn = k.c;
+            cn.nobag = true;
+            const EmbeddingBagBackwardInputs pooled = embedding_bag_backward_make_inputs(k.c, seed);
+            EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cn, seed);
+            const int D = in.D(0);
+            bool ok = in.grad_output.size() == (size_t)(in.N() * D) && embedding_bag_backward_validate(in).empty() && in.indices == pooled.indices;
+            for (int t = 0; t < in.T; t++)                   // the broadcast: row l = its bag's slice
+                for (int b = 0; b < in.B; b++)
+                    for (int64_t l = in.offsets[(int64_t)t * in.B + b]; l < in.offsets[(int64_t)t * in.B + b + 1]; l++)
+                        for (int d = 0; d < D; d++)
+                            in.grad_output[(size_t)(l * D + d)] = pooled.grad_output[(size_t)b * pooled.total_D() + pooled.D_offsets[t] + d];
+            Tables tb{seed + 31};
+            for (Opt opt : kOpts) {
+                const auto a = run_reference(in, opt, tb), b = run_reference(pooled, opt, tb);
+                ok = ok && a.rows.linear == b.rows.linear && a.w == b.w && a.w_tol == b.w_tol && a.m == b.m && a.grad == b.grad &&
+                     (opt == Opt::dense ? !a.grad.empty() : !a.w.empty());
+            }
+            report(ok, fmt("nobag reference = pooled SUM backward with the gradient broadcast per lookup: %s, seed %d, every optimizer", k.name,
+                           (int)seed));
+        }
+    // the versions' fp32 orders on nobag gradients (one row per lookup, long runs)
+    EmbeddingBagConfig c = small_config(2, 1000, 128, 512, 20, 0.0);
+    c.one_row = true; c.nobag = true;
+    test_orders_within_tolerance("nobag, one row, 2 runs of 10,240, D=128", c, 11);
+    test_dropped_lookup("nobag: tolerance catches one lookup dropped from a run of 10,240", c, 11);
+    EmbeddingBagConfig z = small_config(4, 2000, 64, 256, 20, 1.15);
+    z.nobag = true;
+    test_orders_within_tolerance("nobag, Zipf 1.15, D=64", z, 12);
+    // bytes: the gradient is N x D
+    EmbeddingBagConfig d;
+    d.nobag = true;
+    EmbeddingBagBackwardInputs dn;
+    dn.T = d.T; dn.B = d.B; dn.nobag = true;
+    for (int t = 0; t <= d.T; t++) dn.D_offsets.push_back(t * d.D);
+    report(embedding_bag_backward_fbgemm_rw(dn, d.L) == 335544320.0, "FBGEMM's rw at the default size, nobag: 335.5 MB (the gradient L times larger)",
+           fmt("%.0f", embedding_bag_backward_fbgemm_rw(dn, d.L)));
+    EmbeddingBagConfig h = small_config(2, 30, 8, 3, 2, 0.0);
+    h.nobag = true;
+    const EmbeddingBagBackwardInputs hn = embedding_bag_backward_make_inputs(h, 4);
+    const auto rows = embedding_bag_backward_touched_rows(hn);
+    const double want = 8.0 * 12 + 8.0 * 7 + 4.0 * 12 * 8 + (double)rows.U() * 2 * 32;
+    report(embedding_bag_backward_bytes(hn, rows, Opt::sgd) == want, fmt("bytes, nobag: 12 lookups, gradient 12 x 8, %lld rows (sgd)", (long long)rows.U()),
+           fmt("formula %.0f, hand %.0f", embedding_bag_backward_bytes(hn, rows, Opt::sgd), want));
+    // replay
+    EmbeddingBagConfig r = small_config(3, 40, 12, 9, 5, 1.15);
+    r.nobag = true; r.empty_frac = 0.2;
+    const auto [in, back] = dump_then_load("bag_nobag_backward", r, 19);
+    report(embedding_bag_identical(in, back) && back.nobag && back.grad_output == in.grad_output && back.grad_output.size() == (size_t)(in.N() * 12),
+           "--dump then --load, nobag: the inputs and the N x D gradient come back bit for bit");
+}
+
 int main() {
+    test_nobag();
     test_replay();
     // 1. reference vs dense scatter
     struct Cfg { const char* name; EmbeddingBagConfig c; uint64_t seed; };

@@ -281,6 +281,14 @@ static void test_validator() {
     expect_error("E >= 2^31", in, "must be 1..2^31-1");
     in = good; in.offsets[0] = 1;
     expect_error("offsets[0] != 0", in, "offsets[0] (1) must be 0");
+    in = good; in.nobag = true;
+    expect_error("nobag with mixed dims", in, "--pooling none needs one D for every table (FBGEMM's nobag layout, out N x D): table 1 has D = 12");
+    auto cn = small_config(2, {8}, {10, 20}, 4, 3);
+    cn.nobag = true;
+    in = embedding_bag_make_inputs(cn, 3);
+    report(embedding_bag_forward_validate(in).empty(), "validator: a generated nobag input is fine");
+    in.per_sample_weights.assign(in.indices.size(), 1.0f);
+    expect_error("nobag with per-sample weights", in, "--pooling none takes no per-sample weights");
 }
 
 // bytes: a hand count on a small input, and both formulas at FBGEMM's default size (fp32 build)
@@ -299,6 +307,14 @@ static void test_bytes() {
     report(embedding_bag_forward_bytes(in) == fewest && fewest == 178913676.0, fmt("fewest bytes at FBGEMM's default: %.0f", fewest),
            fmt("formula gives %.0f", embedding_bag_forward_bytes(in)));
     report(embedding_bag_forward_fbgemm_bytes(in, 20) == 176160768.0, "FBGEMM's rw at its default: 176,160,768 bytes (the issue's 176.2 MB)",
+           fmt("formula gives %.0f", embedding_bag_forward_fbgemm_bytes(in, 20)));
+    // nobag at FBGEMM's default: N rows read and written, the ids, the T+1 table boundaries of the offsets
+    d.nobag = true;
+    in = embedding_bag_make_inputs(d, 42);
+    const double nobag = 327680.0 * 128 * (4 + 4) + 327680.0 * 8 + 33 * 8 + 33 * 4 + 32 * 8;
+    report(embedding_bag_forward_bytes(in) == nobag && nobag == 338166412.0, fmt("fewest bytes at FBGEMM's default, nobag: %.0f", nobag),
+           fmt("formula gives %.0f", embedding_bag_forward_bytes(in)));
+    report(embedding_bag_forward_fbgemm_bytes(in, 20) == 335544320.0, "FBGEMM's rw at its default, nobag: 335,544,320 bytes",
            fmt("formula gives %.0f", embedding_bag_forward_fbgemm_bytes(in, 20)));
 }
 
@@ -422,6 +438,18 @@ static void test_replay() {
                c2.T == 3 && c2.B == 9 && c2.mean && c2.weighted && c2.L == 5 && embedding_bag_shape(c2) == "T3,B9,loaded,mean",
            "--dump then --load: indices, offsets, layout, per-sample weights and tables come back bit for bit");
 
+    // a nobag dump: pooling 2 in meta comes back as nobag
+    const std::string dn = root + "/bag_nobag";
+    make_dir(dn);
+    auto cn = small_config(3, {12}, {50, 7, 33}, 9, 5);
+    cn.nobag = true; cn.alpha = 1.15;
+    const EmbeddingBagInputs inn = embedding_bag_make_inputs(cn, 18);
+    embedding_bag_dump_inputs(dn, P, inn, cn.L);
+    EmbeddingBagConfig c4;
+    const EmbeddingBagInputs backn = embedding_bag_load_inputs(dn, P, c4);
+    report(embedding_bag_identical(inn, backn) && backn.nobag && c4.nobag && !c4.mean && embedding_bag_shape(c4) == "T3,B9,loaded,none",
+           "--dump then --load of a nobag input: it comes back nobag, bit for bit");
+
     // one's own trace, as numpy writes it with int32 ids: D_offsets, E, offsets, indices and meta only
     const std::string own = root + "/bag_own";
     make_dir(own);
@@ -453,7 +481,103 @@ static void test_replay() {
     write_npy(root + "/bag_bad_dtype", P + "indices", as_float.data(), {(int64_t)as_float.size()});
 }
 
+// --pooling none: each output row is its lookup's table row (read back through hash-free indexing of the
+// flat weights), and the rows summed by bag give the pooled SUM forward bit for bit (both sum in double in
+// bag order); several tables of one D, uniform and Zipf, empty bags, seeds
+static void test_nobag_reference() {
+    struct Case { const char* name; EmbeddingBagConfig c; };
+    std::vector<Case> cases;
+    auto c = small_config(3, {12}, {50, 7, 33}, 9, 5);
+    cases.push_back({"uniform, 3 tables of D 12", c});
+    c = small_config(4, {36}, {1000, 77, 5000, 300}, 37, 13);
+    c.alpha = 1.15; c.empty_frac = 0.3;
+    cases.push_back({"Zipf, 4 tables of D 36, empty bags", c});
+    c = small_config(2, {260}, {40, 3}, 5, 11);
+    c.distinct = false;
+    cases.push_back({"rows repeated, D 260", c});
+    c = small_config(2, {4}, {100, 100}, 6, 3);
+    c.empty_frac = 1.0;
+    cases.push_back({"every bag empty (no rows)", c});
+    for (auto& [name, cfg] : cases)
+        for (uint64_t seed : {1, 5, 9}) {
+            EmbeddingBagConfig pooled = cfg, nobag = cfg;
+            nobag.nobag = true;
+            const EmbeddingBagInputs in = embedding_bag_make_inputs(nobag, seed), ip = embedding_bag_make_inputs(pooled, seed);
+            const std::vector<floatX> w = embedding_bag_forward_make_weights(in, seed);
+            const int D = in.D(0);
+            std::vector<float> rows((size_t)(in.out_rows() * in.out_cols()), NAN), sum((size_t)in.B * in.total_D(), NAN);
+            embedding_bag_forward_cpu(rows.data(), in, w.data());
+            embedding_bag_forward_cpu(sum.data(), ip, w.data());
+            bool copy_ok = in.out_rows() == in.N() && in.out_cols() == D && embedding_bag_forward_validate(in).empty();
+            bool sum_ok = in.indices == ip.indices && in.offsets == ip.offsets;
+            for (int t = 0; t < in.T; t++)
+                for (int b = 0; b < in.B; b++) {
+                    const int64_t bag = (int64_t)t * in.B + b;
+                    for (int d = 0; d < D; d++) {
+                        double acc = 0.0;
+                        for (int64_t l = in.offsets[bag]; l < in.offsets[bag + 1]; l++) {
+                            const float x = rows[(size_t)(l * D + d)];
+                            copy_ok = copy_ok && x == to_float(w[(size_t)(in.weights_offsets[t] + in.indices[l] * D + d)]);
+                            acc += (double)x;
+                        }
+                        sum_ok = sum_ok && (float)acc == sum[(size_t)b * in.total_D() + in.D_offsets[t] + d];
+                    }
+                }
+            report(copy_ok && sum_ok, fmt("nobag reference: %s, seed %d: row l is lookup l's table row; rows summed by bag = pooled SUM",
+                                          name, (int)seed),
+                   fmt("copy %d, sum %d", (int)copy_ok, (int)sum_ok));
+        }
+}
+
+// Version 7's map: blocks (x, table), groups of G lanes taking ROWS lookups each and G-strided vectors,
+// every (lookup, vector) of every table written exactly once, at tables of uneven lookup counts
+static void test_gather_map() {
+    bool ok = true;
+    std::string why;
+    for (int D : {4, 12, 36, 64, 128, 132, 516, 1028})
+        for (int block : {64, 256, 512}) {
+            const std::vector<int64_t> begin = {0, 0, 1, 38, 38, 1039};   // tables of 0, 1, 37, 0, 1001 lookups
+            const int T = (int)begin.size() - 1, Dv = D / 4, G = embedding_bag_forward_lanes_per_row(D);
+            int64_t max_lookups = 0;
+            for (int t = 0; t < T; t++) max_lookups = std::max(max_lookups, begin[t + 1] - begin[t]);
+            const int64_t gx = embedding_bag_forward_grid_x7(max_lookups, D, block);
+            std::vector<int> hits((size_t)begin[T] * Dv, 0);
+            for (int t = 0; t < T; t++)
+                for (int64_t bx = 0; bx < gx; bx++)
+                    for (int th = 0; th < block; th++) {                  // the kernel's index arithmetic
+                        const int64_t n = begin[t + 1] - begin[t];
+                        const int g = th % G;
+                        const int64_t j0 = (bx * block + th) / G * EMBEDDING_BAG_FORWARD_GATHER_ROWS;
+                        if (j0 >= n) continue;
+                        for (int v = g; v - g < Dv; v += G)
+                            for (int u = 0; u < EMBEDDING_BAG_FORWARD_GATHER_ROWS; u++)
+                                if (j0 + u < n && v < Dv) hits[(size_t)((begin[t] + j0 + u) * Dv + v)]++;
+                    }
+            for (size_t i = 0; i < hits.size() && ok; i++)
+                if (hits[i] != 1) { ok = false; why = fmt("D %d block %d: vector %zu written %d times", D, block, i, hits[i]); }
+        }
+    report(ok, "version 7 map: every (lookup, 4-column vector) written once", why);
+}
+
+// which versions run which pooling: 1-6 pool, 7 gathers; the block cap
+static void test_skip_reasons() {
+    bool ok = true;
+    for (int k = 1; k <= 6; k++)
+        ok = ok && embedding_bag_forward_skip_reason(k, false, 128).empty() &&
+             embedding_bag_forward_skip_reason(k, true, 128).find("versions 1-6 pool bags") != std::string::npos;
+    ok = ok && embedding_bag_forward_skip_reason(7, true, 512).empty() &&
+         embedding_bag_forward_skip_reason(7, false, 128).find("gather of --pooling none") != std::string::npos &&
+         embedding_bag_forward_skip_reason(7, true, 1024).find("exceeds the 512") != std::string::npos;
+    const char* none[] = {"x", "--T", "3", "--pooling", "none"};
+    const char* sum[] = {"x", "--pooling", "sum", "none"};
+    ok = ok && embedding_bag_default_version(5, (char**)none, 6, 7) == 7 && embedding_bag_default_version(4, (char**)sum, 6, 7) == 6;
+    report(ok, "skip reasons: versions 1-6 refuse --pooling none, 7 refuses pooling; --pooling none makes 7 the default");
+}
+
 int main() {
+    test_nobag_reference();
+    test_gather_map();
+    test_skip_reasons();
     test_replay();
     test_reference_against_one_hot();
     test_empty_bags();

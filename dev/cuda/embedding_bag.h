@@ -9,7 +9,8 @@
 //   np.save(p + "offsets.npy", offs.astype(np.int64))           # T*B+1 entries, offs[0] = 0, non-decreasing
 //   np.save(p + "D_offsets.npy", np.cumsum([0] + Ds).astype(np.int32))
 //   np.save(p + "E.npy", np.array(Es, np.int64))
-//   np.save(p + "meta.npy", np.array([T, B, sum(Ds), mean, weighted, L], np.int64))   # L: nominal bag length
+//   np.save(p + "meta.npy", np.array([T, B, sum(Ds), pooling, weighted, L], np.int64))  # pooling 0 sum, 1 mean,
+//                                                                     # 2 none; L: nominal bag length
 //   (weighted: np.save(p + "per_sample_weights.npy", w.astype(np.float32)))
 // then `./embedding_bag_forward all --load dir`. Wrong dtypes, shapes, ids or offsets are refused (exit 2)
 // with the file and position.
@@ -21,6 +22,7 @@ struct EmbeddingBagConfig {
     int64_t E = 100000;
     double alpha = 1.15;        // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
     bool mean = false, weighted = false, mixed_dims = false, one_row = false;
+    bool nobag = false;         // --pooling none: one output row per lookup (needs one D for all tables)
     bool distinct = true;       // Zipf bags of L distinct rows where E >= L (FBGEMM's recipe); off: repeats
     std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
     double empty_frac = 0.0;    // each bag is emptied with this probability
@@ -29,10 +31,12 @@ struct EmbeddingBagConfig {
 
 // The layout: tables t = 0..T-1 of E[t] rows of D(t) columns at weights_offsets[t] in one flat array;
 // bag (t, b) is indices[offsets[t*B + b] .. offsets[t*B + b + 1]); out[b] holds the T pooled rows side
-// by side, table t at columns D_offsets[t] .. D_offsets[t+1].
+// by side, table t at columns D_offsets[t] .. D_offsets[t+1]. nobag (--pooling none, FBGEMM's sequence
+// embeddings): every table has the same D (FBGEMM's nobag layout; mixed dims are refused) and out[l] is
+// lookup l's row, N x D; the offsets only say which table a lookup belongs to (bags mean nothing else).
 struct EmbeddingBagInputs {
     int T = 0, B = 0;
-    bool mean = false;
+    bool mean = false, nobag = false;
     std::vector<int> D_offsets;             // T+1
     std::vector<int64_t> E;                 // rows of each table
     std::vector<int64_t> weights_offsets;   // T
@@ -45,6 +49,9 @@ struct EmbeddingBagInputs {
     int64_t num_rows() const { return hash_offsets.empty() ? 0 : hash_offsets.back(); }
     int64_t N() const { return (int64_t)indices.size(); }
     int max_D() const { int m = 0; for (int t = 0; t < T; t++) m = std::max(m, D(t)); return m; }
+    // the output (forward) and grad_output (backward): B x total_D pooled, N x D nobag
+    int64_t out_rows() const { return nobag ? N() : B; }
+    int64_t out_cols() const { return nobag ? D(0) : total_D(); }
 };
 
 // --mixed-dims: the dims cycle through these, and E halves over every 4 tables (tables of different E and D)
@@ -86,7 +93,7 @@ inline void embedding_bag_set_layout(EmbeddingBagInputs& in, const std::vector<i
 // flags), per-sample weights and empty bags; the ops use further streams of their own.
 inline EmbeddingBagInputs embedding_bag_make_inputs(const EmbeddingBagConfig& c, uint64_t seed) {
     EmbeddingBagInputs in;
-    in.T = c.T; in.B = c.B; in.mean = c.mean;
+    in.T = c.T; in.B = c.B; in.mean = c.mean; in.nobag = c.nobag;
     std::vector<int> Ds;
     std::vector<int64_t> Es;
     for (int t = 0; t < c.T; t++) { Ds.push_back(embedding_bag_table_D(c, t)); Es.push_back(embedding_bag_table_E(c, t)); }
@@ -142,6 +149,14 @@ inline std::string embedding_bag_validate(const EmbeddingBagInputs& in) {
             return err("table %d (offset %lld, %lld rows of %d) runs past the %lld weights", t, (long long)wo, (long long)E, in.D(t),
                        (long long)in.num_weights);
     }
+    if (in.nobag) {
+        if (in.mean) return err("pooling is none or mean, not both");
+        for (int t = 1; t < T; t++)
+            if (in.D(t) != in.D(0))
+                return err("--pooling none needs one D for every table (FBGEMM's nobag layout, out N x D): table %d has D = %d, table 0 D = %d",
+                           t, in.D(t), in.D(0));
+        if (!in.per_sample_weights.empty()) return err("--pooling none takes no per-sample weights (FBGEMM's nobag kernels have none)");
+    }
     const int64_t nbags = (int64_t)T * B;
     if ((int64_t)in.offsets.size() != nbags + 1)
         return err("offsets has %zu entries, expected T*B+1 = %lld", in.offsets.size(), (long long)(nbags + 1));
@@ -181,7 +196,8 @@ inline void embedding_bag_add_flags(Cli& cli, EmbeddingBagConfig& c, EmbeddingBa
     cli.add_double("alpha", &c.alpha, "Zipf exponent of the row ids (FBGEMM's recipe), any finite value; <= 1 gives uniform ids");
     cli.add_choice("distinct", &f.distinct, {"on", "off"},
                    "Zipf bags of L distinct rows where E >= L (FBGEMM's recipe); off: rows drawn with repeats, as in real traces");
-    cli.add_choice("pooling", &f.pooling, {"sum", "mean"}, "pooling");
+    cli.add_choice("pooling", &f.pooling, {"sum", "mean", "none"},
+                   "pooling; none: one output row per lookup (FBGEMM's nobag; one D for all tables, unweighted)");
     cli.add_flag("weighted", &c.weighted, "per-sample weights");
     cli.add_flag("mixed-dims", &c.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
     cli.add_int_list("Ds", &c.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
@@ -195,12 +211,15 @@ inline void embedding_bag_add_flags(Cli& cli, EmbeddingBagConfig& c, EmbeddingBa
 
 static const char* const EMBEDDING_BAG_CONSTRAINTS =
     "  T 1..65535, B >= 1, L >= 0, E >= 1, every D a positive multiple of 4, 0 <= empty-frac <= 1, T*B < 2^31;\n"
+    "  --pooling none: the same D for every table, no --weighted;\n"
     "  the inputs and tables must fit in host and device memory (checked before allocating);\n"
     "  Zipf bags hold L distinct rows only where E >= L and --distinct on; elsewhere they may repeat rows";
 
 // after parse: the flags' own ranges (exit 2), before anything is allocated
 inline void embedding_bag_check_config(EmbeddingBagConfig& c, const EmbeddingBagFlags& f) {
     c.mean = f.pooling == "mean";
+    c.nobag = f.pooling == "none";
+    require(!(c.nobag && c.weighted), "--pooling none takes no per-sample weights (--weighted): FBGEMM's nobag kernels have none");
     c.distinct = f.distinct == "on";
     require(c.T >= 1 && c.T <= 65535, "T (%d) must be 1..65535 (the table is the grid's y index)", c.T);
     require(c.B >= 1, "B (%d) must be >= 1", c.B);
@@ -213,12 +232,16 @@ inline void embedding_bag_check_config(EmbeddingBagConfig& c, const EmbeddingBag
     for (int t = 0; t < c.T; t++) {
         const int D = embedding_bag_table_D(c, t);
         require(D > 0 && D % 4 == 0, "D of table %d (%d) must be a positive multiple of 4", t, D);
+        require(!c.nobag || D == embedding_bag_table_D(c, 0),
+                "--pooling none needs one D for every table (FBGEMM's nobag layout, out N x D): table %d has D = %d, table 0 D = %d", t, D,
+                embedding_bag_table_D(c, 0));
         total_D += D;
         weights = add64(weights, mul64(embedding_bag_table_E(c, t), D, "E*D of a table"), "the weights of all tables");
     }
     require(total_D <= INT32_MAX, "total_D (%lld, the sum of the tables' D) must be < 2^31", (long long)total_D);
     mul64(mul64(c.T, c.B, "T*B"), c.L, "T*B*L lookups");
     mul64(c.B, total_D, "B*total_D outputs");
+    if (c.nobag) mul64(mul64(mul64(c.T, c.B, "T*B"), c.L, "T*B*L lookups"), embedding_bag_table_D(c, 0), "N*D outputs");
 }
 
 // elements of the flat weight array the configuration describes (checked by embedding_bag_check_config)
@@ -226,6 +249,17 @@ inline int64_t embedding_bag_num_weights(const EmbeddingBagConfig& c) {
     int64_t w = 0;
     for (int t = 0; t < c.T; t++) w = add64(w, mul64(embedding_bag_table_E(c, t), embedding_bag_table_D(c, t), "E*D of a table"), "the weights");
     return w;
+}
+
+// the pooling's name in the shape field and the messages
+inline const char* embedding_bag_pooling_name(bool mean, bool nobag) { return nobag ? "none" : (mean ? "mean" : "sum"); }
+
+// --pooling none picks the op's nobag version when no version is named: the flag is read before the common
+// parser sets the default (a --load of a nobag dump keeps the pooled default and names the version that can)
+inline int embedding_bag_default_version(int argc, char** argv, int pooled, int nobag) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--pooling") == 0 && strcmp(argv[i + 1], "none") == 0) return nobag;
+    return pooled;
 }
 
 // --break-input: one corruption the validator must reject
@@ -249,7 +283,7 @@ inline double embedding_bag_inputs_host_bytes(const EmbeddingBagConfig& c) {
 
 // the shape field of the RESULT lines (the peer scripts read it from the dump to print the same one)
 inline std::string embedding_bag_shape(const EmbeddingBagConfig& c) {
-    if (!c.loaded.empty()) return "T" + std::to_string(c.T) + ",B" + std::to_string(c.B) + ",loaded," + (c.mean ? "mean" : "sum");
+    if (!c.loaded.empty()) return "T" + std::to_string(c.T) + ",B" + std::to_string(c.B) + ",loaded," + embedding_bag_pooling_name(c.mean, c.nobag);
     std::string Ds, Es;
     for (int t = 0; t < std::min(c.T, 8); t++) {
         Ds += (t ? ":" : "") + std::to_string(embedding_bag_table_D(c, t));
@@ -266,7 +300,7 @@ inline std::string embedding_bag_shape(const EmbeddingBagConfig& c) {
     else if (c.T > 8) Es += ":...";
     char buf[512];
     snprintf(buf, sizeof buf, "T%d,E%s,D%s,B%d,L%d,alpha%g,%s%s%s%s%s", c.T, Es.c_str(), Ds.c_str(), c.B, c.L,
-             c.alpha > 1.0 ? c.alpha : 0.0, c.mean ? "mean" : "sum", c.weighted ? ",weighted" : "",
+             c.alpha > 1.0 ? c.alpha : 0.0, embedding_bag_pooling_name(c.mean, c.nobag), c.weighted ? ",weighted" : "",
              c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "",
              c.distinct ? "" : ",repeats");
     return buf;
@@ -274,7 +308,8 @@ inline std::string embedding_bag_shape(const EmbeddingBagConfig& c) {
 
 // ----------------------------------------------------------------------------------------------
 // .npy dump and --load of the inputs: <prefix>indices, offsets, D_offsets, E, weights_offsets,
-// hash_offsets, per_sample_weights (when weighted) and meta (T, B, total_D, mean, weighted, L)
+// hash_offsets, per_sample_weights (when weighted) and meta (T, B, total_D, pooling 0/1/2 = sum/mean/none,
+// weighted, L)
 
 inline void embedding_bag_dump_inputs(const std::string& dir, const std::string& prefix, const EmbeddingBagInputs& in, int L) {
     write_npy(dir, prefix + "indices", in.indices.data(), {(int64_t)in.indices.size()});
@@ -285,13 +320,13 @@ inline void embedding_bag_dump_inputs(const std::string& dir, const std::string&
     write_npy(dir, prefix + "hash_offsets", in.hash_offsets.data(), {(int64_t)in.hash_offsets.size()});
     if (!in.per_sample_weights.empty())
         write_npy(dir, prefix + "per_sample_weights", in.per_sample_weights.data(), {(int64_t)in.per_sample_weights.size()});
-    const int64_t meta[6] = {in.T, in.B, in.total_D(), in.mean ? 1 : 0, in.per_sample_weights.empty() ? 0 : 1, L};
+    const int64_t meta[6] = {in.T, in.B, in.total_D(), in.nobag ? 2 : (in.mean ? 1 : 0), in.per_sample_weights.empty() ? 0 : 1, L};
     write_npy(dir, prefix + "meta", meta, {6});
 }
 
 // two inputs bit for bit the same (the per-sample weights compared as bits: -0.0 and NaN count)
 inline bool embedding_bag_identical(const EmbeddingBagInputs& a, const EmbeddingBagInputs& b) {
-    return a.T == b.T && a.B == b.B && a.mean == b.mean && a.D_offsets == b.D_offsets && a.E == b.E &&
+    return a.T == b.T && a.B == b.B && a.mean == b.mean && a.nobag == b.nobag && a.D_offsets == b.D_offsets && a.E == b.E &&
            a.weights_offsets == b.weights_offsets && a.hash_offsets == b.hash_offsets && a.num_weights == b.num_weights &&
            a.indices == b.indices && a.offsets == b.offsets && a.per_sample_weights.size() == b.per_sample_weights.size() &&
            (a.per_sample_weights.empty() ||
@@ -303,12 +338,13 @@ inline bool embedding_bag_identical(const EmbeddingBagInputs& a, const Embedding
 // dtype and shape are checked as read; then the content by embedding_bag_validate (exit 2, with the
 // position). The config is set to describe them (T, B, mean, weighted, L = the mean bag length).
 inline EmbeddingBagInputs embedding_bag_load_inputs(const std::string& dir, const std::string& prefix, EmbeddingBagConfig& c) {
-    std::vector<int64_t> meta = read_meta(dir, prefix + "meta", 6, 0, INT32_MAX, "T, B, total_D, mean, weighted, L");
-    require(meta[0] >= 1 && meta[0] <= 65535 && meta[1] >= 1 && meta[3] <= 1 && meta[4] <= 1,
-            "--load: %smeta (T %lld, B %lld, mean %lld, weighted %lld): T must be 1..65535, B >= 1, mean and weighted 0 or 1",
+    std::vector<int64_t> meta = read_meta(dir, prefix + "meta", 6, 0, INT32_MAX, "T, B, total_D, pooling, weighted, L");
+    require(meta[0] >= 1 && meta[0] <= 65535 && meta[1] >= 1 && meta[3] <= 2 && meta[4] <= 1,
+            "--load: %smeta (T %lld, B %lld, pooling %lld, weighted %lld): T must be 1..65535, B >= 1, pooling 0, 1 or 2 (sum, mean, "
+            "none), weighted 0 or 1",
             prefix.c_str(), (long long)meta[0], (long long)meta[1], (long long)meta[3], (long long)meta[4]);
     EmbeddingBagInputs in;
-    in.T = (int)meta[0]; in.B = (int)meta[1]; in.mean = meta[3] != 0;
+    in.T = (int)meta[0]; in.B = (int)meta[1]; in.mean = meta[3] == 1; in.nobag = meta[3] == 2;
     std::vector<int64_t> sh, E, d64;
     read_npy_int64(dir, prefix + "D_offsets", d64, sh, 1);
     read_npy_int64(dir, prefix + "E", E, sh, 1);
@@ -341,7 +377,7 @@ inline EmbeddingBagInputs embedding_bag_load_inputs(const std::string& dir, cons
     if (!bad.empty()) fail_args("--load: invalid input in %s: %s", dir.c_str(), bad.c_str());
     c = EmbeddingBagConfig();
     c.loaded = dir;
-    c.T = in.T; c.B = in.B; c.mean = in.mean; c.weighted = meta[4] != 0;
+    c.T = in.T; c.B = in.B; c.mean = in.mean; c.nobag = in.nobag; c.weighted = meta[4] != 0;
     c.L = (int)std::min<int64_t>(meta[5], INT32_MAX);
     c.alpha = 0.0;
     c.D = Ds[0];

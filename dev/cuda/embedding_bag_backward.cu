@@ -1,5 +1,5 @@
 /*
-Pooled embedding bags, backward with the optimizer fused in (FBGEMM's split table-batched embedding
+Embedding bags, backward with the optimizer fused in (FBGEMM's split table-batched embedding
 backward, "exact" optimizers): the pooled gradient becomes one gradient per looked-up row, summed over
 the row's occurrences in the batch, and the optimizer updates that row once. Rows nobody looked up are
 not touched (weights and optimizer state stay bit-identical).
@@ -9,6 +9,8 @@ offsets, optional per-sample weights), plus hash_offsets[T+1] (int64 running sum
 has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 in both builds). With
 s_l = w_l (1 unweighted, divided by the bag's length for MEAN):
   g_{t,r} = sum over occurrences l of row r in a bag (t, b) of s_l * grad_output[b][D_offsets[t] + :]
+--pooling none (FBGEMM's nobag; one D, no per-sample weights): grad_output[N][D], lookup l adds grad_output[l];
+every version runs it: the sort carries the lookup's position instead of its bag, the rest is shared.
 Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row; state is fp32:
   dense  grad[t][r] = g  |  sgd  W -= lr * g  |  adagrad  m[t,r,d] += g^2; W -= lr * g / (sqrt(m) + eps)
   rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)       (FBGEMM's default)
@@ -20,6 +22,7 @@ Fewest bytes (inputs read once; each looked-up row's weights and state read and 
   FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): 332.7 MB at uniform (311,574
   unique rows of 327,680 lookups), 29.7 MB at Zipf 1.15. FBGEMM's own figure, 2 * rw / time with
   rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
+  nobag: 4 * N * D in place of 4 * B * total_D, and the first term of rw L times larger (335.5 MB).
 
 Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
 measured in the same process, by the fewest bytes); every number, the sgd and large sizes: results/h200.md.
@@ -51,6 +54,7 @@ Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
   make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
+  ./embedding_bag_backward --pooling none                      (one gradient row per lookup)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
 */
 #include "embedding_bag.h"
@@ -90,14 +94,14 @@ struct EmbeddingBagBackwardParams {
 };
 
 struct EmbeddingBagBackwardInputs : EmbeddingBagInputs {
-    std::vector<float> grad_output;         // B * total_D
+    std::vector<float> grad_output;         // B * total_D; nobag: N * D
 };
 
 // grad_output from a stream of its own (the tables and the optimizer state are not made here: they are a
 // function of (seed, position), filled on the GPU by embedding_bag_backward_hash01)
 inline void embedding_bag_backward_make_grad(EmbeddingBagBackwardInputs& in, uint64_t seed) {
     Rng grad_rng(seed ^ 0x6BAD6BAD0DDBA11ull);
-    in.grad_output = make_random_floats((size_t)in.B * in.total_D(), grad_rng, -1.f, 1.f);
+    in.grad_output = make_random_floats((size_t)(in.out_rows() * in.out_cols()), grad_rng, -1.f, 1.f);
 }
 
 inline EmbeddingBagBackwardInputs embedding_bag_backward_make_inputs(const EmbeddingBagConfig& c, uint64_t seed) {
@@ -108,14 +112,15 @@ inline EmbeddingBagBackwardInputs embedding_bag_backward_make_inputs(const Embed
 }
 
 // embedding_bag_validate, and: positions in the sorted lookups are 32-bit; one grad_output row per bag
+// (nobag: per lookup)
 inline std::string embedding_bag_backward_validate(const EmbeddingBagBackwardInputs& in) {
     std::string bad = embedding_bag_validate(in);
     if (!bad.empty()) return bad;
     if ((int64_t)in.indices.size() >= INT32_MAX)
         return std::to_string(in.indices.size()) + " lookups: at most 2^31 - 1 (positions in the sorted lookups are 32-bit)";
-    if (in.grad_output.size() != (size_t)in.B * in.total_D())
-        return "grad_output has " + std::to_string(in.grad_output.size()) + " entries, expected B*total_D = " +
-               std::to_string((int64_t)in.B * in.total_D());
+    if (in.grad_output.size() != (size_t)(in.out_rows() * in.out_cols()))
+        return "grad_output has " + std::to_string(in.grad_output.size()) + " entries, expected " + (in.nobag ? "N*D" : "B*total_D") +
+               " = " + std::to_string(in.out_rows() * in.out_cols());
     return "";
 }
 
@@ -294,7 +299,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
         for (int64_t i = R.first[u]; i < R.first[u] + R.count[u]; i++) {
             const int64_t l = R.occ[i], bag = R.bag_of[l], b = bag % in.B;
             const double s = embedding_bag_backward_scale(in, bag, l);
-            const float* go = in.grad_output.data() + b * total_D + in.D_offsets[t];
+            const float* go = in.nobag ? in.grad_output.data() + l * D : in.grad_output.data() + b * total_D + in.D_offsets[t];
             for (int d = 0; d < D; d++) {
                 const double term = s * (double)go[d];
                 g[d] += term;
@@ -322,7 +327,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
 inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& rows,
                                            EmbeddingBagBackwardOpt opt) {
     const double N = (double)in.N();
-    double bytes = 8.0 * N + 8.0 * ((double)in.T * in.B + 1) + 4.0 * in.B * in.total_D();
+    double bytes = 8.0 * N + 8.0 * ((double)in.T * in.B + 1) + 4.0 * (double)in.out_rows() * in.out_cols();
     if (!in.per_sample_weights.empty()) bytes += 4.0 * N;
     for (int64_t u = 0; u < rows.U(); u++) {
         const double D = in.D(rows.table[u]);
@@ -336,9 +341,10 @@ inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in,
     return bytes;
 }
 
-// FBGEMM's rw at the nominal bag length L (the backward's figure is 2 * rw / time)
+// FBGEMM's rw at the nominal bag length L (the backward's figure is 2 * rw / time; nobag: the gradient is
+// L times larger too)
 inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L) {
-    return 4.0 * in.B * in.total_D() + (double)sizeof(floatX) * in.B * in.total_D() * L;
+    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)sizeof(floatX) * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -451,10 +457,11 @@ struct EmbeddingBagBackwardArgs {
     const int64_t* indices;          // N
     const int64_t* offsets;          // T*B+1
     const float* per_sample_weights; // N or nullptr
-    const float* grad_output;        // B * total_D
+    const float* grad_output;        // B * total_D; nobag: N * D
     int T, B, total_D, max_D, key_bits;
     int64_t N, num_rows, num_weights;
     bool mean;
+    bool nobag;                      // grad_output row per lookup; the sorted values are lookup positions, not bags
     EmbeddingBagBackwardOpt opt;
     float lr, eps;
 };
@@ -493,6 +500,12 @@ __host__ __device__ inline int embedding_bag_backward_table_of(const int64_t* ha
         if (hash_offsets[mid] <= lin) lo = mid; else hi = mid;
     }
     return lo;
+}
+
+// the table of a sorted lookup from its value and linear row id: pooled, the value is the bag t*B + b; nobag,
+// a lookup position, so the table comes from the row id (a search over T+1 offsets that stay in L1)
+__device__ __forceinline__ int embedding_bag_backward_table_of_value(const EmbeddingBagBackwardArgs& a, uint32_t val, int64_t lin) {
+    return a.nobag ? embedding_bag_backward_table_of(a.hash_offsets, a.T, lin) : (int)(val / (uint32_t)a.B);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -603,7 +616,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_scatter(Em
             if (atomicExch(&flags[lin], 1u) == 0u) list[atomicAdd(count, 1u)] = lin;
         }
         float* dst = acc + a.weights_offsets[t] + row * D;
-        for (int d = lane; d < D; d += 32) atomicAdd(dst + d, s * go[d]);
+        const float* g = a.nobag ? a.grad_output + l * D : go;   // nobag: lookup l's own gradient row
+        for (int d = lane; d < D; d += 32) atomicAdd(dst + d, s * g[d]);
     }
 }
 
@@ -646,7 +660,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(Embe
 // ----------------------------------------------------------------------------------------------
 // Versions 2 and 3 (FBGEMM's pipeline): linearize, sort, run-length encode, scan.
 
-// one warp per bag: key = the lookup's linear row id (64-bit, as FBGEMM), value = its bag t*B + b
+// one warp per bag: key = the lookup's linear row id (64-bit, as FBGEMM), value = its bag t*B + b (nobag:
+// its position l, where its gradient row is)
 __global__ void embedding_bag_backward_linearize64(EmbeddingBagBackwardArgs a, uint64_t* keys, uint32_t* bags) {
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (bag >= (int64_t)a.T * a.B) return;
@@ -654,7 +669,7 @@ __global__ void embedding_bag_backward_linearize64(EmbeddingBagBackwardArgs a, u
     const int64_t hoff = a.hash_offsets[t];
     for (int64_t l = a.offsets[bag] + (threadIdx.x & 31); l < a.offsets[bag + 1]; l += 32) {
         keys[l] = (uint64_t)(hoff + a.indices[l]);
-        bags[l] = (uint32_t)bag;
+        bags[l] = (uint32_t)(a.nobag ? l : bag);
     }
 }
 
@@ -681,8 +696,10 @@ __global__ void embedding_bag_backward_grad_mean(EmbeddingBagBackwardArgs a, flo
 template <int VPL, int G, int UNR, int WIDTH>
 __device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingBagBackwardArgs& a, const float* go, float4 (&acc)[VPL],
                                                                 int n, int maxn, int b, uint32_t bt, float s, int t, int D, int l) {
-    const float* gbase = go + a.D_offsets[t];
-    const uint32_t bt0 = (uint32_t)t * (uint32_t)a.B;
+    // pooled: bag b's slice of row b (the value is t*B + b); nobag: row l of the N x D gradient (the value is l)
+    const float* gbase = a.nobag ? go : go + a.D_offsets[t];
+    const uint32_t bt0 = a.nobag ? 0u : (uint32_t)t * (uint32_t)a.B;
+    const int64_t stride = a.nobag ? D : a.total_D;
     for (int j0 = 0; j0 < maxn; j0 += UNR) {
         float4 x[UNR][VPL];
         float sc[UNR];
@@ -692,7 +709,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_rows(const EmbeddingB
             const int src = on ? b + j0 + u : 0;
             const uint32_t btu = __shfl_sync(0xFFFFFFFFu, bt, src, WIDTH);
             sc[u] = __shfl_sync(0xFFFFFFFFu, s, src, WIDTH);
-            const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * a.total_D;
+            const float* gr = gbase + (int64_t)(on ? btu - bt0 : 0u) * stride;
 #pragma unroll
             for (int v = 0; v < VPL; v++) {
                 const int c4 = l + G * v;
@@ -749,7 +766,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel2(EmbeddingB
     const int start = run_starts[r], len = run_lengths[r];
     if (SKIP_LONG && len >= EMBEDDING_BAG_BACKWARD_LONG_RUN) return;
     const int64_t lin = (int64_t)run_keys[r];
-    const int t = (int)(bags[start] / (uint32_t)a.B);
+    const int t = embedding_bag_backward_table_of_value(a, bags[start], lin);
     const int D = a.D_offsets[t + 1] - a.D_offsets[t];
     const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
     float4 acc[VPL];
@@ -783,7 +800,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
         const int r = long_ids[i];
         const int start = run_starts[r], len = run_lengths[r];
         const int64_t lin = (int64_t)run_keys[r];
-        const int t = (int)(bags[start] / (uint32_t)a.B);
+        const int t = embedding_bag_backward_table_of_value(a, bags[start], lin);
         const int D = a.D_offsets[t + 1] - a.D_offsets[t];
         const int per_warp = (len + W - 1) / W;
         const int s0 = min(len, w * per_warp), s1 = min(len, s0 + per_warp);
@@ -817,8 +834,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
 // ----------------------------------------------------------------------------------------------
 // Versions 4-8: fixed chunks of the sorted lookups.
 
-// one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b, and for weighted bags
-// the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
+// one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b (nobag: the position l), and
+// for weighted bags the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
 template <class VAL>
 __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, uint32_t* keys, VAL* vals) {
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -828,7 +845,7 @@ __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, u
     for (int64_t l = a.offsets[bag] + (threadIdx.x & 31); l < a.offsets[bag + 1]; l += 32) {
         keys[l] = (uint32_t)(hoff + a.indices[l]);
         if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
-        else vals[l] = (VAL)bag;
+        else vals[l] = (VAL)(a.nobag ? l : bag);
     }
 }
 
@@ -933,7 +950,7 @@ __device__ __forceinline__ EmbeddingBagBackwardLookup embedding_bag_backward_loo
     k.en = o == a.N - 1 || keys[o + 1] != k.key;
     k.bt = (uint32_t)val;
     if constexpr (sizeof(VAL) == 8) k.s = __uint_as_float((uint32_t)(val >> 32));
-    k.t = (int)(k.bt / (uint32_t)a.B);
+    k.t = embedding_bag_backward_table_of_value(a, k.bt, k.key);
     if (a.mean) k.s *= 1.0f / (float)(a.offsets[k.bt + 1] - a.offsets[k.bt]);
     return k;
 }
@@ -1131,7 +1148,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
         }
         return;
     }
-    const int t = (int)((uint32_t)vals[last] / (uint32_t)a.B);
+    const int t = embedding_bag_backward_table_of_value(a, (uint32_t)vals[last], K);
     const int D = a.D_offsets[t + 1] - a.D_offsets[t];
     float4 acc[VPL];
 #pragma unroll
@@ -1178,7 +1195,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
         const int64_t oc = long_owners[i], S = long_spans[i];
         const int64_t last = embedding_bag_backward_min64(oc * C + C, a.N) - 1;
         const int64_t lin = (int64_t)keys[last];
-        const int t = (int)((uint32_t)vals[last] / (uint32_t)a.B);
+        const int t = embedding_bag_backward_table_of_value(a, (uint32_t)vals[last], lin);
         const int D = a.D_offsets[t + 1] - a.D_offsets[t];
         const int64_t per = (S + W - 1) / W;
         const int64_t k_begin = embedding_bag_backward_min64(S, w * per), k_end = embedding_bag_backward_min64(S, k_begin + per);
@@ -1711,8 +1728,8 @@ inline EmbeddingBagBackwardInputs embedding_bag_backward_inputs(const Cli& cli, 
         static_cast<EmbeddingBagInputs&>(in) = embedding_bag_load_inputs(cli.load_dir, "embedding_bag_backward_", cfg);
         std::vector<int64_t> sh;
         if (read_npy(cli.load_dir, "embedding_bag_backward_grad_output", in.grad_output, sh, 2, true)) {
-            require(sh[0] == in.B && sh[1] == in.total_D(), "--load: embedding_bag_backward_grad_output has shape (%lld, %lld), expected (B, total_D) = (%d, %d)",
-                    (long long)sh[0], (long long)sh[1], in.B, in.total_D());
+            require(sh[0] == in.out_rows() && sh[1] == in.out_cols(), "--load: embedding_bag_backward_grad_output has shape (%lld, %lld), expected %s = (%lld, %lld)",
+                    (long long)sh[0], (long long)sh[1], in.nobag ? "(N, D)" : "(B, total_D)", (long long)in.out_rows(), (long long)in.out_cols());
             for (size_t i = 0; i < in.grad_output.size(); i++)
                 require(std::isfinite(in.grad_output[i]), "--load: embedding_bag_backward_grad_output[%zu] (flat) is %g: it must be finite", i,
                         in.grad_output[i]);
@@ -1730,7 +1747,7 @@ inline EmbeddingBagBackwardInputs embedding_bag_backward_inputs(const Cli& cli, 
             rows += embedding_bag_table_E(cfg, t);
         }
         const double N = (double)cfg.T * cfg.B * cfg.L;
-        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + 4.0 * (double)cfg.B * total_D + 64.0 * N + 24.0 * max_D * std::min(N, (double)rows),
+        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + 4.0 * (double)cfg.B * total_D * (cfg.nobag ? cfg.L : 1) + 64.0 * N + 24.0 * max_D * std::min(N, (double)rows),
                             "embedding_bag_backward (inputs, grad_output, reference)");
         in = embedding_bag_backward_make_inputs(cfg, cli.seed);
     }
@@ -1763,7 +1780,7 @@ inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInpu
 
 inline void embedding_bag_backward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagBackwardInputs& in) {
     embedding_bag_dump_inputs(dir, "embedding_bag_backward_", in, cfg.L);
-    write_npy(dir, "embedding_bag_backward_grad_output", in.grad_output.data(), {(int64_t)in.B, (int64_t)in.total_D()});
+    write_npy(dir, "embedding_bag_backward_grad_output", in.grad_output.data(), {in.out_rows(), in.out_cols()});
 }
 
 #ifndef NO_MAIN
@@ -1773,8 +1790,8 @@ int main(int argc, char** argv) {
     EmbeddingBagBackwardParams prm;
     std::string optimizer = "rowwise_adagrad";
     Cli cli("embedding_bag_backward",
-            "Pooled embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched.", 8, 8);
+            "Embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
+            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 8, 8);
     embedding_bag_add_flags(cli, cfg, flags);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "rowwise_adagrad", "adagrad"}, "the fused optimizer (dense: write the gradient)");
     cli.add_double("lr", &prm.lr, "learning rate");
@@ -1813,7 +1830,7 @@ int main(int argc, char** argv) {
     printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
            "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
            in.T, in.B, in.total_D(), max_D, (long long)N, cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
-           cfg.mean ? "mean" : "sum", cfg.weighted ? ", weighted" : "", (long long)U, (long long)R.max_count, (long long)long_runs,
+           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)U, (long long)R.max_count, (long long)long_runs,
            EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt], prm.lr, prm.eps, (double)num_weights * sizeof(floatX) / 1e9);
 
     // inputs on the device
@@ -1828,7 +1845,7 @@ int main(int argc, char** argv) {
     a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = max_D;
     a.key_bits = embedding_bag_backward_key_bits(num_rows);
     a.N = N; a.num_rows = num_rows; a.num_weights = num_weights;
-    a.mean = in.mean; a.opt = opt; a.lr = (float)prm.lr; a.eps = (float)prm.eps;
+    a.mean = in.mean; a.nobag = in.nobag; a.opt = opt; a.lr = (float)prm.lr; a.eps = (float)prm.eps;
 
     // tables and state: a pristine copy (filled once from the hash) and the live one the step updates
     const unsigned fill_grid = embedding_bag_backward_helper_grid(num_weights);

@@ -1,7 +1,8 @@
 /*
-Pooled embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's
-nn.EmbeddingBag for one table): T tables are each looked up by B bags of row ids, and each bag's rows
-are summed (or averaged) into one D_t-wide slice of the bag's output row.
+Embedding bags, forward (FBGEMM's split table-batched embedding bag, "TBE"; PyTorch's nn.EmbeddingBag
+for one table): T tables are each looked up by B bags of row ids, and each bag's rows are summed (or
+averaged) into one D_t-wide slice of the bag's output row; --pooling none (FBGEMM's nobag, sequence
+embeddings) writes each lookup's row as its own output row instead.
 
 Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs):
   weights          one flat floatX array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
@@ -12,6 +13,8 @@ Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs
   per_sample_weights[total_L] fp32, optional ("weighted")
   out[B][total_D]  fp32: out[b][D_offsets[t] + d] = scale * sum_{l in bag(t,b)} w_l * W_t[indices[l]][d]
                    (w_l = 1 unweighted; scale = 1/L_bag for MEAN, 1 for SUM; an empty bag gives 0)
+  nobag            out[N][D] fp32, out[l] = W_t[indices[l]]: one D for every table (FBGEMM's nobag layout;
+                   mixed dims exit 2) and no per-sample weights (FBGEMM's nobag kernels take none)
 Accumulation and the output are fp32 in both builds; the _bf16 build stores the weights in bf16.
 
 Fewest bytes (every looked-up row read once per lookup: nothing deduplicates without a sort):
@@ -20,7 +23,9 @@ Fewest bytes (every looked-up row read once per lookup: nothing deduplicates wit
   = 178.9 MB at FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32), 1124.6 MB at the large size
   (T=1 E=1e6 D=128 B=65536 L=32). Zipf inputs re-read hot rows from L2, so they pass 100% by this count.
   FBGEMM's benchmark figure, rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L over the time, is printed
-  as `fbgemm_gbps=`.
+  as `fbgemm_gbps=`. nobag: N * D * (sizeof(floatX) + 4) + 8 * N + 8 * (T+1) + 4 * (T+1) + 8 * T
+  = 338.2 MB at the default size (only the table boundaries of the offsets are read); FBGEMM's rw has the
+  output L times larger.
 
 Versions. H200, 2026-11-29, best block, median ms (% of the copy bandwidth measured in the same process);
 every number is in results/h200.md.
@@ -32,6 +37,7 @@ every number is in results/h200.md.
   4  bag indices shuffled across lanes, 8 row loads in flight  0.0545 (77.6%)     0.0231    0.2561 (103.8%)
   5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
   6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
+  7  nobag only: the gather, G lanes per row, 4 rows in flight   not measured yet (the default at --pooling none)
 PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
 Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
 
@@ -47,6 +53,7 @@ Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
   make embedding_bag_forward_bf16  && ./embedding_bag_forward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
   ./embedding_bag_forward all --T 1 --E 1000000 --D 128 --B 65536 --L 32 --alpha 0     (the large size)
+  ./embedding_bag_forward --pooling none                                   (version 7, one row per lookup)
 */
 #include "embedding_bag.h"
 
@@ -91,16 +98,17 @@ inline double embedding_bag_forward_bytes(const EmbeddingBagInputs& in) {
         bytes += (double)L_t * in.D(t) * sizeof(floatX);
     }
     const double total_L = (double)in.indices.size();
-    bytes += 8.0 * total_L + 8.0 * ((double)in.T * in.B + 1);
+    bytes += 8.0 * total_L + 8.0 * (in.nobag ? in.T + 1.0 : (double)in.T * in.B + 1);   // nobag: table boundaries only
     if (!in.per_sample_weights.empty()) bytes += 4.0 * total_L;
-    bytes += 4.0 * in.B * in.total_D();
+    bytes += 4.0 * (double)in.out_rows() * in.out_cols();
     bytes += 4.0 * (in.T + 1) + 8.0 * in.T;
     return bytes;
 }
 
-// FBGEMM benchmark's figure: output + B * sum(D) * L parameters at the nominal bag length L
+// FBGEMM benchmark's figure: output + B * sum(D) * L parameters at the nominal bag length L (nobag: the
+// output is L times larger too)
 inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagInputs& in, int L) {
-    return 4.0 * in.B * in.total_D() + (double)sizeof(floatX) * in.B * in.total_D() * L;
+    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)sizeof(floatX) * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -108,6 +116,13 @@ inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagInputs& in, i
 
 void embedding_bag_forward_cpu(float* out, const EmbeddingBagInputs& in, const floatX* weights) {
     const int total_D = in.total_D();
+    if (in.nobag) {                          // out[l] = lookup l's row (one D for all tables)
+        const int D = in.D(0);
+        for (int t = 0; t < in.T; t++)
+            for (int64_t l = in.offsets[(int64_t)t * in.B]; l < in.offsets[(int64_t)(t + 1) * in.B]; l++)
+                for (int d = 0; d < D; d++) out[l * D + d] = to_float(weights[in.weights_offsets[t] + in.indices[l] * D + d]);
+        return;
+    }
     std::vector<double> acc;
     for (int t = 0; t < in.T; t++) {
         const int D = in.D(t);
@@ -149,6 +164,7 @@ struct EmbeddingBagForwardArgs {
     const int* table_order;                              // T table ids, grouped by class
     int class_begin[EMBEDDING_BAG_FORWARD_CLASSES + 1];  // class c: table_order[class_begin[c] .. class_begin[c+1])
     int T, B, total_D, max_D;
+    int64_t max_lookups;                                 // the most lookups of one table: version 7's grid x
     bool mean;
 };
 
@@ -504,6 +520,43 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBa
     embedding_bag_forward_bag5<G, NV, WIDE>(a, t, b, threadIdx.x % 32);
 }
 
+// Version 7 (--pooling none only): the gather. Nothing is summed: each lookup's row is copied to its own
+// output row, N random rows read and N rows written contiguously, so rows in flight are all that matters.
+// G lanes (the power of two covering D/4, at most a warp) move a row with 16-byte loads and streaming
+// 16-byte stores; a group takes ROWS consecutive lookups and issues all their row loads before the first
+// store. The table is blockIdx.y: table-major offsets make table t's lookups one range, offsets[t*B] ..
+// offsets[(t+1)*B], so a block reads two offsets and no lookup searches for its table; grid x covers the
+// table with the most lookups (blocks past a shorter table's end leave at once). Rows of 256 bytes or
+// more take version 6's L2::256B hint, smaller rows the plain load (the hint would fetch unused bytes).
+constexpr int EMBEDDING_BAG_FORWARD_GATHER_ROWS = 4;
+
+template <int ROWS>
+__global__ void __launch_bounds__(512) embedding_bag_forward_kernel7(EmbeddingBagForwardArgs a) {
+    const int t = blockIdx.y;
+    const int64_t begin = a.offsets[(int64_t)t * a.B], n = a.offsets[(int64_t)(t + 1) * a.B] - begin;
+    const int D = a.D_offsets[t + 1] - a.D_offsets[t], Dv = D / 4;
+    const int G = embedding_bag_forward_lanes_per_row(D), g = (int)(threadIdx.x % G);
+    const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G * ROWS;
+    if (j0 >= n) return;                     // whole groups (G divides 32): no shuffles here anyway
+    const bool wide = D * (int)sizeof(floatX) >= 256;
+    const floatX* W = a.weights + a.weights_offsets[t];
+    const floatX* row[ROWS];
+#pragma unroll
+    for (int u = 0; u < ROWS; u++)           // the G lanes load the same id: one broadcast transaction
+        row[u] = j0 + u < n ? W + embedding_bag_forward_load_index(a.indices + begin + j0 + u) * D : nullptr;
+    float* out = a.out + (begin + j0) * D;
+    for (int v = g; v - g < Dv; v += G) {    // the group's trip count: D > 4 * 32 loops
+        float4 x[ROWS];
+#pragma unroll
+        for (int u = 0; u < ROWS; u++)
+            x[u] = (row[u] == nullptr || v >= Dv) ? make_float4(0.f, 0.f, 0.f, 0.f)
+                   : (wide ? embedding_bag_forward_load4_wide(row[u] + 4 * v) : embedding_bag_forward_load4(row[u] + 4 * v));
+#pragma unroll
+        for (int u = 0; u < ROWS; u++)
+            if (row[u] != nullptr && v < Dv) __stcs(reinterpret_cast<float4*>(out + (int64_t)u * D + 4 * v), x[u]);
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher (block sizes are multiples of 32: main requires it)
 
@@ -565,6 +618,18 @@ void embedding_bag_forward5(const EmbeddingBagForwardArgs& a, int block_size) {
     embedding_bag_forward5_class<7, WIDE>(a, block_size);
 }
 
+// version 7's grid x: groups of G lanes (nobag: one D) taking ROWS lookups each, for the longest table
+inline int64_t embedding_bag_forward_grid_x7(int64_t max_lookups, int D, int block_size) {
+    const int64_t groups = ceil_div<int64_t>(max_lookups, EMBEDDING_BAG_FORWARD_GATHER_ROWS);
+    return std::max<int64_t>(1, ceil_div<int64_t>(groups, block_size / embedding_bag_forward_lanes_per_row(D)));
+}
+
+void embedding_bag_forward7(const EmbeddingBagForwardArgs& a, int block_size) {
+    dim3 grid(grid_x(embedding_bag_forward_grid_x7(a.max_lookups, a.max_D, block_size), "embedding_bag_forward version 7"),
+              grid_y(a.T, "embedding_bag_forward version 7"));
+    embedding_bag_forward_kernel7<EMBEDDING_BAG_FORWARD_GATHER_ROWS><<<grid, block_size>>>(a);
+}
+
 void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int block_size) {
     switch (kernel_num) {
         case 1: embedding_bag_forward1(a, block_size); break;
@@ -573,16 +638,27 @@ void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int
         case 4: embedding_bag_forward4(a, block_size); break;
         case 5: embedding_bag_forward5<false>(a, block_size); break;
         case 6: embedding_bag_forward5<true>(a, block_size); break;
+        case 7: embedding_bag_forward7(a, block_size); break;
         default: fail_args("embedding_bag_forward has no version %d", kernel_num);
     }
 }
 
-// each version's block sizes; versions 4-6 are compiled for at most 512 threads (__launch_bounds__)
+// each version's block sizes; versions 4-7 are compiled for at most 512 threads (__launch_bounds__)
 inline std::vector<int> embedding_bag_forward_blocks(int kernel_num) {
     if (kernel_num >= 4) return {64, 128, 256, 512};
     return {32, 64, 128, 256, 512, 1024};
 }
 inline int embedding_bag_forward_max_block(int kernel_num) { return kernel_num >= 4 ? 512 : 1024; }
+
+// why version k cannot run (pooled or nobag, the block size), "" if it can
+inline std::string embedding_bag_forward_skip_reason(int k, bool nobag, int block) {
+    if (nobag && k != 7) return "--pooling none is a gather of one row per lookup; versions 1-6 pool bags";
+    if (!nobag && k == 7) return "version 7 is the gather of --pooling none (one row per lookup); it does not pool";
+    if (block > embedding_bag_forward_max_block(k))
+        return "--block " + std::to_string(block) + " exceeds the " + std::to_string(embedding_bag_forward_max_block(k)) +
+               " threads version " + std::to_string(k) + " is compiled for";
+    return "";
+}
 
 // ----------------------------------------------------------------------------------------------
 
@@ -601,7 +677,7 @@ inline EmbeddingBagInputs embedding_bag_forward_inputs(const Cli& cli, Embedding
                     t, (long long)embedding_bag_table_E(cfg, t));
         }
         require_host_memory(embedding_bag_inputs_host_bytes(cfg) + (double)embedding_bag_num_weights(cfg) * sizeof(floatX) +
-                                4.0 * (double)cfg.B * total_D * (cli.dump_dir.empty() ? 1 : 2),
+                                4.0 * (double)cfg.B * total_D * (cfg.nobag ? cfg.L : 1) * (cli.dump_dir.empty() ? 1 : 2),
                             "embedding_bag_forward (inputs, tables, reference)");
         in = embedding_bag_make_inputs(cfg, cli.seed);
     }
@@ -627,14 +703,14 @@ inline std::vector<floatX> embedding_bag_forward_weights(const Cli& cli, const E
 // device bytes of a run: tables, ids, offsets, per-sample weights, output, the plan
 inline double embedding_bag_forward_device_bytes(const EmbeddingBagInputs& in) {
     return (double)in.num_weights * sizeof(floatX) + 8.0 * in.N() + 8.0 * in.offsets.size() + 4.0 * in.per_sample_weights.size() +
-           4.0 * in.B * in.total_D() + 24.0 * (in.T + 1);
+           4.0 * (double)in.out_rows() * in.out_cols() + 24.0 * (in.T + 1);
 }
 
 inline void embedding_bag_forward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagInputs& in,
                                        const std::vector<floatX>& weights, const float* ref, const float* got, const std::string& shape) {
     embedding_bag_dump_inputs(dir, "embedding_bag_forward_", in, cfg.L);
-    write_npy(dir, "embedding_bag_forward_out_ref", ref, {(int64_t)in.B, (int64_t)in.total_D()});
-    write_npy(dir, "embedding_bag_forward_out", got, {(int64_t)in.B, (int64_t)in.total_D()});
+    write_npy(dir, "embedding_bag_forward_out_ref", ref, {in.out_rows(), in.out_cols()});
+    write_npy(dir, "embedding_bag_forward_out", got, {in.out_rows(), in.out_cols()});
     if (in.num_weights <= ((int64_t)64 << 20)) {
         std::vector<float> wf = to_float_vec(weights);
         write_npy(dir, "embedding_bag_forward_weights", wf.data(), {in.num_weights});
@@ -652,29 +728,31 @@ int main(int argc, char** argv) {
     EmbeddingBagConfig cfg;
     EmbeddingBagFlags flags;
     Cli cli("embedding_bag_forward",
-            "Pooled embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows.", 6, 6);
+            "Embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows, or "
+            "(--pooling none) one row per lookup.",
+            7, embedding_bag_default_version(argc, argv, 6, 7));
     embedding_bag_add_flags(cli, cfg, flags);
-    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) + ";\n  E < 2^31 per table; --block a multiple of 32 (at most 512 for versions 4-6)";
+    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) +
+                      ";\n  E < 2^31 per table; --block a multiple of 32 (at most 512 for versions 4-7); version 7 only with --pooling none";
     cli.parse(argc, argv);
-    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-6 give bags whole warps)", cli.block);
-    auto skip = [&](int k) -> std::string {
-        if (cli.block > embedding_bag_forward_max_block(k))
-            return "--block " + std::to_string(cli.block) + " exceeds the " + std::to_string(embedding_bag_forward_max_block(k)) +
-                   " threads version " + std::to_string(k) + " is compiled for";
-        return "";
-    };
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-7 give bags and rows whole warps)", cli.block);
+    bool nobag = flags.pooling == "none";    // a --load says it again below
+    auto skip = [&](int k) { return embedding_bag_forward_skip_reason(k, nobag, cli.block); };
     select_versions(cli, skip, false);
     EmbeddingBagInputs in = embedding_bag_forward_inputs(cli, cfg, flags);
+    nobag = in.nobag;
+    select_versions(cli, skip, false);      // again: a --load may have said nobag
 
     cuda_init();
     require_device_memory(embedding_bag_forward_device_bytes(in), "embedding_bag_forward", !cli.check_only);
     const int total_D = in.total_D(), max_D = in.max_D();
     printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB\n", in.T, in.B, total_D, max_D, in.indices.size(),
-           !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")), cfg.mean ? "mean" : "sum",
+           !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")),
+           embedding_bag_pooling_name(in.mean, in.nobag),
            cfg.weighted ? ", weighted" : "", (double)in.num_weights * sizeof(floatX) / 1e9);
 
     std::vector<floatX> weights = embedding_bag_forward_weights(cli, in);
-    const size_t n_out = (size_t)in.B * total_D;
+    const size_t n_out = (size_t)(in.out_rows() * in.out_cols());
     std::vector<float> ref(n_out);
     embedding_bag_forward_cpu(ref.data(), in, weights.data());
 
@@ -690,6 +768,8 @@ int main(int argc, char** argv) {
     a.table_order = device_upload(plan.table_order);
     std::copy(plan.class_begin, plan.class_begin + EMBEDDING_BAG_FORWARD_CLASSES + 1, a.class_begin);
     a.T = in.T; a.B = in.B; a.total_D = total_D; a.max_D = max_D; a.mean = in.mean;
+    a.max_lookups = 0;
+    for (int t = 0; t < in.T; t++) a.max_lookups = std::max(a.max_lookups, in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B]);
 
     const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L);
     OpRunner r;
@@ -701,6 +781,7 @@ int main(int argc, char** argv) {
     r.prepare_check = [&] { poison(a.out, n_out * sizeof(float)); };
     r.launch = [&](int k, int block) { embedding_bag_forward(k, a, block); };
     r.check = [&](int, int) {
+        if (n_out == 0) { printf("out: no lookups (nobag, every bag empty): nothing to compare\n"); return true; }
         return validate_device("out", a.out, ref.data(), n_out, EMBEDDING_BAG_FORWARD_ATOL, EMBEDDING_BAG_FORWARD_RTOL);
     };
     r.extra = [&](int, int, double ms) {
