@@ -75,16 +75,23 @@ if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; the
 ncases=$(grep -cvE '^\s*(#|$)' tests/gpu_cases.txt)
 if [ $has_gpu -eq 1 ]; then
     echo "== GPU cases (tests/gpu_cases.txt)"
-    mkdir -p build/gpu_cases
-    i=0
-    while read -r line; do
-        case "$line" in ''|\#*) continue;; esac
-        i=$((i + 1))
-        log="build/gpu_cases/case$i.log"
-        (cd dev/cuda && timeout 600 ./$line) > "$log" 2>&1 < /dev/null; rc=$?
-        if [ $rc -eq 0 ]; then ok "gpu '$line'"
-        else bad "gpu '$line' exited $rc"; grep -E "FAIL|error|skipped" "$log" | head -12; fi
-    done < tests/gpu_cases.txt
+    # The cases are checks, not timings, so GPU_JOBS of them share the GPU at once (default 4); each
+    # writes its own log and exit code, and the summary below is in file order.
+    rm -rf build/gpu_cases; mkdir -p build/gpu_cases
+    grep -vE '^\s*(#|$)' tests/gpu_cases.txt | awk '{print NR "\t" $0}' > build/gpu_cases/list.txt
+    run_case() {   # $1 = case number, $2... = binary and args
+        n=$1; shift
+        (cd dev/cuda && timeout 600 ./"$@") > "build/gpu_cases/case$n.log" 2>&1 < /dev/null
+        echo $? > "build/gpu_cases/case$n.rc"
+    }
+    export -f run_case
+    cut -f1 build/gpu_cases/list.txt | xargs -P "${GPU_JOBS:-4}" -I{} bash -c \
+        'run_case {} $(awk -F "\t" -v n={} "\$1 == n {print \$2}" build/gpu_cases/list.txt)'
+    while IFS=$'\t' read -r n line; do
+        rc=$(cat "build/gpu_cases/case$n.rc" 2>/dev/null || echo missing)
+        if [ "$rc" = 0 ]; then ok "gpu '$line'"
+        else bad "gpu '$line' exited $rc"; grep -E "FAIL|error|skipped" "build/gpu_cases/case$n.log" | head -12; fi
+    done < build/gpu_cases/list.txt
     echo "== PyTorch cross-checks (scripts/torch_check.py)"
     if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
         out=$(python3 scripts/torch_check.py 2>&1); rc=$?
