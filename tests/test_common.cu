@@ -15,8 +15,7 @@ static int exit_status_of(F f) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        freopen("/dev/null", "w", stderr);
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(254);
         f();
         _exit(255);
     }

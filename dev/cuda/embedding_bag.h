@@ -123,7 +123,11 @@ inline EmbeddingBagInputs embedding_bag_make_inputs(const EmbeddingBagConfig& c,
 // is wrong and where.
 inline std::string embedding_bag_validate(const EmbeddingBagInputs& in) {
     char buf[256];
-    auto err = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
+    auto err = [&](const char* fmt, auto... args) {
+        if constexpr (sizeof...(args) == 0) snprintf(buf, sizeof buf, "%s", fmt);
+        else snprintf(buf, sizeof buf, fmt, args...);
+        return std::string(buf);
+    };
     const int T = in.T, B = in.B;
     if (T < 1 || T > 65535 || B < 1) return err("T (%d) must be 1..65535 and B (%d) >= 1", T, B);
     if ((int64_t)T * B >= INT32_MAX) return err("T*B (%lld) must be < 2^31 (a bag id is 32-bit)", (long long)T * B);
