@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
     cli.add_double("alpha", &alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
     cli.add_int("steps", &steps, "batches counted one after another into the same table (one timed sample)");
     cli.constraints = "  E, B, L, steps >= 1; B*L*steps < 2^31; 1 <= H <= 2^32 (the slot function scales a 32-bit hash);\n"
-                      "  Zipf (alpha > 1) needs E >= L; a key's probe window is its home slot and the next two";
+                      "  a bag repeats rows where E < L; a key's probe window is its home slot and the next two";
     cli.parse(argc, argv);
     if (H == -1) H = E;
     require(E >= 1 && B >= 1 && L >= 1 && steps >= 1, "E, B, L, steps must be >= 1 (got %lld, %d, %d, %d)", (long long)E, B, L, steps);
