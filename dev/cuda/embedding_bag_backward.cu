@@ -37,7 +37,7 @@ measured in the same process, by the fewest bytes); every number, the sgd and la
   8  version 7 with one CUB block radix sort per table (default)     0.1546 (50.6%)   0.0902     0.0809
 Version 8 at uniform is fbgemm_gbps=2280. PyTorch (nn.EmbeddingBag sparse=True + Adagrad, elementwise:
 it has no rowwise; scripts/peers/embedding_bag_backward.py), 2026-11-30: forward + backward + step 2.0954 /
-1.0496 ms at uniform / Zipf, its forward alone 0.1085 / 0.0818. FBGEMM itself has not been run here.
+1.0496 ms at uniform / Zipf, its forward alone 0.1085 / 0.0818. Nobag, version 8 (2026-12-01): 0.1896 / 0.1395.
 
 Lessons:
 - Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;

@@ -37,7 +37,7 @@ every number is in results/h200.md.
   4  bag indices shuffled across lanes, 8 row loads in flight  0.0545 (77.6%)     0.0231    0.2561 (103.8%)
   5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
   6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
-  7  nobag only: the gather, G lanes per row, 4 rows in flight   not measured yet (the default at --pooling none)
+  7  nobag only: the gather, G lanes per row, 4 rows in flight   0.0869 (91.5%) 2026-12-01; Zipf 0.0526 (default, nobag)
 PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
 Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
 

@@ -16,22 +16,22 @@ FLOPs per lookup (FBTT's count): F = sum_{t=0}^{T-3} 2 m_t R_{t+1} n_{t+1} + sum
 Bytes (fewest): 8 nnz + 8 (tables B + 1) + 4 tables B D + 4 U (1 + w) + (dense) 4 C; U = elements of touched slices,
   w = 1 (sgd), 3 (adagrad), 0 (dense); C = all core elements. ~4-12 MB at the default: bound by arithmetic.
 
-Versions (H200, FBTT's default, SGD, results/h200.md, 2026-11-29: ms, % of the FP32 FMA peak):
+Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the FP32 FMA peak):
   1  the explicit sum: a thread per (lookup, slice element), atomics into dG, optimizer pass   11.29   0.2%
   2  FBTT's pipeline: per 1000 lookups pointer arrays, cublasGemmBatchedEx per chain step,
-     atomic scatter of per-lookup slice gradients, optimizer pass (the baseline)                  0.851   2.3%
-  3  fused: one block per lookup, slices and chain in shared memory, one launch              0.447   4.3%
+     atomic scatter of per-lookup slice gradients, optimizer pass (the baseline)                  0.858   2.2%
+  3  fused: one block per lookup, slices and chain in shared memory, one launch              0.425   4.5%
   4  retired: sort by slice, pivot slice shared by a chunk of lookups (0.442, 4.3%)
   5  retired: version 4 on register tiles (0.280, 6.9%); both lost to version 6 at every shape
      (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
   6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
-     once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.150  12.8%
+     once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
   7  the default: version 6's grouping with the three pivot products on tensor cores
      (3xTF32) where compiled (T = 3, q 4,4,4, ranks 32,32), and a dispatcher for every other
      shape: version 6's kernels (G_h and dG_h in global memory where they do not fit in
-     shared memory: ranks 64-128), else version 2's pipeline (T >= 4 at rank 128)             0.0651 29.5%
-  Other shapes (2026-12-01, version 6, the best then): q 8,4,4 0.203 ms; ranks 16,16 0.098; ranks 64,64 1.552;
-  T = 4 (p 40,50,55,60, q 4,4,2,4) 0.653. Zipf 1.15: version 7 0.0974, version 6 0.180.
+     shared memory: ranks 64-128), else version 2's pipeline (T >= 4 at rank 128)             0.0656 29.2%
+  Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; ranks 64,64 0.610; T = 4 (p
+  40,50,55,60, q 4,4,2,4) 0.703; EL-Rec q 2,2,4 ranks 128 B 4096 L 20 18.8. Zipf 1.15: 7 0.0973, 6 0.192.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)

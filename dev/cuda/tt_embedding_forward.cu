@@ -13,15 +13,15 @@ FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 2
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
-Versions (H200, 2026-11-29, FBTT's default, median ms at the best block; results/h200.md):      ms     % FMA
-  1  the explicit sum: a thread per (bag, element) sums the T-fold product over every rank tuple  5.685    0.1
+Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md):      ms     % FMA
+  1  the explicit sum: a thread per (bag, element) sums the T-fold product over every rank tuple  5.690    0.1
   2  FBTT's pipeline (the baseline): per chunk of lookups, a pointer kernel, one cuBLAS batched
-     GEMM per chain step, a reduce                                                                 0.375    1.8
-  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0451  14.7
-  4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0501  13.2
-  5  version 4 with four lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)      0.0460  14.4
+     GEMM per chain step, a reduce                                                                 0.381    1.7
+  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0709   9.4
+  4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
+  5  version 4 with four lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)      0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
-     (Zipf 1.15: 0.0428, B 4096: 0.1465); version 3's kernel at the shapes it is not compiled for 0.0333  19.9
+     (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); version 3's kernel at every other shape      0.0332  20.0
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
@@ -35,9 +35,9 @@ Compile and run:
   make tt_embedding_forward_bf16 && ./tt_embedding_forward_bf16 all --check-only
 
 Lessons:
-  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 8.3x: no launches per step, no
-    intermediates through memory.
-  - At B 512 versions 3-5 all take 45-50 us whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
+  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 5.4x: no launches per step, no
+    intermediates through memory. (3 took 0.0451 on 2026-11-29, before its buffers were sized for rank 128.)
+  - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
     follows the serial latency of each chain and each item, not bytes.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu) and left its time unchanged; version 6's 27%
     came from shortening an item's serial path (digits once, O(m) duplicates, one wave of items, PDL).
