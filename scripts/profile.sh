@@ -47,11 +47,10 @@ for (i, k), m in per.items():
 '
 done <<'CASES'
 tt_embedding_forward 3 --block 256
-tt_embedding_forward 6 --block 128
+tt_embedding_forward 6 --block 256
 tt_embedding_forward 2
 tt_embedding_backward 7
 tt_embedding_backward 6
-tt_embedding_backward 5
 embedding_bag_backward 4 --alpha 0
 embedding_bag_backward 7 --alpha 0 --block 64
 embedding_bag_backward 8 --alpha 0 --block 64
