@@ -1,13 +1,8 @@
 // CPU tests of common.h's host helpers (no GPU): the validator, the random generators, the .npy writer.
+#include "test_util.h"
 #include "../dev/cuda/common.h"
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
-    if (!ok) failures++;
-}
 
 // the exit status of f() run in a child process (-1: it returned instead of exiting), its output hidden
 template <class F>
@@ -37,7 +32,7 @@ int main() {
         std::vector<float> ref = {1.0f, -2.0f, 3.0f, 0.0f, 1e6f, 5.0f};
         std::vector<float> good = {1.0f + 1e-7f, -2.0f, 3.0f - 2e-6f, 5e-7f, 1e6f + 0.5f, 5.0f};
         ValidateStats s = compare_arrays(good.data(), ref.data(), ref.size(), 1e-6f, 1e-6f);
-        report(s.failures == 0, "validate passes values within atol + rtol*|ref|", std::to_string(s.failures) + " failures");
+        report(s.failures == 0, "validate passes values within atol + rtol*|ref|", std::to_string(s.failures) + " test_failures");
 
         std::vector<float> nan = good; nan[2] = NAN;
         s = compare_arrays(nan.data(), ref.data(), ref.size(), 1e-6f, 1e-6f);
@@ -290,5 +285,5 @@ int main() {
         Timing u = summarize({4, 1, 3, 2});
         report(t.median == 2 && t.min == 1 && t.max == 3 && u.median == 2.5, "summarize gives median/min/max");
     }
-    return failures ? 1 : 0;
+    return test_summary();
 }

@@ -6,6 +6,7 @@
 //
 // Build (scripts/test.sh): nvcc -O2 -std=c++17 -arch=sm_90 -Werror all-warnings -I dev/cuda tests/test_embedding_bag_backward.cu -lcublas
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/embedding_bag_backward.cu"
 #if __has_include("../dev/cuda/embedding_bag_forward.cu")
 #include "../dev/cuda/embedding_bag_forward.cu"
@@ -18,20 +19,6 @@
 #include <map>
 #include <numeric>
 #include <random>
-
-static int g_failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    if (ok) printf("PASS %s\n", name.c_str());
-    else { printf("FAIL %s: %s\n", name.c_str(), why.c_str()); g_failures++; }
-}
-static std::string fmt(const char* f, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return buf;
-}
 
 using Opt = EmbeddingBagBackwardOpt;
 static const Opt kOpts[] = {Opt::dense, Opt::sgd, Opt::rowwise_adagrad, Opt::adagrad};
@@ -840,6 +827,5 @@ int main() {
         c.mixed_dims = true; c.weighted = true; c.mean = true; c.empty_frac = 0.25;
         test_adjoint("forward/backward consistency, Zipf, mixed dims, weighted MEAN, empty bags", c, 22);
     }
-    printf("%s: %d failed\n", g_failures ? "FAILED" : "all passed", g_failures);
-    return g_failures ? 1 : 0;
+    return test_summary();
 }

@@ -3,23 +3,10 @@
 // the spec's unique-row counts, the input validator's messages, the bytes formulas, and the
 // thread-to-(bag, column) maps of versions 1, 3, 4 and 5 (every bag and column covered exactly once).
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/embedding_bag_forward.cu"
 
 #include <set>
-
-static int failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
-    if (!ok) failures++;
-}
-static std::string fmt(const char* f, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return buf;
-}
 
 static EmbeddingBagConfig small_config(int T, std::vector<int> Ds, std::vector<int> Es, int B, int L) {
     EmbeddingBagConfig c;
@@ -588,6 +575,5 @@ int main() {
     test_bytes();
     test_table_of_column();
     test_thread_maps();
-    printf("%s: %d failed\n", failures ? "FAILED" : "ok", failures);
-    return failures ? 1 : 0;
+    return test_summary();
 }

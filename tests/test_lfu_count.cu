@@ -2,16 +2,11 @@
 // and its wrap, drops in a full table, the sequential reference against a brute-force count, the GPU check
 // (it accepts every insertion order's table and rejects each kind of broken one), and find.
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/lfu_count.cu"
 
 #include <map>
 #include <random>
-
-static int failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
-    if (!ok) failures++;
-}
 
 // keys with the given home slot, searched upwards from `from`
 static std::vector<int64_t> keys_with_home(uint64_t home, uint64_t H, int count, int64_t from = 0) {
@@ -188,5 +183,5 @@ int main() {
                    lfu_count_validate_keys(big.data(), 2, 10).find("lookup 1 = 10 is outside [0, E = 10)") != std::string::npos,
                "row ids outside [0, E) are rejected");
     }
-    return failures ? 1 : 0;
+    return test_summary();
 }

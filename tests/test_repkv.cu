@@ -1,14 +1,9 @@
 // CPU tests of the repkv references (no GPU): the adjoint identity between forward and backward,
 // and each reference against a second, independent formulation.
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/repkv_forward.cu"
 #include "../dev/cuda/repkv_backward.cu"
-
-static int failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
-    if (!ok) failures++;
-}
 
 struct Shape { int B, T, NH, NKV, HD; };
 
@@ -170,5 +165,5 @@ int main() {
         repkv_forward_dump(bad_nan, fs, x.data(), fx.data(), nullptr);
     }
 
-    return failures ? 1 : 0;
+    return test_summary();
 }

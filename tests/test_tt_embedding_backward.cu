@@ -12,23 +12,11 @@
 //  - the validators' messages (bad shapes, an index >= E, bad offsets)
 // Prints PASS <case> / FAIL <case>: <why> per case; exits 1 if any failed.
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/tt_embedding_backward.cu"
 
 #include <fcntl.h>
 #include <unistd.h>
-
-static int g_failed = 0, g_passed = 0;
-
-static void result(bool ok, const std::string& name, const std::string& why = "") {
-    if (ok) {
-        printf("PASS %s\n", name.c_str());
-        g_passed++;
-    } else {
-        printf("FAIL %s: %s\n", name.c_str(), why.c_str());
-        g_failed++;
-    }
-    fflush(stdout);
-}
 
 // run f with stdout silenced (the op's check prints a line per array)
 template <class F>
@@ -227,7 +215,7 @@ static void test_decode_and_counts() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({3, 4, 5}, {2, 2, 2}, {2, 3}, 0, 1, 1);
     int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, 37, idx);
-    result(s.Lrad[0] == 20 && s.Lrad[1] == 5 && s.Lrad[2] == 1 && idx[0] == 1 && idx[1] == 3 && idx[2] == 2 && s.E == 60 &&
+    report(s.Lrad[0] == 20 && s.Lrad[1] == 5 && s.Lrad[2] == 1 && idx[0] == 1 && idx[1] == 3 && idx[2] == 2 && s.E == 60 &&
                s.S[0] == 4 && s.S[1] == 12 && s.S[2] == 6,
            "decode_worked_example", "row 37 of p=[3,4,5] must decode to (1,3,2) with L = [20,5,1] and slices 4, 12, 6");
     // FBTT's default: cores hold 958,720 floats, 106,496 backward FLOPs per lookup, pivot core 1; version 3's layout aligned
@@ -242,7 +230,7 @@ static void test_decode_and_counts() {
     char why[256];
     snprintf(why, sizeof why, "elements %lld (want 958720), E %lld, flops %.0f (want 106496), pivot %d (want 1), smem %zu, aligned %d",
              (long long)elems, (long long)d.E, flops, pivot, tt_embedding_backward_smem_bytes(L), (int)aligned);
-    result(elems == 958720 && d.E == 11000000 && flops == 106496.0 && pivot == 1 && aligned && L.PS[1] == 129,
+    report(elems == 958720 && d.E == 11000000 && flops == 106496.0 && pivot == 1 && aligned && L.PS[1] == 129,
            "default_shape_counts", why);
 }
 
@@ -285,7 +273,7 @@ static void test_finite_differences(const Case& c) {
     char why[256];
     snprintf(why, sizeof why, "%lld of %lld elements differ from the central difference (worst %.3g, scale %.3g); %lld with |dG| > mag",
              (long long)bad, (long long)checked, worst, fscale, (long long)mag_bad);
-    result(bad == 0 && mag_bad == 0 && checked > 0, "finite_differences_" + c.name, why);
+    report(bad == 0 && mag_bad == 0 && checked > 0, "finite_differences_" + c.name, why);
 }
 
 static const char* opt_name(int opt) { return TT_EMBEDDING_BACKWARD_OPT_NAMES[opt]; }
@@ -484,7 +472,7 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
                      "pivot %d acc %d NB %d PH %d F %d, G_h/dG_h mode %d (expected %d), %d chunks (%d slices split), %d items (%d multi-part)",
                      (int)ok, (int)same, (int)info.chunks_cover, (int)info.lists_ok, pr.s.nnz, P.fastI, P.fastII, P.fastIII, (int)expect_fast, P.h, P.acc,
                      P.nb, P.PH, P.F, mode, want_mode, info.nchunks, info.multi_chunk_slices, info.nitems, info.multi_part_items);
-            result(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
+            report(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
             if (ok && same) printf("     (%s)\n", why);
         }
 }
@@ -517,7 +505,7 @@ static void test_lane_pairing() {
         }
         char why[160];
         snprintf(why, sizeof why, "%d units, %d warps checked", units, warps);
-        result(ok, std::string("lane_pairing_default_") + name, why);
+        report(ok, std::string("lane_pairing_default_") + name, why);
     };
     const int Rh = s.R[h], nh = s.n[h], Rn = s.R[h + 1], wn = P.w[h + 1];
     auto key = [](int a, int b) { return a * 100000 + b; };
@@ -571,7 +559,7 @@ static void test_plan6() {
             bool ok = P.h == c.pivot && P.F == c.F && P.fastI && P.fastII && P.fastIII && P.fastY && P.fastL && P.acc == want_acc &&
                       fits && aligned;
             if (!strcmp(c.name, "default")) ok = ok && P.nb == 16 && P.PH == 132 && P.tiles_I == 256;
-            result(ok, name, why);
+            report(ok, name, why);
             if (ok && nt == 256) printf("     (%s)\n", why);
         }
     }
@@ -590,7 +578,7 @@ static void test_versions(const Case& c, const std::vector<int>& opts, const std
                 char name[160];
                 snprintf(name, sizeof name, "emulate_v%d_%s_%s%s", k, c.name.c_str(), opt_name(opt),
                          k >= 3 ? ("_nt" + std::to_string(nt)).c_str() : "");
-                result(ok, name, "the emulated step disagrees with the reference (details above)");
+                report(ok, name, "the emulated step disagrees with the reference (details above)");
             }
         }
     }
@@ -621,7 +609,7 @@ static void test_checker_catches() {
     const bool dense_ok = check_step(pr, ref, TT_EMBEDDING_BACKWARD_DENSE, lr, eps, o2);
     o2.dG[(size_t)touched_key * pr.s.S[0]] *= 1.001f;
     const bool caught_error = !check_step(pr, ref, TT_EMBEDDING_BACKWARD_DENSE, lr, eps, o2, false);
-    result(base_ok && dense_ok && untouched_key >= 0 && caught_untouched && caught_error, "check_catches_changes",
+    report(base_ok && dense_ok && untouched_key >= 0 && caught_untouched && caught_error, "check_catches_changes",
            "the check must pass the emulated step and fail a flipped bit in an untouched slice and a 0.1% gradient error");
 }
 
@@ -687,7 +675,7 @@ static void test_fbtt_update_grid_defect() {
     snprintf(why, sizeof why,
              "FBTT misses core 0 rows from %d (%d rows), core 1 %d rows, core 2 rows from %d (%d rows); ours covers every element once: %d",
              first_missed[0], n_missed[0], n_missed[1], first_missed[2], n_missed[2], (int)ours_all_once);
-    result(fbtt_as_spec && ours_all_once && stale == 70 * 128 + 122 * 128, "fbtt_update_grid_defect", why);
+    report(fbtt_as_spec && ours_all_once && stale == 70 * 128 + 122 * 128, "fbtt_update_grid_defect", why);
     printf("     (FBTT's optimizer grid at p=200,220,250: core 0 rows %d-%d and core 2 rows %d-%d never updated, "
            "%lld core elements stale after a step; ours updates all)\n",
            first_missed[0], s.p[0] - 1, first_missed[2], s.p[2] - 1, (long long)stale);
@@ -708,9 +696,9 @@ static void test_validators() {
     };
     for (const V& v : cases) {
         std::string err = tt_embedding_backward_check_shape(v.p, v.q, v.r, v.E, v.tables, v.B, v.L, v.alpha, 0.05, v.eps);
-        result(err.find(v.want) != std::string::npos, std::string("validator_shape: ") + v.want, "got '" + err + "'");
+        report(err.find(v.want) != std::string::npos, std::string("validator_shape: ") + v.want, "got '" + err + "'");
     }
-    result(tt_embedding_backward_check_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.05, 1e-8).empty(),
+    report(tt_embedding_backward_check_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.05, 1e-8).empty(),
            "validator_shape_default_ok", "the default shape must validate");
     // bags: an index >= E, a negative one, offsets out of order, a wrong count
     const std::vector<int64_t> off = {0, 2, 3}, idx = {0, 5, 9};
@@ -724,9 +712,9 @@ static void test_validators() {
     };
     for (const BV& b : bcases) {
         std::string err = tt_embedding_backward_check_bags(b.off, b.idx, 2, b.E);
-        result(err.find(b.want) != std::string::npos, std::string("validator_bags: ") + b.want, "got '" + err + "'");
+        report(err.find(b.want) != std::string::npos, std::string("validator_bags: ") + b.want, "got '" + err + "'");
     }
-    result(tt_embedding_backward_check_bags(off, idx, 2, 12).empty(), "validator_bags_ok", "well-formed bags must validate");
+    report(tt_embedding_backward_check_bags(off, idx, 2, 12).empty(), "validator_bags_ok", "well-formed bags must validate");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -878,7 +866,7 @@ static void test_v7(int ns) {
                 err = std::max(err, fabs(dG1[at] - r1));
             }
     if (err > 1e-9) why += " max error " + std::to_string(err);
-    result(why.empty(), "version 7's products (II), (III), (I) through the fragment maps = the formulas, conflict-free, each element once (" +
+    report(why.empty(), "version 7's products (II), (III), (I) through the fragment maps = the formulas, conflict-free, each element once (" +
                             std::to_string(ns) + " lookups)", why);
 }
 
@@ -915,20 +903,20 @@ static void test_v7_small_steps() {
                 err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k] - lt));
             }
     if (!(err < 1e-5)) why += " max error " + std::to_string(err);
-    result(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
+    report(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
 }
 
 static void test_v7_filter() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
-    result(tt_embedding_backward7_reason(s).empty(), "version 7 runs FBTT's default");
+    report(tt_embedding_backward7_reason(s).empty(), "version 7 runs FBTT's default");
     s = tt_embedding_backward_make_shape({7, 300, 9}, {4, 4, 4}, {32, 32}, 0, 2, 45);
-    result(tt_embedding_backward7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
+    report(tt_embedding_backward7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
     s = tt_embedding_backward_make_shape({20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 1, 512);
     std::string why = tt_embedding_backward7_reason(s);
-    result(why.find("T = 4") != std::string::npos, "version 7 refuses the 4-core shape naming T", why);
+    report(why.find("T = 4") != std::string::npos, "version 7 refuses the 4-core shape naming T", why);
     s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
     why = tt_embedding_backward7_reason(s);
-    result(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
+    report(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
     // the default version's dispatcher (H200: 232,448 bytes per block, less the 1,024 reserved)
     const size_t lim = 232448 - 1024;
     auto route = [&](std::vector<int> p, std::vector<int> q, std::vector<int> r, int block) {
@@ -939,16 +927,16 @@ static void test_v7_filter() {
         for (int t = 0; t < sh.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)sh.nnz * sh.S[t]; }
         return tt_embedding_backward_route(sh, W_off, lim, block);
     };
-    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
-    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
-    result(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
-    result(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
-    result(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
-    result(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
-    result(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
+    report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
+    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
+    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
            "default version: cuBLAS pipeline at T = 6, rank 128 (other slices beyond a block)");
-    result(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
-    result(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
+    report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }
 
@@ -1020,6 +1008,5 @@ int main() {
     test_v7_small_steps();
     test_v7_filter();
 
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return test_summary();
 }

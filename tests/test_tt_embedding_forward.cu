@@ -8,13 +8,8 @@
 // 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane and its filter, version 6's scan
 // mask, and version 6's dispatch: at every shape of the grid it runs (never skips) with some block size.
 #define NO_MAIN
+#include "test_util.h"
 #include "../dev/cuda/tt_embedding_forward.cu"
-
-static int failures = 0;
-static void report(bool ok, const std::string& name, const std::string& why = "") {
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name.c_str(), ok ? "" : ": ", ok ? "" : why.c_str());
-    if (!ok) failures++;
-}
 
 // a problem: shape and host cores
 struct Problem {
@@ -780,6 +775,5 @@ int main() {
     test_v5_filter();
     test_digit_mask();
     test_dispatch();
-    printf("%s\n", failures ? "SOME TESTS FAILED" : "all tests passed");
-    return failures ? 1 : 0;
+    return test_summary();
 }
