@@ -136,8 +136,8 @@ int main() {
     {
         const std::string root = "build/tests/fixtures", ok_dir = root + "/repkv_ok";
         make_dir("build"); make_dir("build/tests"); make_dir(root); make_dir(ok_dir);
-        RepkvForwardShape fs{2, 3, 6, 2, 5};
-        RepkvBackwardShape bs{3, 2, 4, 4, 7};
+        RepkvShape fs{2, 3, 6, 2, 5};
+        RepkvShape bs{3, 2, 4, 4, 7};
         const size_t f_in = (size_t)fs.B * fs.T * (fs.NH + 2 * fs.NKV) * fs.HD, b_out = (size_t)bs.B * bs.T * 3 * bs.NH * bs.HD;
         std::vector<float> x = make_random_floats(f_in, rng), fx((size_t)fs.B * fs.T * 3 * fs.NH * fs.HD);
         std::vector<float> y = make_random_floats(b_out, rng), by((size_t)bs.B * bs.T * (bs.NH + 2 * bs.NKV) * bs.HD);
@@ -146,8 +146,8 @@ int main() {
         repkv_backward_cpu(by.data(), y.data(), bs.B, bs.T, bs.NH, bs.NKV, bs.HD);
         repkv_forward_dump(ok_dir, fs, x.data(), fx.data(), nullptr);
         repkv_backward_dump(ok_dir, bs, y.data(), by.data(), nullptr);
-        RepkvForwardShape fs2;
-        RepkvBackwardShape bs2;
+        RepkvShape fs2;
+        RepkvShape bs2;
         std::vector<float> x2 = repkv_forward_load(ok_dir, fs2), y2 = repkv_backward_load(ok_dir, bs2);
         bool same = x2.size() == x.size() && memcmp(x2.data(), x.data(), x.size() * 4) == 0 && y2.size() == y.size() &&
                     memcmp(y2.data(), y.data(), y.size() * 4) == 0 && fs2.B == fs.B && fs2.T == fs.T && fs2.NH == fs.NH &&
@@ -156,7 +156,7 @@ int main() {
 
         const std::string bad_shape = root + "/repkv_bad_shape", bad_nan = root + "/repkv_bad_nan";
         make_dir(bad_shape); make_dir(bad_nan);
-        RepkvForwardShape wrong = fs;
+        RepkvShape wrong = fs;
         wrong.NKV = 1;                                                 // meta says NKV 1, inp has NKV 2's columns
         repkv_forward_dump(bad_shape, fs, x.data(), fx.data(), nullptr);
         const int64_t meta[5] = {wrong.B, wrong.T, wrong.NH, wrong.NKV, wrong.HD};

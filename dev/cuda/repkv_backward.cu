@@ -38,7 +38,7 @@ Compile and run:
   make repkv_backward          && ./repkv_backward 3
   make repkv_backward_bf16     && ./repkv_backward_bf16 all
 */
-#include "common.h"
+#include "repkv.h"
 
 // tolerances: the Q part is a copy; a K/V sum of rep values in fp32 differs from the double
 // reference by a few fp32 ulps; in bf16 the sum is rounded once to bf16 (half an ulp, 2^-9 relative)
@@ -264,25 +264,11 @@ std::string repkv_backward_skip_reason(int kernel_num, int NH, int NKV, int HD) 
 }
 
 // ----------------------------------------------------------------------------------------------
-// the shape's checks (flags or a loaded dump), and --load: the input of a --dump, validated
-
-struct RepkvBackwardShape { int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128; };
-
-// exits 2 on a shape the versions cannot index: every size >= 1, NH a multiple of NKV, a row in int
-inline void repkv_backward_check_shape(const RepkvBackwardShape& s) {
-    require(s.B >= 1 && s.T >= 1 && s.NH >= 1 && s.NKV >= 1 && s.HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)",
-            s.B, s.T, s.NH, s.NKV, s.HD);
-    require(s.NH % s.NKV == 0, "NH (%d) must be a multiple of NKV (%d)", s.NH, s.NKV);
-    const int64_t c_out = mul64(mul64(3, s.NH, "3*NH"), s.HD, "3*NH*HD");
-    require(c_out <= INT32_MAX, "a row of dout, 3*NH*HD = %lld elements, must be < 2^31 (32-bit column index)", (long long)c_out);
-    mul64(mul64(s.B, s.T, "B*T"), c_out, "B*T*3*NH*HD");
-}
+// --load: the input of a --dump, validated (the shape and its checks: repkv.h)
 
 // --load DIR: repkv_backward_meta.npy (B, T, NH, NKV, HD) and repkv_backward_dout.npy (B, T, 3, NH, HD)
-inline std::vector<float> repkv_backward_load(const std::string& dir, RepkvBackwardShape& s) {
-    std::vector<int64_t> m = read_meta(dir, "repkv_backward_meta", 5, 1, INT32_MAX, "B, T, NH, NKV, HD");
-    s = {(int)m[0], (int)m[1], (int)m[2], (int)m[3], (int)m[4]};
-    repkv_backward_check_shape(s);
+inline std::vector<float> repkv_backward_load(const std::string& dir, RepkvShape& s) {
+    s = repkv_read_meta(dir, "repkv_backward", "dout");
     std::vector<float> dout;
     std::vector<int64_t> sh;
     read_npy(dir, "repkv_backward_dout", dout, sh, 5);
@@ -294,10 +280,9 @@ inline std::vector<float> repkv_backward_load(const std::string& dir, RepkvBackw
     return dout;
 }
 
-inline void repkv_backward_dump(const std::string& dir, const RepkvBackwardShape& s, const float* dout, const float* ref, const float* dinp) {
-    const int64_t meta[5] = {s.B, s.T, s.NH, s.NKV, s.HD};
+inline void repkv_backward_dump(const std::string& dir, const RepkvShape& s, const float* dout, const float* ref, const float* dinp) {
     const int64_t C_in = (int64_t)(s.NH + 2 * (int64_t)s.NKV) * s.HD;
-    write_npy(dir, "repkv_backward_meta", meta, {5});
+    repkv_write_meta(dir, "repkv_backward", s);
     write_npy(dir, "repkv_backward_dout", dout, {s.B, s.T, 3, s.NH, s.HD});
     write_npy(dir, "repkv_backward_dinp_ref", ref, {s.B, s.T, C_in});
     if (dinp) write_npy(dir, "repkv_backward_dinp", dinp, {s.B, s.T, C_in});
@@ -307,20 +292,16 @@ inline void repkv_backward_dump(const std::string& dir, const RepkvBackwardShape
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    RepkvBackwardShape s;
+    RepkvShape s;
     Cli cli("repkv_backward", "Backward of grouped-query attention's K/V replication: sum the rep copies of each K/V head.", 5, 3);
-    cli.add_int("B", &s.B, "batch size");
-    cli.add_int("T", &s.T, "sequence length");
-    cli.add_int("NH", &s.NH, "query heads");
-    cli.add_int("NKV", &s.NKV, "key/value heads");
-    cli.add_int("HD", &s.HD, "head dimension");
+    repkv_add_flags(cli, s);
     cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV; 3*NH*HD < 2^31;\n"
                       "  versions 3-5 need HD a multiple of 4 (fp32) or 8 (bf16)";
     cli.supports_load = true;
     cli.parse(argc, argv);
     std::vector<float> dout_f;
     if (!cli.load_dir.empty()) dout_f = repkv_backward_load(cli.load_dir, s);
-    repkv_backward_check_shape(s);
+    repkv_check_shape(s, "dout");
     const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
     const int64_t n_in = (int64_t)B * T * (NH + 2 * (int64_t)NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
     select_versions(cli, [&](int k) { return repkv_backward_skip_reason(k, NH, NKV, HD); }, false);

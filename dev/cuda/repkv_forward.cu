@@ -37,7 +37,7 @@ Compile and run:
   make repkv_forward        && ./repkv_forward 3
   make repkv_forward_bf16   && ./repkv_forward_bf16 all
 */
-#include "common.h"
+#include "repkv.h"
 
 // tolerances: every output is a copy of an input, so any difference is a bug
 static const float REPKV_FWD_ATOL = 0.0f, REPKV_FWD_RTOL = 0.0f;
@@ -299,25 +299,11 @@ std::string repkv_forward_skip_reason(int kernel_num, int NH, int NKV, int HD) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// the shape's checks (flags or a loaded dump), and --load: the input of a --dump, validated
-
-struct RepkvForwardShape { int B = 8, T = 1024, NH = 32, NKV = 8, HD = 128; };
-
-// exits 2 on a shape the versions cannot index: every size >= 1, NH a multiple of NKV, a row in int
-inline void repkv_forward_check_shape(const RepkvForwardShape& s) {
-    require(s.B >= 1 && s.T >= 1 && s.NH >= 1 && s.NKV >= 1 && s.HD >= 1, "B, T, NH, NKV, HD must be >= 1 (got %d, %d, %d, %d, %d)",
-            s.B, s.T, s.NH, s.NKV, s.HD);
-    require(s.NH % s.NKV == 0, "NH (%d) must be a multiple of NKV (%d)", s.NH, s.NKV);
-    const int64_t c_out = mul64(mul64(3, s.NH, "3*NH"), s.HD, "3*NH*HD");
-    require(c_out <= INT32_MAX, "a row of out, 3*NH*HD = %lld elements, must be < 2^31 (32-bit column index)", (long long)c_out);
-    mul64(mul64(s.B, s.T, "B*T"), c_out, "B*T*3*NH*HD");
-}
+// --load: the input of a --dump, validated (the shape and its checks: repkv.h)
 
 // --load DIR: repkv_forward_meta.npy (B, T, NH, NKV, HD) and repkv_forward_inp.npy (B, T, (NH + 2*NKV)*HD)
-inline std::vector<float> repkv_forward_load(const std::string& dir, RepkvForwardShape& s) {
-    std::vector<int64_t> m = read_meta(dir, "repkv_forward_meta", 5, 1, INT32_MAX, "B, T, NH, NKV, HD");
-    s = {(int)m[0], (int)m[1], (int)m[2], (int)m[3], (int)m[4]};
-    repkv_forward_check_shape(s);
+inline std::vector<float> repkv_forward_load(const std::string& dir, RepkvShape& s) {
+    s = repkv_read_meta(dir, "repkv_forward", "out");
     std::vector<float> inp;
     std::vector<int64_t> sh;
     read_npy(dir, "repkv_forward_inp", inp, sh, 3);
@@ -329,10 +315,9 @@ inline std::vector<float> repkv_forward_load(const std::string& dir, RepkvForwar
     return inp;
 }
 
-inline void repkv_forward_dump(const std::string& dir, const RepkvForwardShape& s, const float* inp, const float* ref, const float* out) {
-    const int64_t meta[5] = {s.B, s.T, s.NH, s.NKV, s.HD};
+inline void repkv_forward_dump(const std::string& dir, const RepkvShape& s, const float* inp, const float* ref, const float* out) {
     const int64_t C_in = (int64_t)(s.NH + 2 * (int64_t)s.NKV) * s.HD;
-    write_npy(dir, "repkv_forward_meta", meta, {5});
+    repkv_write_meta(dir, "repkv_forward", s);
     write_npy(dir, "repkv_forward_inp", inp, {s.B, s.T, C_in});
     write_npy(dir, "repkv_forward_out_ref", ref, {s.B, s.T, 3, s.NH, s.HD});
     if (out) write_npy(dir, "repkv_forward_out", out, {s.B, s.T, 3, s.NH, s.HD});
@@ -342,20 +327,16 @@ inline void repkv_forward_dump(const std::string& dir, const RepkvForwardShape& 
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    RepkvForwardShape s;
+    RepkvShape s;
     Cli cli("repkv_forward", "Grouped-query attention's K/V replication: copy each K/V head NH/NKV times.", 6, 3);
-    cli.add_int("B", &s.B, "batch size");
-    cli.add_int("T", &s.T, "sequence length");
-    cli.add_int("NH", &s.NH, "query heads");
-    cli.add_int("NKV", &s.NKV, "key/value heads");
-    cli.add_int("HD", &s.HD, "head dimension");
+    repkv_add_flags(cli, s);
     cli.constraints = "  B, T, NH, NKV, HD >= 1; NH must be a multiple of NKV; 3*NH*HD < 2^31;\n"
                       "  versions 3-6 need HD a multiple of 4 (fp32) or 8 (bf16); version 6 an input row within 200 KB";
     cli.supports_load = true;
     cli.parse(argc, argv);
     std::vector<float> inp_f;
     if (!cli.load_dir.empty()) inp_f = repkv_forward_load(cli.load_dir, s);
-    repkv_forward_check_shape(s);
+    repkv_check_shape(s, "out");
     const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
     const int64_t n_in = (int64_t)B * T * (NH + 2 * (int64_t)NKV) * HD, n_out = (int64_t)B * T * 3 * NH * HD;
     select_versions(cli, [&](int k) { return repkv_forward_skip_reason(k, NH, NKV, HD); }, false);
