@@ -17,7 +17,7 @@ NVCC="nvcc -O3 -std=c++17 -arch=sm_90"
 make -j8 tt_embedding_forward tt_embedding_forward_bf16 > /dev/null 2>&1 || echo BUILD FAILED
 cut_result() { grep -E "^RESULT" | cut -d' ' -f3-4,6-9; }
 if [ "$PART" = grouped ]; then
-    $NVCC -DTT_EMBEDDING_FORWARD_NO_PDL tt_embedding_forward.cu -o /tmp/ttf_nopdl -lcublas &
+    $NVCC -DNO_PDL tt_embedding_forward.cu -o /tmp/ttf_nopdl -lcublas &
     for T in 16 32; do $NVCC -DTT_EMBEDDING_FORWARD_TARGET6=$T tt_embedding_forward.cu -o /tmp/ttf_t6_$T -lcublas & done
     for T in 8 32; do $NVCC -DTT_EMBEDDING_FORWARD_TARGET4=$T tt_embedding_forward.cu -o /tmp/ttf_t4_$T -lcublas & done
     grep -E "^tt_embedding_forward(_bf16)? [456] " ../../tests/gpu_cases.txt | while read -r l; do

@@ -575,7 +575,7 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
             if (pos < 0 || pos >= R1 * NCOLS) { report(false, name, "b_pos out of range"); return; }
             hits[pos]++;
             float hi, lo;
-            tt_embedding_forward_split_tf32(g1[(size_t)k * NCOLS + n], hi, lo);
+            tf32_split(g1[(size_t)k * NCOLS + n], hi, lo);
             bhi[pos] = hi;
             blo[pos] = lo;
         }
@@ -600,7 +600,7 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
             for (int st = 0; st < KS; st++) {
                 float ahi[32][4], alo[32][4], bh[32][2], bl[32][2];
                 for (int lane = 0; lane < 32; lane++) {
-                    for (int r = 0; r < 4; r++) tt_embedding_forward_split_tf32(x[lane][r & 1][2 * st + (r >> 1)], ahi[lane][r], alo[lane][r]);
+                    for (int r = 0; r < 4; r++) tf32_split(x[lane][r & 1][2 * st + (r >> 1)], ahi[lane][r], alo[lane][r]);
                     for (int e = 0; e < 2; e++) {
                         bh[lane][e] = bhi[(size_t)(j * 32 + lane) * KL + 2 * st + e];
                         bl[lane][e] = blo[(size_t)(j * 32 + lane) * KL + 2 * st + e];

@@ -3,7 +3,8 @@
 // What is here, in order: error checks, checked size arithmetic, grid limits and memory needs, the
 // element type (fp32, or bf16 with -DENABLE_BF16), seeded random data (uniform, Zipf bags), result
 // validation, the command line, .npy dumps and loads, RESULT lines, then the device part: NaN poisoning,
-// timing (with an L2 flush per sample), the copy-bandwidth and FP32-FMA peaks, the version loop.
+// timing (with an L2 flush per sample), the copy-bandwidth and FP32-FMA peaks, PDL launches and TF32 mma,
+// the version loop.
 // Everything above the "device" section runs without a GPU, so the CPU tests in tests/ use it.
 #pragma once
 
@@ -943,6 +944,79 @@ inline double fma_peak_gflops() {
     peak = 2.0 * 8.0 * iters * (double)blocks * threads / (t.median * 1e-3) / 1e9;
     printf("PEAK fma_gflops=%.0f device=\"%s\"\n", peak, prop.name);
     return peak;
+}
+
+// ----------------------------------------------------------------------------------------------
+// sm_90 building blocks used by several ops: programmatic dependent launch and TF32 tensor-core mma
+
+// Programmatic dependent launch (PDL): a kernel launched with the attribute may start once every block of the
+// kernel before it in the stream has executed pdl_allow_next() (or exited), so its launch and its blocks'
+// start-up overlap that kernel's tail. It must call pdl_wait_prior() before reading what the earlier kernel
+// wrote: the wait returns when that grid has completed and its writes are visible. Both are no-ops in a
+// kernel launched without the attribute. Build with -DNO_PDL to time the same launches without it.
+__device__ __forceinline__ void pdl_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = 0;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+#ifdef NO_PDL
+    cfg.numAttrs = 0;
+#else
+    cfg.numAttrs = 1;
+#endif
+    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// d += a . b: one mma.sync.m16n8k8, TF32 inputs, FP32 accumulate. Fragments (PTX ISA; lane = 4 group + tig):
+// A register r holds (row, col) = (group + 8 (r & 1), tig + 4 (r >> 1)); B register r holds (k, n) =
+// (tig + 4 r, group); C register r holds (group + 8 (r >> 1), 2 tig + (r & 1)). Not volatile, one instruction
+// per asm: the compiler may interleave independent tiles.
+__device__ __forceinline__ void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x rounded to TF32 (10 explicit mantissa bits, to nearest, ties away from zero), as cvt.rna.tf32.f32 does;
+// host-callable so that CPU tests can check what the kernels feed the tensor cores
+__host__ __device__ inline float tf32_round(float x) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;   // finite: round the 13 low bits away
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+#endif
+}
+
+// 3xTF32: x = hi + lo, both rounded to TF32; a . b ~ ahi bhi + ahi blo + alo bhi (alo blo, ~2^-22 relative,
+// dropped) is accurate to about FP32's rounding for three mma instead of one
+__host__ __device__ __forceinline__ void tf32_split(float x, float& hi, float& lo) {
+    hi = tf32_round(x);
+    lo = tf32_round(x - hi);
+}
+
+// The same split in two integer instructions: hi = x with its 13 low mantissa bits cleared (a TF32 value), lo =
+// x - hi exactly (|lo| < 2^-10 |x|), of which the mma reads the top 10 mantissa bits. The three products then
+// miss at most 3 * 2^-20 |a b|; cvt.rna compiles to a longer integer sequence, which counts where every value of
+// a tile is split on the fly.
+__device__ __forceinline__ void tf32_split_fast(float x, uint32_t& hi, uint32_t& lo) {
+    const uint32_t h = __float_as_uint(x) & 0xffffe000u;
+    hi = h;
+    lo = __float_as_uint(x - __uint_as_float(h));
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -2085,7 +2085,7 @@ tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const 
 // 113 us (177 registers: one block of 8 warps per SM, 220 chunks in two waves, 36M warp instructions), final
 // 23 us. Version 7 keeps the sandwich form at the pivot core 1 (T = 3) and changes how it is run:
 //   - the three products with G_1 are GEMMs over the lookups of a slice, on tensor cores in 3xTF32
-//     (x = hi + lo split by masking, tt_embedding_backward7_split; hi.hi + hi.lo + lo.hi, FP32-accurate like
+//     (x = hi + lo split by masking, tf32_split_fast in common.h; hi.hi + hi.lo + lo.hi, FP32-accurate like
 //     tt_embedding_forward's version 10), per segment of NB = 16 lookups:
 //       (II)  dG_0 rows: [16 (lookup, a_0) rows per m-tile] Y (4 x 128 per lookup) . G_1^T (128 x 32)
 //       (III) dG_2 rows: [16 (lookup, a_2) rows] L^T (4 x 128 per lookup) . G_1 viewed (k_1 a_1) x k_2
@@ -2168,9 +2168,7 @@ inline std::string tt_embedding_backward7_reason(const TtEmbeddingBackwardShape&
     return "";
 }
 
-// The mma.sync.m16n8k8 fragments (PTX ISA, TF32; lane = 4 group + tig): A register r holds (row, col) =
-// (group + 8 (r & 1), tig + 4 (r >> 1)); B register r holds (k, n) = (tig + 4 r, group); C register r holds
-// (group + 8 (r >> 1), 2 tig + (r & 1)).
+// The fragment layout of common.h's mma_tf32_m16n8k8, as functions of the lane and the register.
 __host__ __device__ __forceinline__ int tt_embedding_backward7_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
 __host__ __device__ __forceinline__ int tt_embedding_backward7_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
 __host__ __device__ __forceinline__ int tt_embedding_backward7_bk(int lane, int r) { return (lane & 3) + 4 * r; }
@@ -2354,21 +2352,6 @@ __device__ void tt_embedding_backward7_lookups(const int* __restrict__ bucket, i
     __syncthreads();
 }
 
-// x = hi + lo for 3xTF32 in two instructions: hi = x with its low 13 mantissa bits cleared (a TF32 value), lo =
-// x - hi exactly (|lo| < 2^-10 |x|); the mma reads lo's top 10 mantissa bits. Per product a b the three mma
-// then miss ah (bl - bl') + (al - al') bh + al bl, at most 3 * 2^-20 |a b| (2.9e-6, against the check's 2e-5 per
-// unit of magnitude). ncu: cvt.rna.tf32.f32 compiled to a longer integer sequence, and the splits were half of
-// the chain kernel's instructions with it.
-__device__ __forceinline__ void tt_embedding_backward7_split(float x, uint32_t& hi, uint32_t& lo) {
-    const uint32_t h = __float_as_uint(x) & 0xffffe000u;
-    hi = h;
-    lo = __float_as_uint(x - __uint_as_float(h));
-}
-// d += a . b, one TF32 mma (not volatile, and one instruction per asm: the compiler interleaves the tiles)
-__device__ __forceinline__ void tt_embedding_backward7_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // (II) (warps 0-3) or (III) (warps 4-7) for a segment of ns lookups: m-tile w % 4 (4 lookups), all four n-tiles
 // (each A value split once per warp), 16 k-steps; in 3xTF32 the small products of every tile first, then the
@@ -2385,22 +2368,22 @@ __device__ __forceinline__ void tt_embedding_backward7_side_products(const float
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int m = tt_embedding_backward7_arow(lane, r), c = tt_embedding_backward7_acol(lane, r);
-            tt_embedding_backward7_split(base[III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks)], ah[r], al[r]);
+            tf32_split_fast(base[III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks)], ah[r], al[r]);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int c = tt_embedding_backward7_bk(lane, r), n = lane >> 2;
-                tt_embedding_backward7_split(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)],
+                tf32_split_fast(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)],
                                              bh[nt][r], bl[nt][r]);
             }
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], al, bh[nt][0], bh[nt][1]);
+        for (int nt = 0; nt < 4; nt++) mma_tf32_m16n8k8(acc[nt], al, bh[nt][0], bh[nt][1]);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], ah, bl[nt][0], bl[nt][1]);
+        for (int nt = 0; nt < 4; nt++) mma_tf32_m16n8k8(acc[nt], ah, bl[nt][0], bl[nt][1]);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) tt_embedding_backward7_mma(acc[nt], ah, bh[nt][0], bh[nt][1]);
+        for (int nt = 0; nt < 4; nt++) mma_tf32_m16n8k8(acc[nt], ah, bh[nt][0], bh[nt][1]);
     }
 #pragma unroll
     for (int nt = 0; nt < 4; nt++)
@@ -2421,50 +2404,31 @@ __device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                tt_embedding_backward7_split(
+                tf32_split_fast(
                     seg[tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi)], ah[mi][r],
                     al[mi][r]);
 #pragma unroll
         for (int ni = 0; ni < 2; ni++)
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                tt_embedding_backward7_split(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
+                tf32_split_fast(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
                                              bl[ni][r]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
+            for (int ni = 0; ni < 2; ni++) mma_tf32_m16n8k8(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
+            for (int ni = 0; ni < 2; ni++) mma_tf32_m16n8k8(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 2; ni++) tt_embedding_backward7_mma(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+            for (int ni = 0; ni < 2; ni++) mma_tf32_m16n8k8(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
     }
 }
 #endif
 
-// Programmatic dependent launch (sm_90): a kernel launched with the attribute may start once every block of the
-// kernel before it has executed launch_dependents (or exited); griddepcontrol.wait returns when that kernel has
-// completed and its writes are visible. Both are no-ops in a kernel launched without the attribute.
-__device__ __forceinline__ void tt_embedding_backward7_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void tt_embedding_backward7_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
-template <typename... Params, typename... Args>
-void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
 
 // Kernel 1: one warp per bag, its lookups over the lanes (no search for the bag: version 6's per-lookup binary
 // search over the offsets was most of its 16 us), each written as version 6's prep does: the slice key of every
@@ -2473,7 +2437,7 @@ void tt_embedding_backward_launch_pdl(void (*kernel)(Params...), unsigned grid, 
 // Kernel 0: zeroes the counters (counts, part counters) that kernel 1 and 2 count in. A kernel rather than a
 // memset so that kernel 1 can be launched with PDL behind it: kernel 1 decodes its lookups while this runs.
 __global__ void tt_embedding_backward7_zero_kernel(int* __restrict__ p, int n) {
-    tt_embedding_backward7_allow_next();
+    pdl_allow_next();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0;
 }
 
@@ -2481,7 +2445,7 @@ __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
 tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
                                    int* __restrict__ counts, int* __restrict__ bucket) {
-    tt_embedding_backward7_allow_next();
+    pdl_allow_next();
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // 64-bit: num_bags * 32 threads
     const int lane = threadIdx.x & 31;
     if (bag == 0 && s.nnz + lane < key_stride)
@@ -2501,7 +2465,7 @@ tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
                 keys[(int64_t)t * key_stride + j] = row[t];
             }
         }
-        if (!waited) tt_embedding_backward7_wait_prior();      // kernel 0's zeros (launched with PDL, this ran under it so far)
+        if (!waited) pdl_wait_prior();      // kernel 0's zeros (launched with PDL, this ran under it so far)
         waited = true;
         if (mine)
             for (int t = 0; t < s.T; t++) {
@@ -2530,8 +2494,8 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     int* info = warp_sums + 8;                  // slice, part, parts, lookups
     int* stage = info + 4;                      // [BUCKET]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    tt_embedding_backward7_wait_prior();                       // kernel 1's keys and counts
-    tt_embedding_backward7_allow_next();
+    pdl_wait_prior();                       // kernel 1's keys and counts
+    pdl_allow_next();
     // the item: a block scan of the parts per slice
     const int Kc = s.tables * s.p[1], item = blockIdx.x;
     if (tid == 0) info[0] = -1;
@@ -2700,7 +2664,7 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
                   groups = (rows + TT_EMBEDDING_BACKWARD7_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD7_SIDE_RG;
         tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + (int64_t)t * key_stride,
                                        key_stride, k, lo, hi, list, stage, warp_sums);
-        if (!waited) tt_embedding_backward7_wait_prior();      // kernel 2's W rows
+        if (!waited) pdl_wait_prior();      // kernel 2's W rows
         waited = true;
         for (int g0 = 0; g0 < groups; g0 += slots) {
             const int gi = g0 + slot;
@@ -2881,14 +2845,14 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
     float* W2 = a.W + a.W_off[2];
     const int nzero = (int)(w.zeroed_bytes / sizeof(int));
     tt_embedding_backward7_zero_kernel<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
-    tt_embedding_backward_launch_pdl(
+    launch_pdl(
         tt_embedding_backward7_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD6_PREP_BLOCK),
         (unsigned)TT_EMBEDDING_BACKWARD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
     const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD7_PART) + (int64_t)s.tables * s.p[1]);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward7_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD7_BLOCK, tt_embedding_backward7_smem_bytes(), s,
+    launch_pdl(tt_embedding_backward7_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD7_BLOCK, tt_embedding_backward7_smem_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
                                      W0, W2, io);
-    tt_embedding_backward_launch_pdl(tt_embedding_backward7_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD7_SIDE_BLOCK,
+    launch_pdl(tt_embedding_backward7_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD7_SIDE_BLOCK,
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }

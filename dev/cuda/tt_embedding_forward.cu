@@ -580,37 +580,12 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
 // ---- building blocks of versions 4-6: the pooling kernel, asynchronous copies, division-free digits, a block's
 // list of lookups, the digit scan, and the item loop
 
-// Programmatic dependent launch (sm_90; version 6): a kernel launched with the attribute may start
-// while the kernel before it in the stream still runs, once that one's blocks have all executed
-// launch_dependents (or exited); it must execute griddepcontrol.wait before reading what that kernel wrote (the
-// wait returns when the earlier grid has completed and its writes are visible). Both instructions are no-ops in a
-// kernel launched without the attribute. What overlaps is the launch itself and each block's start-up.
-__device__ __forceinline__ void tt_embedding_forward_wait_prior() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void tt_embedding_forward_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
-template <typename... Params, typename... Args>
-void tt_embedding_forward_launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = 0;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-#ifdef TT_EMBEDDING_FORWARD_NO_PDL          // scripts/tt_forward_sweep.sh: the same launches without the attribute
-    cfg.numAttrs = 0;
-#else
-    cfg.numAttrs = 1;
-#endif
-    cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
+// PDL (common.h): kernels of versions 4-6 that follow another kernel call pdl_wait_prior() before reading its output.
 
 // The pooling of versions 4-6: one thread per (bag, element), the bag's rows summed in lookup order
 __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const float* __restrict__ rowbuf,
                                                   const int64_t* __restrict__ offsets, int64_t nbags, int D) {
-    tt_embedding_forward_wait_prior();                      // the rows (version 6 launches this with PDL)
+    pdl_wait_prior();                      // the rows (version 6 launches this with PDL)
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nbags * D) return;
     const int64_t bag = i / D;
@@ -739,7 +714,7 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                      const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
-    tt_embedding_forward_allow_next();                      // the chain kernel's blocks may start (and wait)
+    pdl_allow_next();                      // the chain kernel's blocks may start (and wait)
     const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (l >= s.nnz) return;
     const int64_t idx = indices[l];
@@ -1189,22 +1164,6 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 4.
 // Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default) and (2, 4, 2) (ranks 16).
 
-// round to TF32 (10 explicit mantissa bits, to nearest, ties away from zero), as cvt.rna.tf32.f32 does;
-// host-callable so the CPU tests can run the split
-__host__ __device__ inline float tt_embedding_forward_tf32(float x) {
-#ifdef __CUDA_ARCH__
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-#else
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;   // finite: round the 13 low bits away
-    float r;
-    memcpy(&r, &u, 4);
-    return r;
-#endif
-}
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_k(int KS, int s, int c) { return 2 * KS * (c & 3) + 2 * s + (c >> 2); }
@@ -1223,18 +1182,7 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
     return sizeof(float) * (2 * g1 + raw) + tt_embedding_forward_list_bytes(cap, digits);
 }
 
-// one mma without `volatile`, so the compiler may interleave independent tiles
-__device__ __forceinline__ void tt_embedding_forward_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
-// x = hi + lo, both TF32 (host-callable: the CPU test checks the split)
-__host__ __device__ __forceinline__ void tt_embedding_forward_split_tf32(float x, float& hi, float& lo) {
-    hi = tt_embedding_forward_tf32(x);
-    lo = tt_embedding_forward_tf32(x - hi);
-}
 
 // One 16-row tile: unique entries 4 mt .. 4 mt + 3 of the list (fewer at the end: their rows are zeros and not
 // written). Lane (group g, tig t) holds tile rows g and g + 8: entry 4 mt + g / 4 (+ 2), row a_0 = g % 4 of M_0.
@@ -1275,7 +1223,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             float hi, lo;
-            tt_embedding_forward_split_tf32(x[r & 1][2 * st + (r >> 1)], hi, lo);
+            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
             ahi[st][r] = __float_as_uint(hi);
             alo[st][r] = __float_as_uint(lo);
         }
@@ -1308,9 +1256,9 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
             float big[4] = {0.0f, 0.0f, 0.0f, 0.0f}, small[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int st = 0; st < KS; st++) {
-                tt_embedding_forward_mma_tf32(small, alo[st], bh[2 * st], bh[2 * st + 1]);
-                tt_embedding_forward_mma_tf32(small, ahi[st], bl[2 * st], bl[2 * st + 1]);
-                tt_embedding_forward_mma_tf32(big, ahi[st], bh[2 * st], bh[2 * st + 1]);
+                mma_tf32_m16n8k8(small, alo[st], bh[2 * st], bh[2 * st + 1]);
+                mma_tf32_m16n8k8(small, ahi[st], bl[2 * st], bl[2 * st + 1]);
+                mma_tf32_m16n8k8(big, ahi[st], bh[2 * st], bh[2 * st + 1]);
             }
             // C: c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col 2t+1)
 #pragma unroll
@@ -1381,7 +1329,7 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int pos = tt_embedding_forward_tc_b_pos(KS, k, 4 * n4 + c);
-                tt_embedding_forward_split_tf32(xs[c], bhi[pos], blo[pos]);
+                tf32_split(xs[c], bhi[pos], blo[pos]);
             }
         }
         __syncthreads();
@@ -1392,8 +1340,8 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
     if constexpr (DIGITS) {
-        tt_embedding_forward_wait_prior();                  // the digit kernel's output (launched with PDL)
-        tt_embedding_forward_allow_next();
+        pdl_wait_prior();                  // the digit kernel's output (launched with PDL)
+        pdl_allow_next();
     }
     tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                                on_work, on_ready, compute);
@@ -1676,10 +1624,10 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     } else {
         tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
                                                                                           ws.use_fast_digits);
-        tt_embedding_forward_launch_pdl(tt_embedding_forward_tc_kernel(s, true), blocks, (unsigned)block_size,
+        launch_pdl(tt_embedding_forward_tc_kernel(s, true), blocks, (unsigned)block_size,
                                         tt_embedding_forward_smem_bytes5(s, warps, true), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
                                         offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-        tt_embedding_forward_launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
+        launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
                                         nbags, s.D);
         return;
     }
