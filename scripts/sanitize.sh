@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make sanitize`: compute-sanitizer's memcheck and racecheck over every version of every op (fp32 and
 # bf16) at small shapes, including the shapes the specialised versions need (vector widths, D <= 64 rows,
-# mixed table widths, weighted and mean bags, every optimizer). GPU only: on a machine without a GPU it
+# mixed table widths, weighted and mean bags, every optimizer, the TT ops' compiled tensor-core shapes and
+# rank 128), SAN_JOBS runs at a time (default 8). GPU only: on a machine without a GPU it
 # says so and exits 0. Ends with `N passed, M failed, K skipped` (skipped: the op refused the line, e.g. a
 # build without that mode) and exits 1 if a run reported an error.
 set -u
@@ -26,25 +27,40 @@ cases=(
   "embedding_bag_backward all --check-only --T 2 --D 32 --E 3000 --B 64 --L 20 --optimizer sgd"
   "tt_embedding_forward all --check-only --p 7,9,5 --q 2,4,2 --ranks 8,16 --B 4 --L 3"
   "tt_embedding_backward all --check-only --p 3,4,5 --q 2,2,2 --ranks 2,3 --B 3 --L 2"
+  "tt_embedding_forward all --check-only --p 7,9,5 --q 4,4,4 --ranks 32,32 --B 5 --L 3"
+  "tt_embedding_forward all --check-only --p 7,9,5 --q 4,4,4 --ranks 16,16 --B 5 --L 3 --tables 2"
+  "tt_embedding_forward all --check-only --p 5,3,4 --q 2,2,4 --ranks 128,128 --B 3 --L 2"
+  "tt_embedding_backward all --check-only --p 7,9,5 --q 4,4,4 --ranks 32,32 --B 5 --L 3 --optimizer sgd"
+  "tt_embedding_backward all --check-only --p 7,9,5 --q 4,4,4 --ranks 16,16 --B 5 --L 3 --optimizer adagrad --tables 2"
+  "tt_embedding_backward all --check-only --p 5,3,4 --q 2,2,4 --ranks 128,128 --B 3 --L 2 --optimizer dense"
+  "lfu_count all --check-only --E 1000 --B 16 --L 5 --H 300 --steps 2"
 )
-pass=0; fail=0; skip=0; i=0
+# one sanitizer run: prints PASS / SKIP / FAIL and its log's name; the runs go SAN_JOBS at a time (default 8)
+san_one() {
+    local tool=$1 line=$2 log="build/sanitize/$(echo "$1 $2" | tr -c 'A-Za-z0-9_.,-' '_' | cut -c1-180).log" rc summary
+    (cd dev/cuda && timeout 900 "$SAN" --tool "$tool" --error-exitcode 99 ./$line) > "$log" 2>&1 < /dev/null; rc=$?
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    if [ $rc -eq 0 ]; then
+        echo "PASS $tool $line ($summary)"
+    elif [ $rc -eq 2 ] && ! grep -q "========= [A-Z].*[Ee]rror\|Race reported" "$log"; then   # the op refused it: no sanitizer result
+        echo "SKIP $tool $line (the op refused it: $(grep -m1 '^error' "$log"))"
+    else
+        echo "FAIL $tool $line (exit $rc; ${summary:-no summary}; log $log)"; grep -m5 "=========" "$log"
+    fi
+}
+export -f san_one
+export SAN
+jobs_file=build/sanitize/jobs.txt
+: > "$jobs_file"
 for c in "${cases[@]}"; do
     for dt in "" _bf16; do
         line="${c%% *}$dt ${c#* }"
         [ -x "dev/cuda/${line%% *}" ] || continue
-        for tool in memcheck racecheck; do
-            i=$((i + 1)); log="build/sanitize/run$i.log"
-            (cd dev/cuda && timeout 900 "$SAN" --tool "$tool" --error-exitcode 99 ./$line) > "$log" 2>&1 < /dev/null; rc=$?
-            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
-            if [ $rc -eq 0 ]; then
-                echo "PASS $tool $line ($summary)"; pass=$((pass + 1))
-            elif [ $rc -eq 2 ] && ! grep -q "========= [A-Z].*[Ee]rror\|Race reported" "$log"; then   # the op refused it: no sanitizer result
-                echo "SKIP $tool $line (the op refused it: $(grep -m1 '^error' "$log"))"; skip=$((skip + 1))
-            else
-                echo "FAIL $tool $line (exit $rc; ${summary:-no summary}; log $log)"; grep -m5 "=========" "$log"; fail=$((fail + 1))
-            fi
-        done
+        for tool in memcheck racecheck; do printf '%s\t%s\n' "$tool" "$line" >> "$jobs_file"; done
     done
 done
+out=build/sanitize/summary.txt
+tr '\n' '\0' < "$jobs_file" | xargs -0 -P "${SAN_JOBS:-8}" -I{} bash -c 'san_one "${1%%	*}" "${1#*	}"' _ {} | tee "$out"
+pass=$(grep -c '^PASS' "$out"); fail=$(grep -c '^FAIL' "$out"); skip=$(grep -c '^SKIP' "$out")
 echo "$pass passed, $fail failed, $skip skipped"
-[ $fail -eq 0 ]
+[ "$fail" -eq 0 ]
