@@ -62,22 +62,19 @@ def kernel_ms(fn, setup=None):
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
     flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
 
-    def prof_of(with_fn):
-        for _ in range(3):                                    # warm-up outside the profile
+    def calls(n, with_fn):
+        for _ in range(n):
             flush.zero_()
             if setup:
                 setup()
             if with_fn:
                 fn()
         torch.cuda.synchronize()
+
+    def prof_of(with_fn):
+        calls(3, with_fn)                                     # warm-up outside the profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(PROFILE_ITERS):
-                flush.zero_()
-                if setup:
-                    setup()
-                if with_fn:
-                    fn()
-            torch.cuda.synchronize()
+            calls(PROFILE_ITERS, with_fn)
         return gpu_us(prof)
 
     return (prof_of(True) - prof_of(False)) / PROFILE_ITERS / 1e3
