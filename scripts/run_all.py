@@ -154,7 +154,7 @@ def write_markdown(path, gpu, rows, peaks):
 README_GPU = "h200"
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 _REPKV = "B8,T1024,NH32,NKV8,HD128"
-_BAG = "T32,E100000,D128,B512,L20,alpha{a},sum"
+_BAG = "T32,E100000,D128,B512,L20,alpha{a},{pool}"
 _BAG_LARGE = "T1,E1000000,D128,B65536,L32,alpha{a},sum"
 _TT = "T3,p200x220x250,q4x4x4,r32x32,nt1,B{b},L20,alpha{a}"
 HEADLINE = [  # (op, dtype, shape, [(peer op, peer impl, sign)], what the peer times)
@@ -163,12 +163,14 @@ HEADLINE = [  # (op, dtype, shape, [(peer op, peer impl, sign)], what the peer t
     ("repkv_backward", "fp32", _REPKV, [("repkv_backward", "pytorch", 1)], "reshape / sum / cat"),
     ("repkv_backward", "bf16", _REPKV, [], ""),
 ] + [
-    ("embedding_bag_forward", "fp32", shape.format(a=a), [("embedding_bag_forward", "torch.F.embedding_bag", 1)],
+    ("embedding_bag_forward", "fp32", shape.format(a=a, pool="sum"), [("embedding_bag_forward", "torch.F.embedding_bag", 1)],
      "F.embedding_bag") for shape in (_BAG, _BAG_LARGE) for a in ("0", "1.15")
 ] + [
-    ("embedding_bag_backward", "fp32", _BAG.format(a=a) + ",rowwise_adagrad",
-     [("embedding_bag_backward", "pytorch_fwd_bwd_adagrad_step", 1), ("embedding_bag_backward", "pytorch_forward", -1)],
-     "backward + Adagrad step") for a in ("0", "1.15")
+    ("embedding_bag_forward", "fp32", _BAG.format(a=a, pool="none"), [], "") for a in ("0", "1.15")
+] + [
+    ("embedding_bag_backward", "fp32", _BAG.format(a=a, pool=pool) + ",rowwise_adagrad",
+     [("embedding_bag_backward", "pytorch_fwd_bwd_adagrad_step", 1), ("embedding_bag_backward", "pytorch_forward", -1)]
+     if pool == "sum" else [], "backward + Adagrad step") for pool in ("sum", "none") for a in ("0", "1.15")
 ] + [
     ("tt_embedding_forward", "fp32", _TT.format(b=512, a=a), [("tt_embedding_forward", "pytorch_bmm_chain", 1)],
      "bmm chain") for a in ("0", "1.15")
@@ -183,8 +185,8 @@ HEADLINE = [  # (op, dtype, shape, [(peer op, peer impl, sign)], what the peer t
 
 def headline_table(rows):
     """The README's table (markdown lines), from the same rows as results/<gpu>.md."""
-    out = ["| op | dtype | shape | fastest version | ms (median) | rate | PyTorch ms | speed-up | measured |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| op | dtype | shape | fastest version | ms (median) | rate | PyTorch ms | speed-up | FBGEMM kernels ms | "
+           "vs FBGEMM | measured |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for op, dtype, shape, peer_parts, peer_what in HEADLINE:
         res = [r for r in rows if r["kind"] == "RESULT" and (r["op"], r["dtype"], r["shape"]) == (op, dtype, shape)]
         if not res:
@@ -208,8 +210,16 @@ def headline_table(rows):
             dates |= {r["date"] for r, _ in peers}
             peer_ms = f"{ms:.4f} ({peer_what})"
             speedup = f"{ms / float(best['ms_median']):.1f}x"
+        # FBGEMM's kernel time (scripts/peers/fbgemm_tbe.py, profiler sum) on the same inputs, fp32 weights
+        fb_impl = "fbgemm_forward_kernels" if op == "embedding_bag_forward" else "fbgemm_backward_kernels"
+        fb = [r for r in rows if r["kind"] == "PEER" and (r["op"], r["impl"], r["shape"]) == (op, fb_impl, shape)
+              and r.get("dtype", "") in ("", dtype)]
+        fb_ms, fb_x = "", ""
+        if fb and op.startswith("embedding_bag"):
+            fb_ms, fb_x = fnum(fb[0]["ms_median"]), f"{float(fb[0]['ms_median']) / float(best['ms_median']):.2f}x"
+            dates.add(fb[0]["date"])
         out.append(f"| {op} | {dtype} | `{shape}` | {best['kernel']} (of {versions}) | {fnum(best['ms_median'])} | "
-                   f"{rate} | {peer_ms} | {speedup} | {', '.join(sorted(dates))} |")
+                   f"{rate} | {peer_ms} | {speedup} | {fb_ms} | {fb_x} | {', '.join(sorted(dates))} |")
     return out
 
 
