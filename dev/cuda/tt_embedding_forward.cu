@@ -44,7 +44,7 @@ Lessons:
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
 */
-#include "common.h"
+#include "tt_embedding.h"
 
 // Tolerances: a pooled value is a sum of L rows of O(1) (the cores are scaled so that each row element has
 // unit variance); fp32 chains of dot products of length R differ from the double chain by a few 1e-7 per
@@ -57,7 +57,7 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 1e-4f;
 #endif
 
-#define TT_EMBEDDING_FORWARD_MAX_CORES 6
+#define TT_EMBEDDING_FORWARD_MAX_CORES TT_EMBEDDING_MAX_CORES
 #define TT_EMBEDDING_FORWARD_NUM_KERNELS 6
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
 #define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
@@ -103,52 +103,27 @@ struct TtEmbeddingForwardCores {
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
 
-// Builds the shape from the command-line values and validates them; "" = fine, else the broken constraint.
-// E = 0 means prod p, D = 0 means prod q. Every size product is formed in 64 bits (or double) and bounded
-// before it is used: element counts of a core and of the per-lookup rows stay below 2^40, of the output below
-// 2^38 (so that every grid of one thread per output value fits 2^31 blocks of 256).
-inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const std::vector<int>& p,
-                                                   const std::vector<int>& q, const std::vector<int>& ranks,
-                                                   int64_t E, int D, int tables, int B, int L, double alpha) {
+// The kernels' shape from a config that tt_embedding_check_config accepted; "" = fine, else the broken constraint.
+// The forward's own limits: every grid of one thread per output value fits 2^31 blocks of 256 (output < 2^38
+// values, row values < 2^40), and a chain intermediate Q_t R_{t+1} <= 2^24 floats.
+inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const TtEmbeddingConfig& c) {
     char buf[256];
     auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    const int T = (int)p.size();
-    if (T < 2 || T > TT_EMBEDDING_FORWARD_MAX_CORES) return fail("the number of cores T = len(p) (%d) must be 2..6", T);
-    if ((int)q.size() != T) return fail("len(q) (%d) must equal len(p) = T (%d)", (int)q.size(), T);
-    if ((int)ranks.size() != T - 1)
-        return fail("ranks has %d entries; T - 1 = %d inner ranks are needed (len(p) = %d)", (int)ranks.size(), T - 1, T);
-    for (int t = 0; t < T; t++)
-        if (p[t] < 1 || q[t] < 1) return fail("p and q entries must be >= 1 (p[%d] = %d, q[%d] = %d)", t, p[t], t, q[t]);
-    for (int t = 0; t < T - 1; t++)
-        if (ranks[t] < 1) return fail("ranks entries must be >= 1 (ranks[%d] = %d)", t, ranks[t]);
-    if (tables < 1 || B < 1 || L < 0) return fail("tables and B must be >= 1 and L >= 0 (got tables %d, B %d, L %d)", tables, B, L);
-    const int64_t limit = (int64_t)1 << 24;
+    const int T = c.T(), D = c.D, tables = c.tables, B = c.B, L = c.L;
+    const int64_t nbags = c.num_bags(), nnz = c.nnz();
     const double big = (double)((int64_t)1 << 40);
-    int64_t prod_p = 1, prod_q = 1;
-    for (int t = 0; t < T; t++) {
-        if (prod_p > ((int64_t)1 << 62) / p[t]) return "prod p overflows 2^62";
-        prod_p *= p[t];
-        prod_q *= q[t];
-        if (prod_q > limit) return "prod q (the embedding dimension) must be <= 2^24";
-    }
-    if (E == 0) E = prod_p;
-    if (D == 0) D = (int)prod_q;
-    if (E < 1) return fail("E (%lld) must be >= 1", (long long)E);
-    if (prod_p < E) return fail("prod p (%lld) must be >= E (%lld)", (long long)prod_p, (long long)E);
-    if (prod_q != D) return fail("prod q (%lld) must equal D (%d)", (long long)prod_q, D);
-    const int64_t nbags = (int64_t)tables * B, nnz = nbags * L;
-    if (nbags > INT32_MAX || nnz > INT32_MAX)
-        return fail("tables*B (%lld) and tables*B*L (%lld) must fit in 32 bits", (long long)nbags, (long long)nnz);
     if ((double)nbags * D > big / 4 || (double)nnz * D > big)
         return fail("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
                     (double)nnz * D);
-    if (alpha > 1.0 && E < L)
-        return fail("Zipf bags (alpha %g > 1) need E (%lld) >= L (%d) to draw L distinct rows", alpha, (long long)E, L);
+    const std::vector<int>&p = c.p, &q = c.q;
+    int64_t prod_p = 1;
+    for (int t = 0; t < T; t++) prod_p *= p[t];
+    const int64_t E = c.E, limit = (int64_t)1 << 24;
     s = TtEmbeddingForwardShape();
     s.T = T; s.tables = tables; s.B = B; s.L = L; s.D = D; s.E = E; s.prod_p = prod_p; s.nnz = nnz;
     s.R[0] = 1; s.R[T] = 1;
     for (int t = 0; t < T; t++) { s.p[t] = p[t]; s.q[t] = q[t]; }
-    for (int t = 1; t < T; t++) s.R[t] = ranks[t - 1];
+    for (int t = 1; t < T; t++) s.R[t] = c.ranks[t - 1];
     int64_t st = 1;
     for (int t = T - 1; t >= 0; t--) { s.stride[t] = st; st *= p[t]; }
     int64_t Qt = 1;
@@ -156,9 +131,6 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
         Qt *= q[t];
         s.Q[t] = (int)Qt;
         s.slice[t] = (int64_t)s.R[t] * q[t] * s.R[t + 1];
-        if (s.slice[t] > limit) return fail("core %d slice R_%d*q_%d*R_%d (%lld) must be <= 2^24", t, t, t, t + 1, (long long)s.slice[t]);
-        if ((double)tables * p[t] * (double)s.slice[t] > big)
-            return fail("core %d holds tables*p_%d*slice = %.3g floats; must be < 2^40", t, t, (double)tables * p[t] * (double)s.slice[t]);
         if (Qt * s.R[t + 1] > limit)
             return fail("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
         s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
@@ -184,28 +156,6 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
     return "";
 }
 
-// Bags and indices as an op consumes them: offsets[0] = 0, non-decreasing, offsets[num_bags] = nnz, every
-// index in [0, E). "" = fine.
-inline std::string tt_embedding_forward_validate_bags(const std::vector<int64_t>& indices,
-                                                      const std::vector<int64_t>& offsets, int64_t num_bags, int64_t E) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if ((int64_t)offsets.size() != num_bags + 1)
-        return fail("offsets has %zu entries; tables*B + 1 = %lld needed", offsets.size(), (long long)(num_bags + 1));
-    if (offsets[0] != 0) return fail("offsets[0] (%lld) must be 0", (long long)offsets[0]);
-    for (int64_t b = 0; b < num_bags; b++)
-        if (offsets[b + 1] < offsets[b])
-            return fail("offsets must be non-decreasing (offsets[%lld] = %lld > offsets[%lld] = %lld)", (long long)b,
-                        (long long)offsets[b], (long long)(b + 1), (long long)offsets[b + 1]);
-    if (offsets[num_bags] != (int64_t)indices.size())
-        return fail("offsets[tables*B] (%lld) must equal the number of indices (%zu)", (long long)offsets[num_bags], indices.size());
-    for (size_t i = 0; i < indices.size(); i++)
-        if (indices[i] < 0 || indices[i] >= E)
-            return fail("index %lld at lookup %zu is out of range: every index must be >= 0 and < E (%lld)", (long long)indices[i], i,
-                        (long long)E);
-    return "";
-}
-
 // FLOPs of one lookup's chain (FBTT's batched-GEMM sizes)
 inline double tt_embedding_forward_flops_per_lookup(const TtEmbeddingForwardShape& s) {
     double f = 0.0;
@@ -224,26 +174,6 @@ inline int64_t tt_embedding_forward_core_floats(const TtEmbeddingForwardShape& s
 inline double tt_embedding_forward_bytes(const TtEmbeddingForwardShape& s) {
     return 4.0 * (double)tt_embedding_forward_core_floats(s) + 8.0 * (double)s.nnz +
            8.0 * ((double)s.tables * s.B + 1) + (double)s.tables * s.B * s.D * sizeof(floatX);
-}
-
-// Offsets of tables*B bags over nnz = tables*B*L lookups: L each, or (ragged) cut at random points with
-// the first bag of every table empty, so that bags of every size from 0 up appear.
-inline std::vector<int64_t> tt_embedding_forward_make_offsets(const TtEmbeddingForwardShape& s, bool ragged, Rng& rng) {
-    const int64_t nbags = (int64_t)s.tables * s.B;
-    std::vector<int64_t> off((size_t)nbags + 1);
-    if (!ragged) {
-        for (int64_t b = 0; b <= nbags; b++) off[b] = b * s.L;
-        return off;
-    }
-    for (int64_t b = 1; b < nbags; b++) off[b] = rng.randint(0, s.nnz + 1);
-    std::sort(off.begin() + 1, off.end() - 1);
-    off[0] = 0;
-    off[nbags] = s.nnz;
-    for (int tbl = 0; tbl < s.tables; tbl++) {        // bag 0 of each table empty: it ends where it starts
-        int64_t b = (int64_t)tbl * s.B;
-        if (b + 1 < nbags) off[b + 1] = off[b];
-    }
-    return off;
 }
 
 // digit t of a row index: (idx / stride) % p, in 32 bits when the values allow (the common case)
@@ -1671,186 +1601,146 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     return out;
 }
 
-// the RESULT lines' shape key
-inline std::string tt_embedding_forward_shape_name(const TtEmbeddingForwardShape& s, double alpha, bool ragged) {
-    std::string name = "T" + std::to_string(s.T);
-    const char* keys[3] = {",p", ",q", ",r"};
-    for (int part = 0; part < 3; part++) {
-        name += keys[part];
-        for (int t = part == 2 ? 1 : 0; t < s.T; t++)
-            name += (t > (part == 2 ? 1 : 0) ? "x" : "") + std::to_string(part == 0 ? s.p[t] : part == 1 ? s.q[t] : s.R[t]);
+// ----------------------------------------------------------------------------------------------
+// a run: the device inputs, output and workspace, the reference, and what the check keeps between block sizes
+
+struct TtEmbeddingForwardBench {
+    TtEmbeddingForwardShape s;
+    TtEmbeddingForwardCores cores = {};
+    int64_t *indices = nullptr, *offsets = nullptr;
+    floatX* out = nullptr;
+    TtEmbeddingForwardWorkspace ws;
+    std::vector<float> ref;                                         // empty where nothing reads it
+    int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};          // --block N as each version runs it
+    std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
+    int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
+};
+
+// host bytes beyond the inputs: the reference, a download of the output for the check, its first copy and a dump's
+inline double tt_embedding_forward_host_bytes(const TtEmbeddingForwardShape& s) { return 16.0 * (double)s.tables * s.B * s.D; }
+
+// the device memory checked against what is free (exit 2), the uploads, the workspace, the reference
+void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbeddingInputs& in, int chunk, const cudaDeviceProp& prop,
+                                      bool need_ref) {
+    const TtEmbeddingForwardShape& s = b.s;
+    require_device_memory(tt_embedding_forward_device_bytes(s, chunk), "tt_embedding_forward (inputs, output, every version's workspace)");
+    std::vector<const float*> core_ptrs(s.T);
+    for (int t = 0; t < s.T; t++) {
+        b.cores.c[t] = device_upload(in.cores[t]);
+        core_ptrs[t] = in.cores[t].data();
     }
-    name += ",nt" + std::to_string(s.tables) + ",B" + std::to_string(s.B) + ",L" + std::to_string(s.L);
-    if (s.E != s.prod_p) name += ",E" + std::to_string(s.E);
-    char a[32];
-    snprintf(a, sizeof a, ",alpha%g", alpha);
-    return name + a + (ragged ? ",ragged" : "");
+    b.indices = device_upload(in.indices);
+    b.offsets = device_upload(in.offsets);
+    b.out = device_alloc<floatX>((size_t)s.tables * s.B * s.D);
+    tt_embedding_forward_setup(b.ws, s, chunk, prop);
+    if (!need_ref) return;
+    b.ref.resize((size_t)s.tables * s.B * s.D);
+    tt_embedding_forward_cpu(b.ref.data(), core_ptrs.data(), in.indices.data(), in.offsets.data(), s);
 }
 
-// --dump: the inputs, the reference and the output as .npy, and the RESULT shape for the peers
-void tt_embedding_forward_dump(const std::string& dir, const TtEmbeddingForwardShape& s, const std::string& shape,
-                               const std::vector<std::vector<float>>& cores_h, const std::vector<int64_t>& indices,
-                               const std::vector<int64_t>& offsets, const std::vector<float>& ref, const floatX* d_out) {
-    std::vector<float> got = to_float_vec(device_download(d_out, (size_t)s.tables * s.B * s.D));
-    for (int t = 0; t < s.T; t++)
-        write_npy(dir, "tt_embedding_forward_core" + std::to_string(t), cores_h[t].data(), {s.tables, s.p[t], s.slice[t]});
-    write_npy(dir, "tt_embedding_forward_indices", indices.data(), {(int64_t)indices.size()});
-    write_npy(dir, "tt_embedding_forward_offsets", offsets.data(), {(int64_t)offsets.size()});
-    std::vector<int64_t> meta = {s.T, s.tables, s.B, s.E, s.D};     // then p[0..T-1], q[0..T-1], R[0..T]
-    for (int t = 0; t < s.T; t++) meta.push_back(s.p[t]);
-    for (int t = 0; t < s.T; t++) meta.push_back(s.q[t]);
-    for (int t = 0; t <= s.T; t++) meta.push_back(s.R[t]);
-    write_npy(dir, "tt_embedding_forward_meta", meta.data(), {(int64_t)meta.size()});
-    write_npy(dir, "tt_embedding_forward_out_ref", ref.data(), {s.tables, s.B, s.D});
+// --block N: the largest allowed size <= N for each version (whole warps, shared memory that fits), fitted here
+void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
+    for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS && block; k++) {
+        std::vector<int> ok = tt_embedding_forward_skip_reason(k, b.s, b.ws.max_smem).empty() ? tt_embedding_forward_blocks(k, b.s, b.ws)
+                                                                                           : std::vector<int>();
+        b.fitted[k] = ok.empty() ? 32 : ok[0];
+        for (int x : ok) if (x <= block) b.fitted[k] = x;
+        if (!ok.empty() && b.fitted[k] != block) printf("version %d runs --block %d as %d (whole warps, shared memory that fits)\n", k, block, b.fitted[k]);
+    }
+}
+
+// The output against the reference; versions 4-6 (6 on its compiled kernel) also claim bitwise the same output at
+// every block size (rows do not depend on where they are computed, bags are summed in lookup order): the first
+// block's output is kept and compared
+bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
+    const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
+    bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem))) return ok;
+    std::vector<floatX> got = device_download(b.out, n);
+    if (b.first_out[k].empty()) {
+        b.first_out[k] = got;
+        b.first_block[k] = block;
+        return ok;
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&got[i], &b.first_out[k][i], sizeof(floatX)) != 0;
+    printf("version %d, block %d: %s block %d's output (%zu of %zu values differ)\n", k, block,
+           diff ? "NOT bitwise equal to" : "bitwise equal to", b.first_block[k], diff, n);
+    return ok && diff == 0;
+}
+
+// --dump: the inputs (tt_embedding.h), the reference and the last version's output as .npy, and the RESULT shape
+// for the peers
+void tt_embedding_forward_dump(const std::string& dir, const TtEmbeddingConfig& c, const TtEmbeddingInputs& in, const std::string& shape,
+                               const TtEmbeddingForwardBench& b) {
+    const TtEmbeddingForwardShape& s = b.s;
+    tt_embedding_dump_inputs(dir, "tt_embedding_forward", c, in);
+    std::vector<float> got = to_float_vec(device_download(b.out, (size_t)s.tables * s.B * s.D));
+    write_npy(dir, "tt_embedding_forward_out_ref", b.ref.data(), {s.tables, s.B, s.D});
     write_npy(dir, "tt_embedding_forward_out", got.data(), {s.tables, s.B, s.D});
-    const std::string path = dir + "/tt_embedding_forward_shape.txt";
-    FILE* f = fopen(path.c_str(), "w");
-    if (!f || fprintf(f, "%s\n", shape.c_str()) < 0 || fclose(f) != 0) fail_args("cannot write '%s': %s", path.c_str(), strerror(errno));
-    printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1, dir.c_str());
+    write_text(dir, "tt_embedding_forward_shape.txt", shape + "\n");
+    printf("dumped tt_embedding_forward_{meta,core0..%d,indices,offsets,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1, dir.c_str());
 }
 
-// Refuses (exit 2) a shape whose inputs and reference exceed the host's available memory (MemAvailable; before
-// any allocation) or whose device allocations exceed the device's free memory (after cuda_init)
-void tt_embedding_forward_check_memory(const TtEmbeddingForwardShape& s, int chunk, bool device) {
-    const double nbags = (double)s.tables * s.B;
-    if (device) {
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-        const double need = tt_embedding_forward_device_bytes(s, chunk);
-        require(need <= (double)free_bytes, "this shape needs up to %.3g GB of device memory; %.3g GB free", need / 1e9, free_bytes / 1e9);
-        return;
-    }
-    const double need = 4.0 * (double)tt_embedding_forward_core_floats(s) + 16.0 * (double)s.nnz + 8.0 * nbags + 12.0 * nbags * s.D;
-    FILE* f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0.0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    require(kb == 0.0 || need <= kb * 1024.0, "the inputs and reference need %.3g GB of host memory; %.3g GB available", need / 1e9,
-            kb * 1024.0 / 1e9);
+void tt_embedding_forward_free_bench(TtEmbeddingForwardBench& b) {
+    tt_embedding_forward_free(b.ws);
+    for (int t = 0; t < b.s.T; t++) cudaCheck(cudaFree(const_cast<float*>(b.cores.c[t])));
+    for (void* p : {(void*)b.indices, (void*)b.offsets, (void*)b.out}) cudaCheck(cudaFree(p));
 }
 
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    std::vector<int> p = {200, 220, 250}, q = {4, 4, 4}, ranks = {32, 32};
-    int tables = 1, B = 512, L = 20, D = 0, chunk = 1000;
-    int64_t E = 0;
-    double alpha = 0.0;
-    bool ragged = false;
+    TtEmbeddingConfig c;
+    std::string distinct = "on";
+    int chunk = 1000;
     Cli cli("tt_embedding_forward",
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
             TT_EMBEDDING_FORWARD_NUM_KERNELS, 6);
-    cli.add_int_list("p", &p, "row factors p_0..p_{T-1} (T = len(p) cores)");
-    cli.add_int_list("q", &q, "column factors q_0..q_{T-1}");
-    cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
-    cli.add_int("tables", &tables, "number of tables (cores batched over tables)");
-    cli.add_int("B", &B, "bags per table");
-    cli.add_int("L", &L, "lookups per bag");
-    cli.add_int64("E", &E, "rows per table (0: prod p)");
-    cli.add_int("D", &D, "embedding dimension, must equal prod q (0: prod q)");
-    cli.add_double("alpha", &alpha, "Zipf exponent of the indices (<= 1: uniform)");
-    cli.add_flag("ragged", &ragged, "bags of random sizes (the first bag of every table empty), same total lookups");
+    tt_embedding_add_flags(cli, c, distinct);
     cli.add_int("chunk", &chunk, "lookups per cuBLAS batch in version 2 (FBTT's batch_count)");
-    cli.constraints = "  T = len(p) in 2..6, len(q) = T, len(ranks) = T - 1, all entries >= 1;\n"
-                      "  prod p >= E, prod q = D; tables, B >= 1, L >= 0; Zipf (alpha > 1) needs E >= L;\n"
-                      "  every index < E (made so here; the validator checks it); sizes within the host's and device's memory";
+    cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) + ";\n  tables*B*D < 2^38, tables*B*L*D < 2^40, Q_t R_{t+1} <= 2^24; --chunk 1..2^20";
     cli.parse(argc, argv);
-    TtEmbeddingForwardShape s;
-    std::string why = tt_embedding_forward_make_shape(s, p, q, ranks, E, D, tables, B, L, alpha);
-    if (!why.empty()) fail_args("%s", why.c_str());
     require(chunk >= 1 && chunk <= (1 << 20), "--chunk (%d) must be 1..2^20", chunk);
-    const int64_t nbags = (int64_t)s.tables * s.B;
-    tt_embedding_forward_check_memory(s, chunk, false);
-
-    // inputs: cores uniform in +-sqrt(3 / R_{t+1}) (unit variance per row element), then bags
-    Rng rng(cli.seed);
-    std::vector<std::vector<float>> cores_h(s.T);
-    std::vector<const float*> core_ptrs(s.T);
-    for (int t = 0; t < s.T; t++) {
-        const float a = sqrtf(3.0f / (float)s.R[t + 1]);
-        cores_h[t] = make_random_floats((size_t)s.tables * s.p[t] * s.slice[t], rng, -a, a);
-        core_ptrs[t] = cores_h[t].data();
-    }
-    std::vector<int64_t> indices = make_bag_indices(nbags, s.L, s.E, alpha, rng);
-    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, ragged, rng);
-    why = tt_embedding_forward_validate_bags(indices, offsets, nbags, s.E);
-    if (!why.empty()) fail_args("%s", why.c_str());
-
+    TtEmbeddingForwardBench b;
+    const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_forward", c, distinct, false, [&](const TtEmbeddingConfig& cc) {
+        const std::string why = tt_embedding_forward_make_shape(b.s, cc);
+        if (!why.empty()) fail_args("%s", why.c_str());
+        return tt_embedding_forward_host_bytes(b.s);
+    });
+    const TtEmbeddingForwardShape& s = b.s;
     cudaDeviceProp prop = cuda_init();
-    tt_embedding_forward_check_memory(s, chunk, true);
-    std::vector<float> ref((size_t)nbags * s.D);                // the reference only where something reads it
-    if (!cli.no_check || !cli.dump_dir.empty()) tt_embedding_forward_cpu(ref.data(), core_ptrs.data(), indices.data(), offsets.data(), s);
-    TtEmbeddingForwardCores cores = {};
-    for (int t = 0; t < s.T; t++) cores.c[t] = device_upload(cores_h[t]);
-    int64_t* d_indices = device_upload(indices);
-    int64_t* d_offsets = device_upload(offsets);
-    floatX* d_out = device_alloc<floatX>((size_t)nbags * s.D);
-    TtEmbeddingForwardWorkspace ws;
-    tt_embedding_forward_setup(ws, s, chunk, prop);
-
-    const std::string shape = tt_embedding_forward_shape_name(s, alpha, ragged);
-    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s);
-    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %lld floats (%.1fx smaller than the table%s); "
-           "version 6 runs %s\n", shape.c_str(), (long long)s.nnz, (long long)nbags, s.D, flops_lookup,
-           (long long)tt_embedding_forward_core_floats(s), (double)s.E * s.D * s.tables / (double)tt_embedding_forward_core_floats(s),
-           s.tables > 1 ? "s" : "", tt_embedding_forward_fast6(s, ws.max_smem) ? "its compiled kernel" : "version 3's kernel");
-    if (ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
-
+    tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check || !cli.dump_dir.empty());
+    const std::string shape = tt_embedding_shape_name(c);
+    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
+    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
+           "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
+           (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
+           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : "version 3's kernel");
+    if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
+    tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
     r.op = "tt_embedding_forward";
     r.shape = shape;
     r.bytes = tt_embedding_forward_bytes(s);
     r.flops = flops_lookup * (double)s.nnz;
-    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, ws.max_smem); };
-    r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, ws); };
+    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, b.ws.max_smem); };
+    r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, b.ws); };
     r.prepare_check = [&] {
-        poison(d_out, (size_t)nbags * s.D * sizeof(floatX));
-        tt_embedding_forward_poison_workspace(ws, s);
+        poison(b.out, (size_t)c.num_bags() * s.D * sizeof(floatX));
+        tt_embedding_forward_poison_workspace(b.ws, s);
     };
-    // --block N: the largest allowed size <= N (whole warps, shared memory that fits), fitted here, not in the launch
-    int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
-    for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS && cli.block; k++) {
-        std::vector<int> ok = tt_embedding_forward_skip_reason(k, s, ws.max_smem).empty() ? tt_embedding_forward_blocks(k, s, ws) : std::vector<int>();
-        fitted[k] = ok.empty() ? 32 : ok[0];
-        for (int b : ok) if (b <= cli.block) fitted[k] = b;
-        if (!ok.empty() && fitted[k] != cli.block) printf("version %d runs --block %d as %d (whole warps, shared memory that fits)\n", k, cli.block, fitted[k]);
-    }
-    r.launch = [&](int k, int block) { tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, fitted[k] ? fitted[k] : block); };
-    // versions 4-6 (6 on its compiled kernel) claim bitwise the same output at every block size (rows do not depend
-    // on where they are computed, bags are summed in lookup order): the first block's output is kept and compared
-    std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
-    int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
-    r.check = [&](int k, int block) {
-        bool ok = validate_device("out", d_out, ref.data(), (size_t)nbags * s.D, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
-        if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(s, ws.max_smem))) return ok;
-        std::vector<floatX> got = device_download(d_out, (size_t)nbags * s.D);
-        if (first_out[k].empty()) {
-            first_out[k] = got;
-            first_block[k] = block;
-            return ok;
-        }
-        size_t diff = 0;
-        for (size_t i = 0; i < got.size(); i++) diff += memcmp(&got[i], &first_out[k][i], sizeof(floatX)) != 0;
-        printf("version %d, block %d: %s block %d's output (%zu of %zu values differ)\n", k, block,
-               diff ? "NOT bitwise equal to" : "bitwise equal to", first_block[k], diff, got.size());
-        return ok && diff == 0;
-    };
+    r.launch = [&](int k, int block) { tt_embedding_forward(k, b.out, b.indices, b.offsets, b.cores, s, b.ws, b.fitted[k] ? b.fitted[k] : block); };
+    r.check = [&](int k, int block) { return tt_embedding_forward_check(b, k, block); };
     r.extra = [&](int, int, double ms) {
         char buf[64];
         snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz > 0 ? ms * 1e3 / (double)s.nnz : 0.0);
         return std::string(buf);
     };
-    int rc = run_versions(cli, r);
-
-    if (!cli.dump_dir.empty()) tt_embedding_forward_dump(cli.dump_dir, s, shape, cores_h, indices, offsets, ref, d_out);
-    tt_embedding_forward_free(ws);
-    for (int t = 0; t < s.T; t++) cudaCheck(cudaFree(const_cast<float*>(cores.c[t])));
-    cudaCheck(cudaFree(d_indices));
-    cudaCheck(cudaFree(d_offsets));
-    cudaCheck(cudaFree(d_out));
+    const int rc = run_versions(cli, r);
+    if (!cli.dump_dir.empty()) tt_embedding_forward_dump(cli.dump_dir, c, in, shape, b);
+    tt_embedding_forward_free_bench(b);
     return rc;
 }
 #endif
