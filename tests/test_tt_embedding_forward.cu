@@ -683,6 +683,8 @@ static void test_v5_filter() {
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs FBTT's default");
     shape_of(s, {30, 40, 50}, {4, 4, 4}, {16, 16}, 0, 0, 1, 1, 3);
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs ranks 16,16");
+    shape_of(s, {30, 40, 50}, {4, 4, 4}, {64, 64}, 0, 0, 1, 1, 3);
+    report(tt_embedding_forward_reason5(s).empty(), "version 5 runs ranks 64,64");
     const struct { std::vector<int> p, q, r; } no[] = {{{20, 22, 25}, {4, 4, 4}, {32, 16}}, {{20, 22, 25}, {4, 2, 4}, {32, 32}},
                                                       {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}}, {{20, 22, 25}, {2, 4, 8}, {32, 32}}};
     for (const auto& c : no) {
@@ -873,6 +875,8 @@ int main() {
         test_tc_tile(4, 3, rng);    // a partial tile: slot 3's rows are zeros and not written
         test_tc_tile(2, 4, rng);
         test_tc_tile(2, 1, rng);
+        test_tc_tile(8, 4, rng);    // ranks 64
+        test_tc_tile(8, 2, rng);
     }
     test_v5_filter();
     test_digit_mask();

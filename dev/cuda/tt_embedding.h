@@ -225,6 +225,15 @@ inline std::string tt_embedding_shape_name(const TtEmbeddingConfig& c) {
     return name + a + (c.ragged ? ",ragged" : "") + (c.alpha > 1.0 && !c.distinct ? ",repeats" : "") + (c.loaded.empty() ? "" : ",loaded");
 }
 
+// the RESULT lines' extra field: microseconds per lookup
+inline std::function<std::string(int, int, double)> tt_embedding_per_lookup(int64_t nnz) {
+    return [nnz](int, int, double ms) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", nnz > 0 ? ms * 1e3 / (double)nnz : 0.0);
+        return std::string(buf);
+    };
+}
+
 // ----------------------------------------------------------------------------------------------
 // .npy dump and --load: <op>_meta (T, tables, B, E, D, p[T], q[T], R[0..T]), _core<t>, _indices, _offsets, and for
 // the backward _dY and _state<t>

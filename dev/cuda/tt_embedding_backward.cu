@@ -2959,6 +2959,9 @@ struct TtEmbeddingBackwardBench {
 // (one that cannot run this shape is an error, not a pass), then the reference
 void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& cli, const TtEmbeddingInputs& in, const TtEmbeddingBackwardShape& s,
                                        int opt, double lr, double eps, const cudaDeviceProp& prop) {
+    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
+           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
+           (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
     TtEmbeddingBackwardArgs& a = b.a;
     memset(&a, 0, sizeof a);
     a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
@@ -3008,6 +3011,14 @@ bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, i
     return pass;
 }
 
+// each version's block sizes
+std::vector<int> tt_embedding_backward_blocks(int k) {
+    if (k == 1) return {64, 128, 256, 512};
+    if (k == 2) return {256};
+    if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
+    return {128, 256, 512};
+}
+
 // the fewest bytes of one step (header)
 inline double tt_embedding_backward_bytes(const TtEmbeddingBackwardBench& b) {
     const TtEmbeddingBackwardShape& s = b.a.s;
@@ -3050,33 +3061,20 @@ int main(int argc, char** argv) {
         s.nnz = (int)cc.nnz();   // (below 2^31: checked)
         return tt_embedding_backward_host_bytes(s);
     });
-    cudaDeviceProp prop = cuda_init();
-    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
-           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
-           (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
     TtEmbeddingBackwardBench b;
-    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, prop);
+    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, cuda_init());
     OpRunner r;
     r.op = "tt_embedding_backward";
     r.shape = tt_embedding_backward_shape_string(c, opt);
     r.flops = tt_embedding_backward_flops_per_lookup(s) * s.nnz;
     r.bytes = tt_embedding_backward_bytes(b);
-    r.blocks_for = [&](int k) -> std::vector<int> {
-        if (k == 1) return {64, 128, 256, 512};
-        if (k == 2) return {256};
-        if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
-        return {128, 256, 512};
-    };
+    r.blocks_for = tt_embedding_backward_blocks;
     r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, b.a, b.a.smem_limit, cli.block); };
     r.prepare_check = [&] { tt_embedding_backward_restore(b); tt_embedding_backward_poison_outputs(b); };
     r.prepare_timing = [&] { tt_embedding_backward_restore(b); };
     r.launch = [&](int k, int block) { tt_embedding_backward(k, b.a, block); };
     r.check = [&](int k, int block) { return tt_embedding_backward_check_run(r, b, k, block); };
-    r.extra = [&](int, int, double ms) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz ? ms * 1e3 / s.nnz : 0.0);
-        return std::string(buf);
-    };
+    r.extra = tt_embedding_per_lookup(s.nnz);
     const int rc = run_versions(cli, r);
     if (!cli.dump_dir.empty()) {
         tt_embedding_backward_download(b, b.c, b.st, b.g);

@@ -25,7 +25,7 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
-Version 6's compiled kernel covers T = 3, q = 4,4,4, ranks 32,32 or 16,16 (p_1 <= 65536); every other shape runs
+Version 6's compiled kernel covers T = 3, q = 4,4,4, ranks 16,16, 32,32 or 64,64 (p_1 <= 65536); every other shape runs
 version 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the
 default never skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
 
@@ -1093,7 +1093,8 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // The slice is copied (cp.async, rows padded by 4 floats) at the start of the item, under the index scan, and
 // converted (split and scattered to fragment order; conflict-free in both directions) once the list is ready.
 // A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 4.
-// Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default) and (2, 4, 2) (ranks 16).
+// Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default), (2, 4, 2) (ranks 16) and (8, 4, 8)
+// (ranks 64).
 
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
@@ -1225,8 +1226,10 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
     }
 }
 
+// (two blocks of 256 per SM at ranks up to 32; at rank 64 the slice and its split copies fill one SM's shared memory,
+// so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments)
 template <int KS, int Q1, int JT, bool DIGITS>
-__global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                               const uint16_t* __restrict__ digits1,
                                               const int64_t* __restrict__ offsets,
                                               const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -1278,7 +1281,7 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __
                                                on_work, on_ready, compute);
 }
 
-// version 5's compiled shapes (T = 3, q = 4,4,4; ranks 32,32 or 16,16): the kernel (version 6's with the digit
+// version 5's compiled shapes (T = 3, q = 4,4,4; ranks 16,16, 32,32 or 64,64): the kernel (version 6's with the digit
 // scan), null for any other
 typedef void (*TtEmbeddingForwardTcKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
                                            const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
@@ -1286,6 +1289,7 @@ inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddi
     if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4) return nullptr;
     if (s.R[1] == 32 && s.R[2] == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, false>;
     if (s.R[1] == 16 && s.R[2] == 16) return digits ? tt_embedding_forward_kernel5<2, 4, 2, true> : tt_embedding_forward_kernel5<2, 4, 2, false>;
+    if (s.R[1] == 64 && s.R[2] == 64) return digits ? tt_embedding_forward_kernel5<8, 4, 8, true> : tt_embedding_forward_kernel5<8, 4, 8, false>;
     return nullptr;
 }
 
@@ -1295,7 +1299,7 @@ inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s
     if (s.T == 3)
         got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
                std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
-    return "version 5 is compiled for T = 3, q = 4,4,4 and ranks 32,32 or 16,16 (" + got + "); add an instantiation for others";
+    return "version 5 is compiled for T = 3, q = 4,4,4 and ranks 16,16, 32,32 or 64,64 (" + got + "); add an instantiation for others";
 }
 
 // where version 6 runs its compiled kernel (version 5's shapes, p_1 <= 65536); it runs version 3's elsewhere
@@ -1733,11 +1737,7 @@ int main(int argc, char** argv) {
     };
     r.launch = [&](int k, int block) { tt_embedding_forward(k, b.out, b.indices, b.offsets, b.cores, s, b.ws, b.fitted[k] ? b.fitted[k] : block); };
     r.check = [&](int k, int block) { return tt_embedding_forward_check(b, k, block); };
-    r.extra = [&](int, int, double ms) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz > 0 ? ms * 1e3 / (double)s.nnz : 0.0);
-        return std::string(buf);
-    };
+    r.extra = tt_embedding_per_lookup(s.nnz);
     const int rc = run_versions(cli, r);
     if (!cli.dump_dir.empty()) tt_embedding_forward_dump(cli.dump_dir, c, in, shape, b);
     tt_embedding_forward_free_bench(b);
