@@ -1074,9 +1074,9 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 
 // ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the lane function's FP32 step 1 (16,384
 // FMAs a lookup, 512 per lane, each with its share of shared-memory loads). Version 5 keeps version 4's items
-// and lists and runs the chain of four unique lookups at a time as one 16-row tile of
+// and lists and runs the chain of 16 / q_0 unique lookups at a time (four at q_0 = 4) as one 16-row tile of
 // mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
-//   step 1  [4 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
+//   step 1  [16 / q_0 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
 //           R_1 / 8 k-steps. In 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi); the product is
 //           hi.hi + hi.lo + lo.hi (lo.lo, ~2^-22 relative, dropped): three mma per tile and k-step, accurate to
 //           about FP32's rounding, so version 5 is checked at the FP32 tolerance.
@@ -1093,8 +1093,8 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // The slice is copied (cp.async, rows padded by 4 floats) at the start of the item, under the index scan, and
 // converted (split and scattered to fragment order; conflict-free in both directions) once the list is ready.
 // A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 4.
-// Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default), (2, 4, 2) (ranks 16) and (8, 4, 8)
-// (ranks 64).
+// Compiled for q_0 = Q0, R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT, q_2 = 4 with (Q0, KS, Q1, JT) = (4, 4, 4, 4) (FBTT's
+// default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64) and (8, 4, 4, 4) (q 8,4,4: a tile is 2 lookups of 8 rows).
 
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
@@ -1116,22 +1116,27 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
 
 
 
-// One 16-row tile: unique entries 4 mt .. 4 mt + 3 of the list (fewer at the end: their rows are zeros and not
-// written). Lane (group g, tig t) holds tile rows g and g + 8: entry 4 mt + g / 4 (+ 2), row a_0 = g % 4 of M_0.
-template <int KS, int Q1, int JT>
+// Tile row r (0..15) holds row a_0 = r % Q0 of M_0 of the tile's lookup slot r / Q0 (16 / Q0 lookups per tile). Lane
+// (group g, tig t) holds rows g and g + 8: with Q0 | 8 both are row a_0 = g % Q0, of slots g / Q0 and (g + 8) / Q0.
+__host__ __device__ __forceinline__ int tt_embedding_forward_tc_slot(int Q0, int group, int h) { return (group + 8 * h) / Q0; }
+
+// One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
+// are zeros and not written)
+template <int Q0, int KS, int Q1, int JT>
 __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
                                                               int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
                                                               const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                               const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    static_assert(Q0 == 2 || Q0 == 4 || Q0 == 8, "a lane's two tile rows share a_0 only where q_0 divides 8");
     constexpr int KL = 2 * KS, R1 = 8 * KS;
-    const int group = lane >> 2, tig = lane & 3, a0 = group & 3;
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     int entry[2];
     bool valid[2];
     const float* g2s[2];
     float x[2][KL];                                         // this lane's KL values of K in each of its two rows
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        entry[h] = 4 * mt + (group >> 2) + 2 * h;
+        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
         valid[h] = entry[h] < nu;
         g2s[h] = nullptr;
         if (valid[h]) {
@@ -1228,7 +1233,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 
 // (two blocks of 256 per SM at ranks up to 32; at rank 64 the slice and its split copies fill one SM's shared memory,
 // so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments)
-template <int KS, int Q1, int JT, bool DIGITS>
+template <int Q0, int KS, int Q1, int JT, bool DIGITS>
 __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                               const uint16_t* __restrict__ digits1,
                                               const int64_t* __restrict__ offsets,
@@ -1269,8 +1274,8 @@ __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_ker
         __syncthreads();
     };
     auto compute = [&](int tbl, int nu) {
-        for (int mt = warp; 4 * mt < nu; mt += W)           // warp-uniform
-            tt_embedding_forward_tc_tile<KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
+        for (int mt = warp; 16 / Q0 * mt < nu; mt += W)    // warp-uniform
+            tt_embedding_forward_tc_tile<Q0, KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
     if constexpr (DIGITS) {
@@ -1281,15 +1286,17 @@ __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_ker
                                                on_work, on_ready, compute);
 }
 
-// version 5's compiled shapes (T = 3, q = 4,4,4; ranks 16,16, 32,32 or 64,64): the kernel (version 6's with the digit
-// scan), null for any other
+// version 5's compiled shapes (T = 3; q = 4,4,4 with ranks 16,16, 32,32 or 64,64; q = 8,4,4 with ranks 32,32): the
+// kernel (version 6's with the digit scan), null for any other
 typedef void (*TtEmbeddingForwardTcKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
                                            const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
 inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
-    if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4) return nullptr;
-    if (s.R[1] == 32 && s.R[2] == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, false>;
-    if (s.R[1] == 16 && s.R[2] == 16) return digits ? tt_embedding_forward_kernel5<2, 4, 2, true> : tt_embedding_forward_kernel5<2, 4, 2, false>;
-    if (s.R[1] == 64 && s.R[2] == 64) return digits ? tt_embedding_forward_kernel5<8, 4, 8, true> : tt_embedding_forward_kernel5<8, 4, 8, false>;
+    if (s.T != 3 || (s.q[0] != 4 && s.q[0] != 8) || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != s.R[2]) return nullptr;
+    const int R = s.R[1];
+    if (s.q[0] == 8) return R != 32 ? nullptr : digits ? tt_embedding_forward_kernel5<8, 4, 4, 4, true> : tt_embedding_forward_kernel5<8, 4, 4, 4, false>;
+    if (R == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, 4, false>;
+    if (R == 16) return digits ? tt_embedding_forward_kernel5<4, 2, 4, 2, true> : tt_embedding_forward_kernel5<4, 2, 4, 2, false>;
+    if (R == 64) return digits ? tt_embedding_forward_kernel5<4, 8, 4, 8, true> : tt_embedding_forward_kernel5<4, 8, 4, 8, false>;
     return nullptr;
 }
 
@@ -1299,7 +1306,8 @@ inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s
     if (s.T == 3)
         got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
                std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
-    return "version 5 is compiled for T = 3, q = 4,4,4 and ranks 16,16, 32,32 or 64,64 (" + got + "); add an instantiation for others";
+    return "version 5 is compiled for T = 3, q = 4,4,4 with ranks 16,16, 32,32 or 64,64, and q = 8,4,4 with ranks 32,32 (" + got +
+           "); add an instantiation for others";
 }
 
 // where version 6 runs its compiled kernel (version 5's shapes, p_1 <= 65536); it runs version 3's elsewhere
