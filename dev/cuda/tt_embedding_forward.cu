@@ -13,21 +13,23 @@ FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 2
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
-Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md):      ms     % FMA
+Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md, 3: results/logs/
+2026-12-01_tt_forward_v3_v6_ranks64.log):                                                          ms     % FMA
   1  the explicit sum: a thread per (bag, element) sums the T-fold product over every rank tuple  5.690    0.1
   2  FBTT's pipeline (the baseline): per chunk of lookups, a pointer kernel, one cuBLAS batched
      GEMM per chain step, a reduce                                                                 0.381    1.7
-  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0709   9.4
+  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
-  5  version 4 with four lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)      0.0461  14.4
+  5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); version 3's kernel at every other shape      0.0332  20.0
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
-Version 6's compiled kernel covers T = 3, q = 4,4,4, ranks 16,16, 32,32 or 64,64 (p_1 <= 65536); every other shape runs
-version 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the
-default never skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
+Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
+q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Every
+other shape runs version 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory),
+so the default never skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -35,8 +37,9 @@ Compile and run:
   make tt_embedding_forward_bf16 && ./tt_embedding_forward_bf16 all --check-only
 
 Lessons:
-  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 5.4x: no launches per step, no
-    intermediates through memory. (3 took 0.0451 on 2026-11-29, before its buffers were sized for rank 128.)
+  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x: no launches per step, no intermediates
+    through memory. A buffer pointer chosen at run time between shared and global memory made 3 a third slower
+    (0.0709 ms: generic loads and stores); one instantiation per memory space fixed it.
   - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
     follows the serial latency of each chain and each item, not bytes.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu) and left its time unchanged; version 6's 27%
