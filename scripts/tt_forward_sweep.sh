@@ -4,8 +4,8 @@
 #                                              default, Zipf 1.15 and B = 4096; version 6 built without PDL and with
 #                                              TARGET6 16 and 32 (default 64), version 4 with TARGET4 8 and 32 (default
 #                                              16); ncu of version 6's kernels
-#   bash scripts/tt_forward_sweep.sh grid      version 6 (the default) against version 3 at every bench shape where
-#                                              version 6 runs version 3's kernel, block by block
+#   bash scripts/tt_forward_sweep.sh grid      version 6 (the default) against version 3 at every bench shape, block
+#                                              by block (version 6 runs version 3's kernel where its own is not compiled)
 # Output: $OUT/sweep_<part>.txt (RESULT lines cut to kernel, block, shape, check, times).
 set -u
 PART=${1:-grouped}

@@ -9,7 +9,7 @@
 //  - version 7's tensor-core fragment maps and small steps, and the default version's dispatcher
 //  - the check itself catches a changed untouched slice and a gradient error
 //  - FBTT's optimizer update grid at its default p: which core rows it never updates, against ours
-//  - the validators' messages (bad shapes, an index >= E, bad offsets)
+//  - the backward's own limits (the shared validators of tt_embedding.h are tested in test_tt_embedding_forward)
 // Prints PASS <case> / FAIL <case>: <why> per case; exits 1 if any failed.
 #define NO_MAIN
 #include "test_util.h"
@@ -53,21 +53,23 @@ struct Problem {
 
 static Problem make_problem(const Case& c) {
     Problem pr;
-    std::string err = tt_embedding_backward_check_shape(c.p, c.q, c.ranks, 0, c.tables, c.B, c.L, c.alpha, 0.05, 1e-8);
+    TtEmbeddingConfig cfg;
+    cfg.p = c.p; cfg.q = c.q; cfg.ranks = c.ranks; cfg.tables = c.tables; cfg.B = c.B; cfg.L = c.L; cfg.alpha = c.alpha;
+    cfg.ragged = c.ragged;
+    std::string err = tt_embedding_check_config(cfg);
+    if (err.empty()) err = tt_embedding_backward_check_config(cfg, 0.05, 1e-8);
     if (!err.empty()) { printf("bad test case %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
-    pr.s = tt_embedding_backward_make_shape(c.p, c.q, c.ranks, 0, c.tables, c.B);
+    pr.s = tt_embedding_backward_make_shape(cfg.p, cfg.q, cfg.ranks, cfg.E, cfg.tables, cfg.B);
     pr.L = c.L;
-    Rng rng(c.seed);
-    pr.cores = tt_embedding_backward_make_cores(pr.s, rng);
-    tt_embedding_backward_make_bags(pr.s, c.L, c.alpha, c.ragged, rng, pr.offsets, pr.indices);
-    err = tt_embedding_backward_check_bags(pr.offsets, pr.indices, pr.s.num_bags, pr.s.E);
-    if (!err.empty()) { printf("bad test bags %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
+    const TtEmbeddingInputs in = tt_embedding_make_inputs(cfg, c.seed, true);
+    err = tt_embedding_validate_inputs(cfg, in, true);
+    if (!err.empty()) { printf("bad test inputs %s: %s\n", c.name.c_str(), err.c_str()); exit(1); }
+    pr.offsets = in.offsets;
+    pr.indices = in.indices;
     pr.s.nnz = (int)pr.indices.size();
-    pr.dY = make_random_floats((size_t)pr.s.num_bags * pr.s.D, rng);
-    pr.state.assign((size_t)pr.s.core_off[pr.s.T], 0.0f);
-    for (int t = 0; t < pr.s.T; t++)
-        for (int64_t e = 0; e < tt_embedding_backward_core_elems(pr.s, t); e++)
-            pr.state[pr.s.core_off[t] + e] = rng.uniform(0.1f, 1.0f);
+    pr.cores = tt_embedding_backward_pack(pr.s, in.cores);
+    pr.dY = in.dY;
+    pr.state = tt_embedding_backward_pack(pr.s, in.state);
     return pr;
 }
 
@@ -681,40 +683,26 @@ static void test_fbtt_update_grid_defect() {
            first_missed[0], s.p[0] - 1, first_missed[2], s.p[2] - 1, (long long)stale);
 }
 
+// the backward's own limits, on configs the shared check accepts (tt_embedding.h's messages: test_tt_embedding_forward)
 static void test_validators() {
-    struct V { std::vector<int> p, q, r; int64_t E; int tables, B, L; double alpha, eps; const char* want; };
+    struct V { std::vector<int> p, q, r; int tables, B, L; double lr, eps; const char* want; };
     const V cases[] = {
-        {{200}, {4}, {}, 0, 1, 512, 20, 0.0, 1e-8, "must be 2..6"},
-        {{2, 2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1}, 0, 1, 4, 2, 0.0, 1e-8, "is 7; it must be 2..6"},
-        {{200, 220, 250}, {4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 1e-8, "--q has 2 entries but --p has 3"},
-        {{200, 220, 250}, {4, 4, 4}, {32}, 0, 1, 512, 20, 0.0, 1e-8, "need T-1 = 2 inner ranks"},
-        {{200, 220, 250}, {4, 4, 4}, {32, 0}, 0, 1, 512, 20, 0.0, 1e-8, "must be >= 1"},
-        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 11000001, 1, 512, 20, 0.0, 1e-8, "prod p (11000000) must be >= E (11000001)"},
-        {{3, 4}, {2, 2}, {2}, 0, 1, 4, 20, 1.2, 1e-8, "need E (12) >= L (20)"},
-        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.0, "--eps (0) must be > 0"},
-        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 512, 20, 0.0, 1e-8, "--tables (0) and --B (512) must be >= 1"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.05, 0.0, "--eps (0) must be > 0"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.05, -1.0, "--eps (-1) must be > 0"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, INFINITY, 1e-8, "--lr must be finite"},
+        {{1000000000, 1000000000, 2}, {1, 1, 1}, {1, 1}, 2, 1, 1, 0.05, 1e-8, "tables * sum(p) (4000000004 slices) must be < 2^31"},
+        {{200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 100000000, 20, 0.05, 1e-8, "T * lookups (6000000000 sort items) must be < 2^31"},
     };
     for (const V& v : cases) {
-        std::string err = tt_embedding_backward_check_shape(v.p, v.q, v.r, v.E, v.tables, v.B, v.L, v.alpha, 0.05, v.eps);
-        report(err.find(v.want) != std::string::npos, std::string("validator_shape: ") + v.want, "got '" + err + "'");
+        TtEmbeddingConfig c;
+        c.p = v.p; c.q = v.q; c.ranks = v.r; c.tables = v.tables; c.B = v.B; c.L = v.L;
+        std::string err = tt_embedding_check_config(c);
+        if (err.empty()) err = tt_embedding_backward_check_config(c, v.lr, v.eps);
+        report(err.find(v.want) != std::string::npos, std::string("validator: ") + v.want, "got '" + err + "'");
     }
-    report(tt_embedding_backward_check_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512, 20, 0.0, 0.05, 1e-8).empty(),
-           "validator_shape_default_ok", "the default shape must validate");
-    // bags: an index >= E, a negative one, offsets out of order, a wrong count
-    const std::vector<int64_t> off = {0, 2, 3}, idx = {0, 5, 9};
-    struct BV { std::vector<int64_t> off, idx; int64_t E; const char* want; };
-    const BV bcases[] = {
-        {off, {0, 5, 12}, 12, "index 12 at position 2 is >= E (12)"},
-        {off, {0, -1, 3}, 12, "index -1 at position 1 is negative"},
-        {{0, 3, 2}, idx, 12, "offsets must be nondecreasing"},
-        {{0, 2, 4}, idx, 12, "must equal the number of indices"},
-        {{0, 2}, idx, 12, "offsets has 2 entries"},
-    };
-    for (const BV& b : bcases) {
-        std::string err = tt_embedding_backward_check_bags(b.off, b.idx, 2, b.E);
-        report(err.find(b.want) != std::string::npos, std::string("validator_bags: ") + b.want, "got '" + err + "'");
-    }
-    report(tt_embedding_backward_check_bags(off, idx, 2, 12).empty(), "validator_bags_ok", "well-formed bags must validate");
+    TtEmbeddingConfig c;
+    std::string err = tt_embedding_check_config(c);
+    report(err.empty() && tt_embedding_backward_check_config(c, 0.05, 1e-8).empty(), "validator_default_ok", "the default shape must validate");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -11,6 +11,15 @@
 #include "test_util.h"
 #include "../dev/cuda/tt_embedding_forward.cu"
 
+// the op's two checks in its order (tt_embedding.h's config check, then the forward's own limits) -> the shape
+static std::string shape_of(TtEmbeddingForwardShape& s, const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r,
+                            int64_t E, int D, int tables, int B, int L) {
+    TtEmbeddingConfig c;
+    c.p = p; c.q = q; c.ranks = r; c.E = E; c.D = D; c.tables = tables; c.B = B; c.L = L;
+    const std::string why = tt_embedding_check_config(c);
+    return why.empty() ? tt_embedding_forward_make_shape(s, c) : why;
+}
+
 // a problem: shape and host cores
 struct Problem {
     TtEmbeddingForwardShape s;
@@ -22,7 +31,7 @@ struct Problem {
 
 static bool make_problem(Problem& P, const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& ranks,
                          int tables, int B, int L, Rng& rng) {
-    std::string why = tt_embedding_forward_make_shape(P.s, p, q, ranks, 0, 0, tables, B, L, 0.0);
+    std::string why = shape_of(P.s, p, q, ranks, 0, 0, tables, B, L);
     if (!why.empty()) { report(false, "make_shape", why); return false; }
     P.cores.assign(P.s.T, {});
     P.ptrs.assign(P.s.T, nullptr);
@@ -303,10 +312,13 @@ static void test_pooled() {
     const int tables = 3, B = 5, L = 3;
     if (!make_problem(P, {4, 3, 5}, {2, 3, 2}, {3, 2}, tables, B, L, rng)) return;
     const TtEmbeddingForwardShape& s = P.s;
-    std::vector<int64_t> indices = make_bag_indices((int64_t)tables * B, L, s.E, 0.0, rng);
-    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, true, rng);
+    TtEmbeddingConfig c;
+    c.p = {4, 3, 5}; c.q = {2, 3, 2}; c.ranks = {3, 2}; c.tables = tables; c.B = B; c.L = L; c.ragged = true;
+    report(tt_embedding_check_config(c).empty(), "the pooled test's config passes the check");
+    std::vector<int64_t> indices, offsets;
+    tt_embedding_make_bags(c, rng, indices, offsets);
     const int64_t nbags = (int64_t)tables * B;
-    report(tt_embedding_forward_validate_bags(indices, offsets, nbags, s.E).empty(), "ragged offsets pass the bag validator");
+    report(tt_embedding_validate_bags(indices, offsets, nbags, s.E).empty(), "ragged offsets pass the bag validator");
     bool first_empty = true;
     for (int tbl = 0; tbl < tables; tbl++) first_empty = first_empty && offsets[(size_t)tbl * B] == offsets[(size_t)tbl * B + 1];
     report(first_empty && offsets[nbags] == s.nnz, "ragged offsets: the first bag of every table is empty, the total is nnz");
@@ -331,31 +343,31 @@ static void test_pooled() {
 // the shape validator: each broken constraint named; fine shapes give ""
 static void test_validator() {
     TtEmbeddingForwardShape s;
-    struct Case { std::vector<int> p, q, r; int64_t E; int D; int tables, B, L; double alpha; const char* want; };
+    struct Case { std::vector<int> p, q, r; int64_t E; int D; int tables, B, L; const char* want; };
     const std::vector<int> P3 = {200, 220, 250}, Q3 = {4, 4, 4}, R3 = {32, 32};
     std::vector<Case> cases = {
-        {P3, Q3, R3, 0, 32, 1, 512, 20, 0, "prod q (64) must equal D (32)"},
-        {P3, {4, 4, 8}, R3, 0, 64, 1, 512, 20, 0, "prod q (128) must equal D (64)"},
-        {P3, Q3, R3, 20000000, 0, 1, 512, 20, 0, "prod p (11000000) must be >= E (20000000)"},
-        {P3, Q3, {32}, 0, 0, 1, 512, 20, 0, "ranks has 1 entries; T - 1 = 2 inner ranks are needed"},
-        {P3, Q3, {32, 32, 32}, 0, 0, 1, 512, 20, 0, "ranks has 3 entries; T - 1 = 2"},
-        {P3, {4, 16}, R3, 0, 0, 1, 512, 20, 0, "len(q) (2) must equal len(p) = T (3)"},
-        {{11000000}, {64}, {}, 0, 0, 1, 512, 20, 0, "the number of cores T = len(p) (1) must be 2..6"},
-        {{2, 2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1, 64}, {1, 1, 1, 1, 1, 1}, 0, 0, 1, 512, 20, 0, "the number of cores T = len(p) (7) must be 2..6"},
-        {P3, Q3, {32, 0}, 0, 0, 1, 512, 20, 0, "ranks entries must be >= 1"},
-        {{200, 0, 250}, Q3, R3, 0, 0, 1, 512, 20, 0, "p and q entries must be >= 1"},
-        {P3, Q3, R3, 0, 0, 0, 512, 20, 0, "tables and B must be >= 1"},
-        {P3, Q3, R3, 0, 0, 1, 512, -1, 0, "L >= 0"},
-        {{2, 2}, {8, 8}, {4}, 0, 0, 1, 512, 20, 1.15, "Zipf bags (alpha 1.15 > 1) need E (4) >= L (20)"},
-        {P3, Q3, R3, 0, 0, 65536, 65536, 20, 0, "must fit in 32 bits"},
-        {P3, Q3, {5000, 5000}, 0, 0, 1, 512, 20, 0, "must be <= 2^24"},
+        {P3, Q3, R3, 0, 32, 1, 512, 20, "prod q (64) must equal D (32)"},
+        {P3, {4, 4, 8}, R3, 0, 64, 1, 512, 20, "prod q (128) must equal D (64)"},
+        {P3, Q3, R3, 20000000, 0, 1, 512, 20, "prod p (11000000) must be >= E (20000000)"},
+        {P3, Q3, {32}, 0, 0, 1, 512, 20, "ranks has 1 entries; T - 1 = 2 inner ranks are needed"},
+        {P3, Q3, {32, 32, 32}, 0, 0, 1, 512, 20, "ranks has 3 entries; T - 1 = 2"},
+        {P3, {4, 16}, R3, 0, 0, 1, 512, 20, "len(q) (2) must equal len(p) = T (3)"},
+        {{11000000}, {64}, {}, 0, 0, 1, 512, 20, "the number of cores T = len(p) (1) must be 2..6"},
+        {{2, 2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1, 64}, {1, 1, 1, 1, 1, 1}, 0, 0, 1, 512, 20, "the number of cores T = len(p) (7) must be 2..6"},
+        {P3, Q3, {32, 0}, 0, 0, 1, 512, 20, "ranks entries must be >= 1"},
+        {{200, 0, 250}, Q3, R3, 0, 0, 1, 512, 20, "p and q entries must be >= 1"},
+        {P3, Q3, R3, 0, 0, 0, 512, 20, "tables (0) and B (512) must be >= 1"},
+        {P3, Q3, R3, 0, 0, 1, 512, -1, "L (-1) >= 0"},
+        {{64, 64}, {1024, 2048}, {1}, 0, 0, 1, 512, 20, "D = prod q must be <= 2^20"},
+        {P3, Q3, R3, 0, 0, 65536, 65536, 20, "must fit in 32 bits"},
+        {P3, Q3, {5000, 5000}, 0, 0, 1, 512, 20, "must be <= 2^24"},
         // 64-bit products that would wrap or exceed what any device holds: a core's floats, output and row values
-        {{1048576, 2}, {16, 16}, {128}, 0, 0, 1024, 1, 1, 0, "core 0 holds tables*p_0*slice"},
-        {{2, 2}, {16, 128}, {1}, 0, 0, 1, 1073741824, 1, 0, "must be < 2^38"},
-        {{2, 2}, {16, 128}, {1}, 0, 0, 1, 16777216, 100, 0, "row values) < 2^40"},
+        {{1048576, 2}, {16, 16}, {128}, 0, 0, 1024, 1, 1, "core 0 holds tables*p_0*slice"},
+        {{2, 2}, {16, 128}, {1}, 0, 0, 1, 1073741824, 1, "must be < 2^38"},
+        {{2, 2}, {16, 128}, {1}, 0, 0, 1, 16777216, 100, "row values) < 2^40"},
     };
     for (const Case& c : cases) {
-        std::string got = tt_embedding_forward_make_shape(s, c.p, c.q, c.r, c.E, c.D, c.tables, c.B, c.L, c.alpha);
+        std::string got = shape_of(s, c.p, c.q, c.r, c.E, c.D, c.tables, c.B, c.L);
         report(got.find(c.want) != std::string::npos, std::string("validator names '") + c.want + "'", "got '" + got + "'");
     }
     struct Fine { std::vector<int> p, q, r; int64_t E; int D; };
@@ -364,7 +376,7 @@ static void test_validator() {
                               {{20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 64},
                               {{2, 3, 2, 3, 2, 3}, {2, 2, 2, 2, 2, 2}, {3, 3, 3, 3, 3}, 0, 0}};
     for (const Fine& f : fine) {
-        std::string got = tt_embedding_forward_make_shape(s, f.p, f.q, f.r, f.E, f.D, 1, 512, 20, 0.0);
+        std::string got = shape_of(s, f.p, f.q, f.r, f.E, f.D, 1, 512, 20);
         report(got.empty(), "validator accepts T=" + std::to_string(f.p.size()) + " E=" + std::to_string(f.E), got);
     }
 }
@@ -372,26 +384,26 @@ static void test_validator() {
 // the bag validator: an index >= E (or < 0), broken offsets
 static void test_bag_validator() {
     std::vector<int64_t> idx = {0, 5, 9, 3}, off = {0, 2, 2, 4};
-    report(tt_embedding_forward_validate_bags(idx, off, 3, 10).empty(), "bag validator accepts valid bags (an empty one included)");
-    std::string got = tt_embedding_forward_validate_bags({0, 5, 10, 3}, off, 3, 10);
+    report(tt_embedding_validate_bags(idx, off, 3, 10).empty(), "bag validator accepts valid bags (an empty one included)");
+    std::string got = tt_embedding_validate_bags({0, 5, 10, 3}, off, 3, 10);
     report(got.find("index 10 at lookup 2") != std::string::npos && got.find("< E (10)") != std::string::npos,
            "bag validator: an index >= E is named with its position", got);
-    got = tt_embedding_forward_validate_bags({0, -1, 9, 3}, off, 3, 10);
+    got = tt_embedding_validate_bags({0, -1, 9, 3}, off, 3, 10);
     report(got.find("index -1 at lookup 1") != std::string::npos, "bag validator: a negative index", got);
-    got = tt_embedding_forward_validate_bags(idx, {0, 3, 2, 4}, 3, 10);
+    got = tt_embedding_validate_bags(idx, {0, 3, 2, 4}, 3, 10);
     report(got.find("non-decreasing") != std::string::npos, "bag validator: decreasing offsets", got);
-    got = tt_embedding_forward_validate_bags(idx, {0, 2, 2, 3}, 3, 10);
+    got = tt_embedding_validate_bags(idx, {0, 2, 2, 3}, 3, 10);
     report(got.find("must equal the number of indices (4)") != std::string::npos, "bag validator: offsets end != nnz", got);
-    got = tt_embedding_forward_validate_bags(idx, {1, 2, 2, 4}, 3, 10);
+    got = tt_embedding_validate_bags(idx, {1, 2, 2, 4}, 3, 10);
     report(got.find("offsets[0] (1) must be 0") != std::string::npos, "bag validator: offsets[0] != 0", got);
-    got = tt_embedding_forward_validate_bags(idx, {0, 2, 4}, 3, 10);
+    got = tt_embedding_validate_bags(idx, {0, 2, 4}, 3, 10);
     report(got.find("tables*B + 1 = 4") != std::string::npos, "bag validator: wrong number of offsets", got);
 }
 
 // FBTT's default: the spec's numbers
 static void test_default_counts() {
     TtEmbeddingForwardShape s;
-    std::string why = tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    std::string why = shape_of(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20);
     report(why.empty(), "default shape valid", why);
     report(s.E == 11000000 && s.D == 64 && s.nnz == 10240 && s.stride[0] == 55000 && s.stride[1] == 250,
            "default: E 11,000,000, D 64, 10,240 lookups, strides [55000, 250, 1]");
@@ -410,9 +422,9 @@ static void test_default_counts() {
                tt_embedding_forward_smem_bytes3(s, 8) == 8 * (528 + 64) * 4,
            "default: M_1 kept as 16 rows of stride 33 (odd: no bank conflicts); version 3 keeps 528 + 64 floats per warp");
     // the 4-core and 5-core bench shapes
-    tt_embedding_forward_make_shape(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20, 0.0);
+    shape_of(s, {20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 0, 1, 512, 20);
     report(tt_embedding_forward_flops_per_lookup(s) == 53248.0, "4-core bench shape: 53,248 FLOPs per lookup");
-    tt_embedding_forward_make_shape(s, {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 0, 1, 512, 20, 0.0);
+    shape_of(s, {20, 20, 25, 25, 40}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 0, 0, 1, 512, 20);
     report(tt_embedding_forward_flops_per_lookup(s) == 82944.0, "5-core bench shape: 82,944 FLOPs per lookup");
     report(tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS,
            "5-core bench shape: version 1 skipped (explicit sum too long)");
@@ -534,7 +546,7 @@ static void test_fast_digits() {
     for (const Case& c : cases) {
         TtEmbeddingForwardShape s;
         std::vector<int> q = {1, 1, 1}, r = {1, 1};
-        std::string why = tt_embedding_forward_make_shape(s, c.p, q, r, 0, 0, 1, 1, 1, 0.0);
+        std::string why = shape_of(s, c.p, q, r, 0, 0, 1, 1, 1);
         if (!why.empty()) { report(false, "fast digits: make_shape", why); continue; }
         TtEmbeddingForwardFastDigits f;
         if (!tt_embedding_forward_make_fast_digits(s, f)) { report(false, "fast digits accepted for prod p < 2^32"); continue; }
@@ -551,7 +563,7 @@ static void test_fast_digits() {
                                 ") = '/' and '%' on 20,005 values of x < 2^32", bad);
     }
     TtEmbeddingForwardShape big;
-    std::string why = tt_embedding_forward_make_shape(big, {70000, 70000, 2}, {1, 1, 1}, {1, 1}, 0, 0, 1, 1, 1, 0.0);
+    std::string why = shape_of(big, {70000, 70000, 2}, {1, 1, 1}, {1, 1}, 0, 0, 1, 1, 1);
     TtEmbeddingForwardFastDigits f;
     report(why.empty() && !tt_embedding_forward_make_fast_digits(big, f), "fast digits refused when prod p >= 2^32 (int64 division then)");
 }
@@ -560,12 +572,13 @@ static void test_fast_digits() {
 // k of G_0's rows, the 3xTF32 mma per n-tile (emulate_mma, by the PTX layouts), step 2 on the accumulators, the
 // quad sums and the writes shared out over the quad; every element of the 4 rows must be written once and match
 // the double chain. Also: the fragment-order positions are a permutation, and the k mapping is one too.
-static void test_tc_tile(int KS, int nlookups, Rng& rng) {
-    const int Q1 = 4, JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = 4 * Q1 * 4;
-    const std::string name = "tensor-core tile (R_1 = R_2 = " + std::to_string(R1) + ", " + std::to_string(nlookups) + " lookups)";
+static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
+    const int Q1 = 4, JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = Q0 * Q1 * 4, LPT = 16 / Q0;
+    const std::string name = "tensor-core tile (q_0 = " + std::to_string(Q0) + ", R_1 = R_2 = " + std::to_string(R1) + ", " +
+                             std::to_string(nlookups) + " of " + std::to_string(LPT) + " lookups)";
     std::vector<float> g1 = make_random_floats((size_t)R1 * NCOLS, rng, -1.0f, 1.0f);
-    std::vector<float> g0 = make_random_floats((size_t)4 * 4 * R1, rng, -1.0f, 1.0f);    // [lookup][a_0][k_1]
-    std::vector<float> g2 = make_random_floats((size_t)4 * R2 * 4, rng, -1.0f, 1.0f);    // [lookup][k_2][a_2]
+    std::vector<float> g0 = make_random_floats((size_t)LPT * Q0 * R1, rng, -1.0f, 1.0f);   // [lookup][a_0][k_1]
+    std::vector<float> g2 = make_random_floats((size_t)LPT * R2 * 4, rng, -1.0f, 1.0f);    // [lookup][k_2][a_2]
     // the fragment-order arrays (and the permutation checks)
     std::vector<float> bhi((size_t)R1 * NCOLS, NAN), blo((size_t)R1 * NCOLS, NAN);
     std::vector<int> hits((size_t)R1 * NCOLS, 0);
@@ -589,8 +602,8 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
     for (int lane = 0; lane < 32; lane++) {
         const int group = lane >> 2, tig = lane & 3;
         for (int h = 0; h < 2; h++) {
-            const int slot = (group >> 2) + 2 * h;
-            for (int e = 0; e < KL; e++) x[lane][h][e] = slot < nlookups ? g0[((size_t)slot * 4 + (group & 3)) * R1 + KL * tig + e] : 0.0f;
+            const int slot = tt_embedding_forward_tc_slot(Q0, group, h);
+            for (int e = 0; e < KL; e++) x[lane][h][e] = slot < nlookups ? g0[((size_t)slot * Q0 + group % Q0) * R1 + KL * tig + e] : 0.0f;
         }
     }
     for (int jj = 0; jj < JT; jj++)
@@ -613,7 +626,7 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
             for (int lane = 0; lane < 32; lane++) {
                 const int group = lane >> 2, tig = lane & 3;
                 for (int h = 0; h < 2; h++) {
-                    const int slot = (group >> 2) + 2 * h;
+                    const int slot = tt_embedding_forward_tc_slot(Q0, group, h);
                     for (int e = 0; e < 2; e++) {
                         const int k2 = 8 * jj + 2 * tig + e;
                         const float m1 = big[lane][2 * h + e] + small[lane][2 * h + e];
@@ -624,18 +637,18 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
             }
         }
     // quad sums and the writes
-    std::vector<float> rows((size_t)4 * D, NAN);
-    std::vector<int> written((size_t)4 * D, 0);
+    std::vector<float> rows((size_t)LPT * D, NAN);
+    std::vector<int> written((size_t)LPT * D, 0);
     for (int lane = 0; lane < 32; lane++) {
         const int group = lane >> 2, tig = lane & 3, q0 = lane & ~3;
         for (int h = 0; h < 2; h++) {
-            const int slot = (group >> 2) + 2 * h;
+            const int slot = tt_embedding_forward_tc_slot(Q0, group, h);
             if (slot >= nlookups) continue;
             for (int b = 0; b < Q1; b++) {
                 if (((2 * b + h) & 3) != tig) continue;
                 for (int c = 0; c < 4; c++) {
                     const float sum = (acc[q0][b][h][c] + acc[q0 + 1][b][h][c]) + (acc[q0 + 2][b][h][c] + acc[q0 + 3][b][h][c]);
-                    const int d = ((group & 3) * Q1 + b) * 4 + c;
+                    const int d = ((group % Q0) * Q1 + b) * 4 + c;
                     rows[(size_t)slot * D + d] = sum;
                     written[(size_t)slot * D + d]++;
                 }
@@ -644,14 +657,14 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
     }
     std::string bad;
     for (int slot = 0; slot < nlookups; slot++)
-        for (int a0 = 0; a0 < 4; a0++)
+        for (int a0 = 0; a0 < Q0; a0++)
             for (int a1 = 0; a1 < Q1; a1++)
                 for (int a2 = 0; a2 < 4; a2++) {
                     double want = 0.0;
                     for (int k2 = 0; k2 < R2; k2++) {
                         double m1 = 0.0;
                         for (int k1 = 0; k1 < R1; k1++)
-                            m1 += (double)g0[((size_t)slot * 4 + a0) * R1 + k1] * (double)g1[(size_t)k1 * NCOLS + a1 * R2 + k2];
+                            m1 += (double)g0[((size_t)slot * Q0 + a0) * R1 + k1] * (double)g1[(size_t)k1 * NCOLS + a1 * R2 + k2];
                         want += m1 * (double)g2[((size_t)slot * R2 + k2) * 4 + a2];
                     }
                     const size_t i = (size_t)slot * D + (a0 * Q1 + a1) * 4 + a2;
@@ -667,14 +680,18 @@ static void test_tc_tile(int KS, int nlookups, Rng& rng) {
 
 static void test_v5_filter() {
     TtEmbeddingForwardShape s;
-    tt_embedding_forward_make_shape(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20, 0.0);
+    shape_of(s, {200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 0, 1, 512, 20);
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs FBTT's default");
-    tt_embedding_forward_make_shape(s, {30, 40, 50}, {4, 4, 4}, {16, 16}, 0, 0, 1, 1, 3, 0.0);
+    shape_of(s, {30, 40, 50}, {4, 4, 4}, {16, 16}, 0, 0, 1, 1, 3);
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs ranks 16,16");
+    shape_of(s, {30, 40, 50}, {4, 4, 4}, {64, 64}, 0, 0, 1, 1, 3);
+    report(tt_embedding_forward_reason5(s).empty(), "version 5 runs ranks 64,64");
+    shape_of(s, {30, 40, 50}, {8, 4, 4}, {32, 32}, 0, 0, 1, 1, 3);
+    report(tt_embedding_forward_reason5(s).empty(), "version 5 runs q 8,4,4 ranks 32,32");
     const struct { std::vector<int> p, q, r; } no[] = {{{20, 22, 25}, {4, 4, 4}, {32, 16}}, {{20, 22, 25}, {4, 2, 4}, {32, 32}},
                                                       {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}}, {{20, 22, 25}, {2, 4, 8}, {32, 32}}};
     for (const auto& c : no) {
-        tt_embedding_forward_make_shape(s, c.p, c.q, c.r, 0, 0, 1, 1, 1, 0.0);
+        shape_of(s, c.p, c.q, c.r, 0, 0, 1, 1, 1);
         const std::string why = tt_embedding_forward_reason5(s);
         report(!why.empty() && why.find("version 5 is compiled for") != std::string::npos, "version 5 refuses an uncompiled shape: " + why);
     }
@@ -735,7 +752,7 @@ static void test_dispatch() {
         for (int t = 0; t + 1 < T; t++) r[t] = trial % 3 == 0 ? 128 : 1 + (int)rng.randint(0, 128);
         if (trial % 50 == 0) { p = {200, 220, 250}; q = {4, 4, 4}; r = {trial % 100 ? 32 : 16, trial % 100 ? 32 : 16}; }
         TtEmbeddingForwardShape s;
-        const std::string why = tt_embedding_forward_make_shape(s, p, q, r, 0, 0, 1 + (int)rng.randint(0, 3), 64, 20, 0.0);
+        const std::string why = shape_of(s, p, q, r, 0, 0, 1 + (int)rng.randint(0, 3), 64, 20);
         if (!why.empty()) { bad += " make_shape: " + why; continue; }
         shapes++;
         const bool g = tt_embedding_forward_smem_bytes3(s, 1) > smem;
@@ -755,6 +772,96 @@ static void test_dispatch() {
                std::to_string(global) + " with version 3's buffers in global memory)", bad.substr(0, 200));
 }
 
+// tt_embedding.h's replay: the inputs of both ops dumped and read back by --load bit for bit (the bags and cores the
+// forward's: one seed gives both ops the same ones); one's own minimal trace (no cores: generated from the seed);
+// and the fixtures of tests/cli_cases.txt's --load cases, good and broken, left in build/tests/fixtures
+static bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+static bool same_inputs(const TtEmbeddingInputs& a, const TtEmbeddingInputs& b) {
+    bool same = a.indices == b.indices && a.offsets == b.offsets && a.cores.size() == b.cores.size() && same_floats(a.dY, b.dY) &&
+                a.state.size() == b.state.size();
+    for (size_t t = 0; same && t < a.cores.size(); t++) same = same_floats(a.cores[t], b.cores[t]);
+    for (size_t t = 0; same && t < a.state.size(); t++) same = same_floats(a.state[t], b.state[t]);
+    return same;
+}
+
+static void test_replay() {
+    const std::string root = "build/tests/fixtures";
+    make_dir("build"); make_dir("build/tests"); make_dir(root);
+    TtEmbeddingConfig c;
+    c.p = {5, 6, 7}; c.q = {2, 3, 2}; c.ranks = {3, 4}; c.tables = 2; c.B = 5; c.L = 4; c.E = 200; c.alpha = 1.15; c.ragged = true;
+    report(tt_embedding_check_config(c).empty() && c.D == 12, "replay: the config passes the check (D resolved to prod q = 12)");
+    const TtEmbeddingInputs fwd = tt_embedding_make_inputs(c, 17, false), bwd = tt_embedding_make_inputs(c, 17, true);
+    TtEmbeddingInputs bags_only = bwd;
+    bags_only.dY.clear();
+    bags_only.state.clear();
+    report(same_inputs(fwd, bags_only) && bwd.dY.size() == 2 * 5 * 12 && bwd.state.size() == 3 && tt_embedding_validate_inputs(c, bwd, true).empty(),
+           "one seed gives both ops the same cores and bags; the backward's dY and state follow and validate");
+    const std::string ok = root + "/tt_ok";
+    make_dir(ok);
+    tt_embedding_dump_inputs(ok, "tt_embedding_forward", c, fwd);
+    tt_embedding_dump_inputs(ok, "tt_embedding_backward", c, bwd);
+    for (bool backward : {false, true}) {
+        TtEmbeddingConfig back;
+        const TtEmbeddingInputs in = tt_embedding_load_inputs(ok, backward ? "tt_embedding_backward" : "tt_embedding_forward", back, 99, backward);
+        report(same_inputs(in, backward ? bwd : fwd) && back.p == c.p && back.q == c.q && back.ranks == c.ranks && back.E == c.E &&
+                   back.D == c.D && back.tables == c.tables && back.B == c.B && back.nnz() == (int64_t)fwd.indices.size() && back.loaded == ok,
+               std::string("--dump then --load: the ") + (backward ? "backward's" : "forward's") + " inputs and config come back bit for bit");
+    }
+    // one's own trace: meta, indices, offsets only (int32 ids); the cores come from the seed
+    const std::string own = root + "/tt_own";
+    make_dir(own);
+    const int64_t meta[] = {3, 2, 5, 200, 12, 5, 6, 7, 2, 3, 2, 1, 3, 4, 1};
+    write_npy(own, "tt_embedding_forward_meta", meta, {15});
+    std::vector<int32_t> ids(fwd.indices.begin(), fwd.indices.end());
+    write_npy(own, "tt_embedding_forward_indices", ids.data(), {(int64_t)ids.size()});
+    write_npy(own, "tt_embedding_forward_offsets", fwd.offsets.data(), {(int64_t)fwd.offsets.size()});
+    TtEmbeddingConfig oc;
+    const TtEmbeddingInputs own_in = tt_embedding_load_inputs(own, "tt_embedding_forward", oc, 17, false);
+    TtEmbeddingInputs gen;
+    Rng rng(17);
+    tt_embedding_make_cores(oc, rng, gen.cores);
+    gen.indices = fwd.indices;
+    gen.offsets = fwd.offsets;
+    report(same_inputs(own_in, gen), "--load of one's own trace (int32 ids, no cores): the ids as written, the cores from the seed");
+    // broken copies of the good dump, each refused with its own message (tests/cli_cases.txt)
+    auto broken = [&](const std::string& name, auto&& edit) {
+        const std::string dir = root + "/" + name;
+        make_dir(dir);
+        TtEmbeddingConfig bc = c;
+        TtEmbeddingInputs bi = bwd;
+        edit(bc, bi);
+        tt_embedding_dump_inputs(dir, "tt_embedding_forward", bc, bi);
+        tt_embedding_dump_inputs(dir, "tt_embedding_backward", bc, bi);
+    };
+    broken("tt_bad_index", [](TtEmbeddingConfig& bc, TtEmbeddingInputs& bi) { bi.indices[bi.offsets[bc.B + 1]] = bc.E; });
+    broken("tt_bad_offsets", [](TtEmbeddingConfig&, TtEmbeddingInputs& bi) { bi.offsets[3] = bi.offsets[4] + 1; });
+    broken("tt_bad_meta", [](TtEmbeddingConfig& bc, TtEmbeddingInputs&) { bc.D = 13; });
+    broken("tt_bad_core", [](TtEmbeddingConfig&, TtEmbeddingInputs& bi) { bi.cores[1][7] = NAN; });
+    broken("tt_bad_state", [](TtEmbeddingConfig&, TtEmbeddingInputs& bi) { bi.state[2][5] = -1.0f; });
+    broken("tt_bad_shape", [](TtEmbeddingConfig&, TtEmbeddingInputs&) {});
+    write_npy(root + "/tt_bad_shape", "tt_embedding_backward_dY", bwd.dY.data(), {c.tables, c.D, c.B});   // D and B swapped
+    const std::string bad_dtype = root + "/tt_bad_dtype";
+    make_dir(bad_dtype);
+    tt_embedding_dump_inputs(bad_dtype, "tt_embedding_forward", c, fwd);
+    std::vector<float> fids(fwd.indices.begin(), fwd.indices.end());
+    write_npy(bad_dtype, "tt_embedding_forward_indices", fids.data(), {(int64_t)fids.size()});
+    // the validators on the broken inputs (the CLI cases check the exit codes and messages of the loads)
+    TtEmbeddingInputs bi = bwd;
+    bi.indices[bi.offsets[c.B + 1]] = c.E;
+    const std::string why = tt_embedding_validate_inputs(c, bi, true);
+    report(why.find("is out of range") != std::string::npos, "validate_inputs names an index >= E", why);
+    bi = bwd;
+    bi.state[2][5] = -1.0f;
+    report(tt_embedding_validate_inputs(c, bi, true).find("state2[5] is -1") != std::string::npos, "validate_inputs names a negative state",
+           tt_embedding_validate_inputs(c, bi, true));
+    bi = bwd;
+    bi.cores[1][7] = NAN;
+    report(tt_embedding_validate_inputs(c, bi, false).find("core1[7] is nan") != std::string::npos, "validate_inputs names a NaN core",
+           tt_embedding_validate_inputs(c, bi, false));
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -767,13 +874,19 @@ int main() {
     test_fast_digits();
     {
         Rng rng(101);
-        test_tc_tile(4, 4, rng);
-        test_tc_tile(4, 3, rng);    // a partial tile: slot 3's rows are zeros and not written
-        test_tc_tile(2, 4, rng);
-        test_tc_tile(2, 1, rng);
+        test_tc_tile(4, 4, 4, rng);
+        test_tc_tile(4, 4, 3, rng);    // a partial tile: slot 3's rows are zeros and not written
+        test_tc_tile(4, 2, 4, rng);
+        test_tc_tile(4, 2, 1, rng);
+        test_tc_tile(4, 8, 4, rng);    // ranks 64
+        test_tc_tile(4, 8, 2, rng);
+        test_tc_tile(8, 4, 2, rng);    // q 8,4,4: two lookups of 8 rows per tile
+        test_tc_tile(8, 4, 1, rng);
+        test_tc_tile(2, 4, 8, rng);    // q_0 = 2 (the mapping; no such instantiation): eight lookups of 2 rows
     }
     test_v5_filter();
     test_digit_mask();
     test_dispatch();
+    test_replay();
     return test_summary();
 }

@@ -50,10 +50,9 @@ Lessons:
     dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
-#include "common.h"
-#include <unistd.h>
+#include "tt_embedding.h"
 
-#define TT_EMBEDDING_BACKWARD_MAX_T 6
+#define TT_EMBEDDING_BACKWARD_MAX_T TT_EMBEDDING_MAX_CORES
 // #pragma unroll inside __host__ __device__ code, for the device pass only (the host compiler warns)
 #ifdef __CUDA_ARCH__
 #define TT_EMBEDDING_BACKWARD_UNROLL _Pragma("unroll")
@@ -93,105 +92,23 @@ struct TtEmbeddingBackwardShape {
 
 inline int64_t tt_embedding_backward_core_elems(const TtEmbeddingBackwardShape& s, int t) { return (int64_t)s.tables * s.p[t] * s.S[t]; }
 
-// "" when the shape is fine, else the broken constraint
-std::string tt_embedding_backward_check_shape(const std::vector<int>& p, const std::vector<int>& q,
-                                              const std::vector<int>& ranks, int64_t E, int tables, int B, int L,
-                                              double alpha, double lr, double eps) {
+// The backward's own limits on a config that tt_embedding_check_config accepted: 32-bit sort keys over all slices
+// and all (core, lookup) pairs, eps > 0 (Adagrad divides by sqrt(s) + eps). "" when fine, else the broken one.
+std::string tt_embedding_backward_check_config(const TtEmbeddingConfig& c, double lr, double eps) {
     char buf[256];
-    const int T = (int)p.size();
-    if (T < 2 || T > TT_EMBEDDING_BACKWARD_MAX_T) {
-        snprintf(buf, sizeof buf, "T = the number of cores (entries of --p) is %d; it must be 2..%d", T, TT_EMBEDDING_BACKWARD_MAX_T);
-        return buf;
-    }
-    if (q.size() != p.size()) {
-        snprintf(buf, sizeof buf, "--q has %zu entries but --p has %d: one per core", q.size(), T);
-        return buf;
-    }
-    if ((int)ranks.size() != T - 1) {
-        snprintf(buf, sizeof buf, "--ranks has %zu entries; T = %d cores need T-1 = %d inner ranks", ranks.size(), T, T - 1);
-        return buf;
-    }
-    for (int t = 0; t < T; t++) {
-        if (p[t] < 1 || q[t] < 1 || (t < T - 1 && ranks[t] < 1)) {
-            snprintf(buf, sizeof buf, "every entry of --p, --q and --ranks must be >= 1 (core %d: p %d, q %d%s)", t, p[t], q[t],
-                     t < T - 1 ? (", rank " + std::to_string(ranks[t])).c_str() : "");
-            return buf;
-        }
-    }
-    if (tables < 1 || B < 1 || L < 0) {
-        snprintf(buf, sizeof buf, "--tables (%d) and --B (%d) must be >= 1 and --L (%d) >= 0", tables, B, L);
-        return buf;
-    }
-    double prod_p = 1.0, D = 1.0, sum_p = 0.0;
-    for (int t = 0; t < T; t++) { prod_p *= p[t]; D *= q[t]; sum_p += p[t]; }
-    if (prod_p > 4e18) { snprintf(buf, sizeof buf, "prod p (%.3g) must be < 4e18 (64-bit row ids)", prod_p); return buf; }
-    int64_t prod_pi = 1;
-    for (int t = 0; t < T; t++) prod_pi *= p[t];
-    if (E < 0) { snprintf(buf, sizeof buf, "E (%lld) must be >= 1 (or 0 for prod p)", (long long)E); return buf; }
-    if (E > prod_pi) {
-        snprintf(buf, sizeof buf, "prod p (%lld) must be >= E (%lld): every row needs core indices", (long long)prod_pi, (long long)E);
-        return buf;
-    }
-    if (D > (1 << 20)) { snprintf(buf, sizeof buf, "D = prod q (%.0f) must be <= 1048576", D); return buf; }
-    for (int t = 0; t < T; t++) {
-        double r0 = t == 0 ? 1 : ranks[t - 1], r1 = t == T - 1 ? 1 : ranks[t];
-        if (r0 * q[t] * r1 > (1 << 24)) {
-            snprintf(buf, sizeof buf, "the slice of core %d (R_t*q_t*R_t+1 = %.0f floats) must be <= 16777216", t, r0 * q[t] * r1);
-            return buf;
-        }
-    }
-    if ((double)tables * sum_p >= 2147483647.0) {
-        snprintf(buf, sizeof buf, "tables * sum(p) (%.0f slices) must be < 2^31 (int32 sort keys)", (double)tables * sum_p);
-        return buf;
-    }
-    if ((double)tables * B >= 2147483647.0) {
-        snprintf(buf, sizeof buf, "tables * B (%.0f bags) must be < 2^31 (int32 bag ids)", (double)tables * B);
-        return buf;
-    }
-    if ((double)T * tables * B * L >= 2147483647.0) {
-        snprintf(buf, sizeof buf, "T * tables * B * L (%.0f sort items) must be < 2^31", (double)T * tables * B * L);
-        return buf;
-    }
-    const int64_t E_eff = E == 0 ? prod_pi : E;
-    if (alpha > 1.0 && E_eff < L) {
-        snprintf(buf, sizeof buf, "Zipf bags (--alpha > 1) need E (%lld) >= L (%d) distinct rows", (long long)E_eff, L);
-        return buf;
-    }
-    if (!(eps > 0.0)) { snprintf(buf, sizeof buf, "--eps (%g) must be > 0", eps); return buf; }
-    if (!std::isfinite(lr)) { snprintf(buf, sizeof buf, "--lr must be finite"); return buf; }
-    return "";
-}
-
-// "" when the bags are well formed, else what is wrong (an index >= E, offsets out of order, ...)
-std::string tt_embedding_backward_check_bags(const std::vector<int64_t>& offsets, const std::vector<int64_t>& indices,
-                                             int64_t num_bags, int64_t E) {
-    char buf[256];
-    if ((int64_t)offsets.size() != num_bags + 1) {
-        snprintf(buf, sizeof buf, "offsets has %zu entries; tables*B = %lld bags need %lld", offsets.size(),
-                 (long long)num_bags, (long long)(num_bags + 1));
-        return buf;
-    }
-    if (offsets[0] != 0) { snprintf(buf, sizeof buf, "offsets[0] (%lld) must be 0", (long long)offsets[0]); return buf; }
-    for (int64_t b = 0; b < num_bags; b++) {
-        if (offsets[b + 1] < offsets[b]) {
-            snprintf(buf, sizeof buf, "offsets must be nondecreasing: offsets[%lld] = %lld < offsets[%lld] = %lld",
-                     (long long)(b + 1), (long long)offsets[b + 1], (long long)b, (long long)offsets[b]);
-            return buf;
-        }
-    }
-    if (offsets[num_bags] != (int64_t)indices.size()) {
-        snprintf(buf, sizeof buf, "offsets[%lld] (%lld) must equal the number of indices (%zu)", (long long)num_bags,
-                 (long long)offsets[num_bags], indices.size());
-        return buf;
-    }
-    for (size_t j = 0; j < indices.size(); j++) {
-        if (indices[j] < 0 || indices[j] >= E) {
-            snprintf(buf, sizeof buf, "index %lld at position %zu is %s E (%lld)", (long long)indices[j], j,
-                     indices[j] < 0 ? "negative, not in 0 ..": ">=", (long long)E);
-            return buf;
-        }
-    }
-    return "";
+    double sum_p = 0.0;
+    for (int x : c.p) sum_p += x;
+    if ((double)c.tables * sum_p >= 2147483647.0)
+        snprintf(buf, sizeof buf, "tables * sum(p) (%.0f slices) must be < 2^31 (int32 sort keys)", (double)c.tables * sum_p);
+    else if ((double)c.T() * (double)c.nnz() >= 2147483647.0)
+        snprintf(buf, sizeof buf, "T * lookups (%.0f sort items) must be < 2^31", (double)c.T() * (double)c.nnz());
+    else if (!(eps > 0.0))
+        snprintf(buf, sizeof buf, "--eps (%g) must be > 0", eps);
+    else if (!std::isfinite(lr))
+        snprintf(buf, sizeof buf, "--lr must be finite");
+    else
+        return "";
+    return buf;
 }
 
 // the shape of a validated command line; nnz is set once the bags exist
@@ -229,37 +146,12 @@ TtEmbeddingBackwardShape tt_embedding_backward_make_shape(const std::vector<int>
     return s;
 }
 
-// The inputs are tt_embedding_forward's for the same seed and flags (same draws in the same order):
-// cores first, core t uniform in +-sqrt(3 / R_{t+1}) (a row element then has unit variance), padding
-// between cores zero; then the indices, make_bag_indices(tables*B, L, E, alpha) (FBGEMM's recipe:
-// uniform for alpha <= 1, Zipf otherwise); then the offsets: L per bag, or with `ragged` the same
-// tables*B*L lookups split at random points with bag 0 of every table empty. Then (ours only) dY and
-// the Adagrad state.
-std::vector<float> tt_embedding_backward_make_cores(const TtEmbeddingBackwardShape& s, Rng& rng) {
-    std::vector<float> cores((size_t)s.core_off[s.T], 0.0f);
-    for (int t = 0; t < s.T; t++) {
-        const float c = sqrtf(3.0f / (float)s.R[t + 1]);
-        for (int64_t e = 0; e < tt_embedding_backward_core_elems(s, t); e++) cores[s.core_off[t] + e] = rng.uniform(-c, c);
-    }
-    return cores;
-}
-
-void tt_embedding_backward_make_bags(const TtEmbeddingBackwardShape& s, int L, double alpha, bool ragged, Rng& rng,
-                                     std::vector<int64_t>& offsets, std::vector<int64_t>& indices) {
-    indices = make_bag_indices(s.num_bags, L, s.E, alpha, rng);
-    const int64_t nb = s.num_bags, nnz = (int64_t)indices.size();
-    offsets.assign((size_t)nb + 1, 0);
-    if (!ragged) {
-        for (int64_t b = 0; b <= nb; b++) offsets[b] = b * L;
-        return;
-    }
-    for (int64_t b = 1; b < nb; b++) offsets[b] = rng.randint(0, nnz + 1);
-    std::sort(offsets.begin() + 1, offsets.end() - 1);
-    offsets[nb] = nnz;
-    for (int tbl = 0; tbl < s.tables; tbl++) {       // bag 0 of every table empty
-        const int64_t b = (int64_t)tbl * s.B;
-        if (b + 1 < nb) offsets[b + 1] = offsets[b];
-    }
+// per-core arrays (tt_embedding.h's cores or Adagrad state) packed into the one buffer of all cores (core_off;
+// the padding between cores zero)
+std::vector<float> tt_embedding_backward_pack(const TtEmbeddingBackwardShape& s, const std::vector<std::vector<float>>& per_core) {
+    std::vector<float> flat((size_t)s.core_off[s.T], 0.0f);
+    for (int t = 0; t < s.T; t++) std::copy(per_core[t].begin(), per_core[t].end(), flat.begin() + s.core_off[t]);
+    return flat;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2994,54 +2886,26 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
                                    (int)(TT_EMBEDDING_BACKWARD6_LIST_STAGE * sizeof(int))));
 }
 
-// The host memory a run takes (inputs, the double reference and its magnitudes, the downloads of a check and
-// its rerun), refused (exit 2) when more than the machine has available. Before any input is made.
-void tt_embedding_backward_check_host_memory(const TtEmbeddingBackwardShape& s) {
-    const double C = (double)s.core_off[s.T], nnz = (double)s.nnz;
-    const double need = 4.0 * 2 * C + 16.0 * (nnz + s.num_bags) + 4.0 * s.num_bags * s.D + 17.0 * C + 4.0 * 6 * C + 32.0 * C;
-    double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (FILE* fm = fopen("/proc/meminfo", "r")) {
-        char line[256];
-        long long kb;
-        while (fgets(line, sizeof line, fm))
-            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = 1024.0 * kb;
-        fclose(fm);
-    }
-    if (need > 0.9 * avail)
-        fail_args("this shape needs about %.3g GB of host memory (inputs, the double reference, the check's copies); %.3g GB are available",
-                  need / 1e9, avail / 1e9);
-}
+// The host memory a run takes beyond tt_embedding.h's inputs (the packed cores and state, the double reference and
+// its magnitudes, the downloads of a check and its rerun), checked with the inputs before they are made
+inline double tt_embedding_backward_host_bytes(const TtEmbeddingBackwardShape& s) { return (8.0 + 17.0 + 24.0 + 32.0) * (double)s.core_off[s.T]; }
 
-// tt_embedding_forward's shape string (the PyTorch peer files its fwd+bwd+SGD lines under it), with the
+// the shape field: tt_embedding_forward's (the PyTorch peer files its fwd+bwd+SGD lines under it), with the
 // optimizer appended when it is not SGD
-std::string tt_embedding_backward_shape_string(const TtEmbeddingBackwardShape& s, const std::vector<int>& p, const std::vector<int>& q,
-                                               const std::vector<int>& ranks, int L, double alpha, bool ragged, int opt) {
-    auto join = [](const std::vector<int>& v) {
-        std::string r;
-        for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]);
-        return r;
-    };
-    char buf[320];
-    snprintf(buf, sizeof buf, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d", s.T, join(p).c_str(), join(q).c_str(), join(ranks).c_str(), s.tables, s.B, L);
-    std::string shape = buf;
-    if (s.E != s.Lrad[0] * s.p[0]) shape += ",E" + std::to_string(s.E);
-    snprintf(buf, sizeof buf, ",alpha%g", alpha);
-    shape += buf;
-    if (ragged) shape += ",ragged";
-    if (opt != TT_EMBEDDING_BACKWARD_SGD) shape += std::string(",") + TT_EMBEDDING_BACKWARD_OPT_NAMES[opt];
-    return shape;
+std::string tt_embedding_backward_shape_string(const TtEmbeddingConfig& c, int opt) {
+    return tt_embedding_shape_name(c) + (opt != TT_EMBEDDING_BACKWARD_SGD ? std::string(",") + TT_EMBEDDING_BACKWARD_OPT_NAMES[opt] : "");
 }
 
-void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardReference& ref,
-                                const std::vector<float>& cores, const std::vector<float>& state, const std::vector<float>& dY,
-                                const std::vector<int64_t>& offsets, const std::vector<int64_t>& indices, const std::vector<float>& c,
+// --dump: the inputs (tt_embedding.h: cores, state, dY, bags, meta), the reference gradient, and the last version's
+// cores, state and dG
+void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingConfig& cfg, const TtEmbeddingInputs& in,
+                                const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardReference& ref, const std::vector<float>& c,
                                 const std::vector<float>& st, const std::vector<float>& g) {
+    tt_embedding_dump_inputs(dir, "tt_embedding_backward", cfg, in);
     for (int t = 0; t < s.T; t++) {
         const int64_t off = s.core_off[t], n = tt_embedding_backward_core_elems(s, t);
         const std::vector<int64_t> sh = {s.tables, s.p[t], s.S[t]};
         const std::string ts = std::to_string(t);
-        write_npy(dir, "tt_embedding_backward_core" + ts, cores.data() + off, sh);
-        write_npy(dir, "tt_embedding_backward_state" + ts, state.data() + off, sh);
         if (!ref.dG.empty()) {   // (none under --no-check)
             std::vector<float> rg(ref.dG.begin() + off, ref.dG.begin() + off + n);
             write_npy(dir, "tt_embedding_backward_dG_ref" + ts, rg.data(), sh);
@@ -3050,10 +2914,7 @@ void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingBackwar
         write_npy(dir, "tt_embedding_backward_out_state" + ts, st.data() + off, sh);
         write_npy(dir, "tt_embedding_backward_out_dG" + ts, g.data() + off, sh);
     }
-    write_npy(dir, "tt_embedding_backward_dY", dY.data(), {s.tables, s.B, s.D});
-    write_npy(dir, "tt_embedding_backward_offsets", offsets.data(), {(int64_t)offsets.size()});
-    write_npy(dir, "tt_embedding_backward_indices", indices.data(), {(int64_t)indices.size()});
-    printf("dumped tt_embedding_backward_{core,state,dG_ref,out_core,out_state,out_dG}<t>, _dY, _offsets, _indices .npy to %s "
+    printf("dumped tt_embedding_backward_{meta,core,state,dG_ref,out_core,out_state,out_dG}<t>, _dY, _offsets, _indices .npy to %s "
            "(out_*: the last version run)\n", dir.c_str());
 }
 
@@ -3083,34 +2944,106 @@ bool tt_embedding_backward_rerun_same(OpRunner& r, int k, int block, const std::
 }
 
 // ----------------------------------------------------------------------------------------------
+// a run: the launchers' arguments and buffers, the packed inputs a check compares with, the reference
+
+struct TtEmbeddingBackwardBench {
+    TtEmbeddingBackwardArgs a;
+    TtEmbeddingBackwardInputs in;
+    TtEmbeddingBackward6Plan plan;
+    std::vector<float> cores, state;        // the inputs packed (core_off), as before any step
+    TtEmbeddingBackwardReference ref;
+    std::vector<float> c, st, g;            // the last download: cores, state and dG after a step
+};
+
+// the buffers (the device memory checked first, exit 2), the uploads, the default's route, the versions asked for
+// (one that cannot run this shape is an error, not a pass), then the reference
+void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& cli, const TtEmbeddingInputs& in, const TtEmbeddingBackwardShape& s,
+                                       int opt, double lr, double eps, const cudaDeviceProp& prop) {
+    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
+           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
+           (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
+    TtEmbeddingBackwardArgs& a = b.a;
+    memset(&a, 0, sizeof a);
+    a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
+    a.smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static shape and plan copies
+    b.plan = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);   // (sizes: W_off unused)
+    tt_embedding_backward_alloc(a, b.in, b.plan);
+    b.cores = tt_embedding_backward_pack(s, in.cores);
+    b.state = tt_embedding_backward_pack(s, in.state);
+    auto upload = [](auto* d, const auto& v) { cudaCheck(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice)); };
+    upload(b.in.offsets, in.offsets); upload(b.in.indices, in.indices); upload(b.in.dY, in.dY); upload(b.in.cores0, b.cores);
+    upload(b.in.state0, b.state);
+    a.offsets = b.in.offsets; a.indices = b.in.indices; a.dY = b.in.dY;
+    printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
+           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD7_BLOCK)));
+    for (int k : cli.kernels) {
+        const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
+        if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
+    }
+    printf(cli.no_check ? "no check: the reference's touched slices only\n" : "computing the CPU reference (double)...\n");
+    b.ref = tt_embedding_backward_reference(s, b.cores, in.offsets, in.indices, in.dY, !cli.no_check);
+}
+
+// The step updates the cores and the Adagrad state in place, so before every run they are restored from the inputs
+// (else each run would start from the last one's result); before a check, everything a version must write (dG and
+// every workspace) is also poisoned with NaN bytes, so that a gradient or buffer it forgot to write fails.
+void tt_embedding_backward_restore(TtEmbeddingBackwardBench& b) {
+    const size_t bytes = (size_t)b.a.s.core_off[b.a.s.T] * sizeof(float);
+    cudaCheck(cudaMemcpy(b.a.cores, b.in.cores0, bytes, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(b.a.state, b.in.state0, bytes, cudaMemcpyDeviceToDevice));
+}
+void tt_embedding_backward_poison_outputs(TtEmbeddingBackwardBench& b) {
+    tt_embedding_backward_buffers(b.a, b.in, b.plan, [](void** ptr, size_t bytes, bool input) { if (!input) poison(*ptr, bytes); });
+}
+void tt_embedding_backward_download(const TtEmbeddingBackwardBench& b, std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
+    const size_t C = (size_t)b.a.s.core_off[b.a.s.T];
+    c = device_download(b.a.cores, C); st = device_download(b.a.state, C); g = device_download(b.a.dG, C);
+}
+
+// the step against the reference; versions 6-7 (but not 7's cuBLAS route) also a second run, same bits
+bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, int k, int block) {
+    const TtEmbeddingBackwardArgs& a = b.a;
+    tt_embedding_backward_download(b, b.c, b.st, b.g);
+    bool pass = tt_embedding_backward_check(a.s, a.opt, a.lr, a.eps, b.ref, b.cores.data(), b.state.data(), b.c.data(), b.st.data(), b.g.data());
+    if (k >= 6 && (k != 7 || tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
+        pass = tt_embedding_backward_rerun_same(r, k, block, [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
+                   tt_embedding_backward_download(b, c, st, g); }, b.c, b.st, b.g) && pass;
+    return pass;
+}
+
+// each version's block sizes
+std::vector<int> tt_embedding_backward_blocks(int k) {
+    if (k == 1) return {64, 128, 256, 512};
+    if (k == 2) return {256};
+    if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
+    return {128, 256, 512};
+}
+
+// the fewest bytes of one step (header)
+inline double tt_embedding_backward_bytes(const TtEmbeddingBackwardBench& b) {
+    const TtEmbeddingBackwardShape& s = b.a.s;
+    const double U = (double)tt_embedding_backward_touched_elems(s, b.ref), w = b.a.opt == TT_EMBEDDING_BACKWARD_SGD ? 1 : b.a.opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3 : 0;
+    return 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D + 4.0 * U * (1 + w) +
+           (b.a.opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * s.core_off[s.T] : 0.0);
+}
+
+// ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    std::vector<int> p = {200, 220, 250}, q = {4, 4, 4}, ranks = {32, 32};
-    int tables = 1, B = 512, L = 20;
-    int64_t E = 0;
-    double alpha = 0.0, lr = 0.05, eps = 1e-8;
-    bool ragged = false;
-    std::string optimizer = "sgd";
+    TtEmbeddingConfig c;
+    std::string distinct = "on", optimizer = "sgd";
+    double lr = 0.05, eps = 1e-8;
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
             7, 7);
-    cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
-    cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
-    cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
-    cli.add_int("tables", &tables, "embedding tables");
-    cli.add_int("B", &B, "bags per table");
-    cli.add_int("L", &L, "lookups per bag");
-    cli.add_int64("E", &E, "logical rows per table (0: prod p)");
-    cli.add_double("alpha", &alpha, "Zipf exponent of the indices (<= 1: uniform)");
-    cli.add_flag("ragged", &ragged, "bags of random sizes (bag 0 of every table empty), same total lookups");
+    tt_embedding_add_flags(cli, c, distinct);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
     cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &eps, "Adagrad epsilon");
-    cli.constraints =
-        "  T = len(p) in 2..6; len(q) = T; len(ranks) = T-1; entries >= 1; E <= prod p; D = prod q <= 2^20;\n"
-        "  tables * B < 2^31; tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
+    cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) +
+        ";\n  tables * sum(p) < 2^31; T * tables * B * L < 2^31; eps > 0.\n"
         "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 1 only\n"
         "  while its explicit sums stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at\n"
         "  most 512 threads per block (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
@@ -3119,104 +3052,36 @@ int main(int argc, char** argv) {
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
 #endif
     tt_embedding_backward_drop_retired(cli);
-    const std::string err = tt_embedding_backward_check_shape(p, q, ranks, E, tables, B, L, alpha, lr, eps);
-    if (!err.empty()) fail_args("%s", err.c_str());
     const int opt = optimizer == "dense" ? TT_EMBEDDING_BACKWARD_DENSE : optimizer == "sgd" ? TT_EMBEDDING_BACKWARD_SGD : TT_EMBEDDING_BACKWARD_ADAGRAD;
-    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(p, q, ranks, E, tables, B);
-    s.nnz = tables * B * L;   // (below 2^31: checked) the bags below hold exactly this many
-    tt_embedding_backward_check_host_memory(s);
-
-    // inputs (host, before any CUDA call): cores, bags (both as tt_embedding_forward makes them), dY, state
-    Rng rng(cli.seed);
-    std::vector<float> cores = tt_embedding_backward_make_cores(s, rng);
-    std::vector<int64_t> offsets, indices;
-    tt_embedding_backward_make_bags(s, L, alpha, ragged, rng, offsets, indices);
-    const std::string bag_err = tt_embedding_backward_check_bags(offsets, indices, s.num_bags, s.E);
-    if (!bag_err.empty()) fail_args("%s", bag_err.c_str());
-    s.nnz = (int)indices.size();
-    std::vector<float> dY = make_random_floats((size_t)s.num_bags * s.D, rng);
-    std::vector<float> state((size_t)s.core_off[s.T], 0.0f);
-    for (int t = 0; t < s.T; t++)
-        for (int64_t e = 0; e < tt_embedding_backward_core_elems(s, t); e++) state[s.core_off[t] + e] = rng.uniform(0.1f, 1.0f);
-
-    cudaDeviceProp prop = cuda_init();
-    const int64_t C = s.core_off[s.T];
-    printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
-           s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)C, (double)s.E * s.D * s.tables,
-           (double)s.E * s.D * s.tables / (double)C, TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
-    TtEmbeddingBackwardArgs a;
-    memset(&a, 0, sizeof a);
-    a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
-    a.smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static shape and plan copies
-    const TtEmbeddingBackward6Plan plan = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);   // (sizes: W_off unused)
-    TtEmbeddingBackwardInputs in;
-    tt_embedding_backward_alloc(a, in, plan);
-    auto upload = [](auto* d, const auto& v) { cudaCheck(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice)); };
-    upload(in.offsets, offsets); upload(in.indices, indices); upload(in.dY, dY); upload(in.cores0, cores); upload(in.state0, state);
-    a.offsets = in.offsets; a.indices = in.indices; a.dY = in.dY;
-    printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
-           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD7_BLOCK)));
-    for (int k : cli.kernels) {   // a version asked for by number that cannot run this shape is an error, not a pass
-        const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
-        if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
-    }
-    printf(cli.no_check ? "no check: the reference's touched slices only\n" : "computing the CPU reference (double)...\n");
-    const TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores, offsets, indices, dY, !cli.no_check);
-
-    // Before a check: the cores and state restored (the step updates them in place), and every buffer a version
-    // writes poisoned (NaN bytes): dG and all workspace; before a timed sample only the restore.
-    auto restore = [&] {
-        cudaCheck(cudaMemcpy(a.cores, in.cores0, C * sizeof(float), cudaMemcpyDeviceToDevice));
-        cudaCheck(cudaMemcpy(a.state, in.state0, C * sizeof(float), cudaMemcpyDeviceToDevice));
-    };
-    auto poison_outputs = [&] {
-        tt_embedding_backward_buffers(a, in, plan, [](void** ptr, size_t bytes, bool input) { if (!input) poison(*ptr, bytes); });
-    };
-    std::function<void(std::vector<float>&, std::vector<float>&, std::vector<float>&)> download =
-        [&](std::vector<float>& c, std::vector<float>& st, std::vector<float>& g) {
-            c = device_download(a.cores, C); st = device_download(a.state, C); g = device_download(a.dG, C);
-        };
+    TtEmbeddingBackwardShape s;
+    const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_backward", c, distinct, true, [&](const TtEmbeddingConfig& cc) {
+        const std::string err = tt_embedding_backward_check_config(cc, lr, eps);
+        if (!err.empty()) fail_args("%s", err.c_str());
+        s = tt_embedding_backward_make_shape(cc.p, cc.q, cc.ranks, cc.E, cc.tables, cc.B);
+        s.nnz = (int)cc.nnz();   // (below 2^31: checked)
+        return tt_embedding_backward_host_bytes(s);
+    });
+    TtEmbeddingBackwardBench b;
+    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, cuda_init());
     OpRunner r;
     r.op = "tt_embedding_backward";
-    r.shape = tt_embedding_backward_shape_string(s, p, q, ranks, L, alpha, ragged, opt);
+    r.shape = tt_embedding_backward_shape_string(c, opt);
     r.flops = tt_embedding_backward_flops_per_lookup(s) * s.nnz;
-    const int64_t U = tt_embedding_backward_touched_elems(s, ref);
-    r.bytes = 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D +
-              4.0 * U *
-                  (1 + (opt == TT_EMBEDDING_BACKWARD_SGD       ? 1
-                        : opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3
-                                                               : 0)) +
-              (opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * C : 0.0);
-    r.blocks_for = [&](int k) -> std::vector<int> {
-        if (k == 1) return {64, 128, 256, 512};
-        if (k == 2) return {256};
-        if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
-        return {128, 256, 512};
-    };
-    r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block); };
-    r.prepare_check = [&] { restore(); poison_outputs(); };
-    r.prepare_timing = [&] { restore(); };
-    r.launch = [&](int k, int block) { tt_embedding_backward(k, a, block); };
-    std::vector<float> c, st, g;
-    r.check = [&](int k, int block) {
-        download(c, st, g);
-        bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
-            pass = tt_embedding_backward_rerun_same(r, k, block, download, c, st, g) && pass;
-        return pass;
-    };
-    r.extra = [&](int, int, double ms) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz ? ms * 1e3 / s.nnz : 0.0);
-        return std::string(buf);
-    };
+    r.bytes = tt_embedding_backward_bytes(b);
+    r.blocks_for = tt_embedding_backward_blocks;
+    r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, b.a, b.a.smem_limit, cli.block); };
+    r.prepare_check = [&] { tt_embedding_backward_restore(b); tt_embedding_backward_poison_outputs(b); };
+    r.prepare_timing = [&] { tt_embedding_backward_restore(b); };
+    r.launch = [&](int k, int block) { tt_embedding_backward(k, b.a, block); };
+    r.check = [&](int k, int block) { return tt_embedding_backward_check_run(r, b, k, block); };
+    r.extra = tt_embedding_per_lookup(s.nnz);
     const int rc = run_versions(cli, r);
     if (!cli.dump_dir.empty()) {
-        download(c, st, g);
-        tt_embedding_backward_dump(cli.dump_dir, s, ref, cores, state, dY, offsets, indices, c, st, g);
+        tt_embedding_backward_download(b, b.c, b.st, b.g);
+        tt_embedding_backward_dump(cli.dump_dir, c, in, s, b.ref, b.c, b.st, b.g);
     }
-    cublasCheck(cublasDestroy(a.blas));
-    tt_embedding_backward_buffers(a, in, plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
+    cublasCheck(cublasDestroy(b.a.blas));
+    tt_embedding_backward_buffers(b.a, b.in, b.plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
     return rc;
 }
 #endif

@@ -13,21 +13,23 @@ FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 2
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
-Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md):      ms     % FMA
+Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md, 3: results/logs/
+2026-12-01_tt_forward_v3_v6_ranks64.log):                                                          ms     % FMA
   1  the explicit sum: a thread per (bag, element) sums the T-fold product over every rank tuple  5.690    0.1
   2  FBTT's pipeline (the baseline): per chunk of lookups, a pointer kernel, one cuBLAS batched
      GEMM per chain step, a reduce                                                                 0.381    1.7
-  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0709   9.4
+  3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
-  5  version 4 with four lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)      0.0461  14.4
+  5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); version 3's kernel at every other shape      0.0332  20.0
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
-Version 6's compiled kernel covers T = 3, q = 4,4,4, ranks 32,32 or 16,16 (p_1 <= 65536); every other shape runs
-version 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the
-default never skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
+Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
+q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Every
+other shape runs version 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory),
+so the default never skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -35,8 +37,9 @@ Compile and run:
   make tt_embedding_forward_bf16 && ./tt_embedding_forward_bf16 all --check-only
 
 Lessons:
-  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 5.4x: no launches per step, no
-    intermediates through memory. (3 took 0.0451 on 2026-11-29, before its buffers were sized for rank 128.)
+  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x: no launches per step, no intermediates
+    through memory. A buffer pointer chosen at run time between shared and global memory made 3 a third slower
+    (0.0709 ms: generic loads and stores); one instantiation per memory space fixed it.
   - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
     follows the serial latency of each chain and each item, not bytes.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu) and left its time unchanged; version 6's 27%
@@ -44,7 +47,7 @@ Lessons:
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
 */
-#include "common.h"
+#include "tt_embedding.h"
 
 // Tolerances: a pooled value is a sum of L rows of O(1) (the cores are scaled so that each row element has
 // unit variance); fp32 chains of dot products of length R differ from the double chain by a few 1e-7 per
@@ -57,7 +60,7 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 1e-4f;
 #endif
 
-#define TT_EMBEDDING_FORWARD_MAX_CORES 6
+#define TT_EMBEDDING_FORWARD_MAX_CORES TT_EMBEDDING_MAX_CORES
 #define TT_EMBEDDING_FORWARD_NUM_KERNELS 6
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
 #define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
@@ -103,52 +106,27 @@ struct TtEmbeddingForwardCores {
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
 
-// Builds the shape from the command-line values and validates them; "" = fine, else the broken constraint.
-// E = 0 means prod p, D = 0 means prod q. Every size product is formed in 64 bits (or double) and bounded
-// before it is used: element counts of a core and of the per-lookup rows stay below 2^40, of the output below
-// 2^38 (so that every grid of one thread per output value fits 2^31 blocks of 256).
-inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const std::vector<int>& p,
-                                                   const std::vector<int>& q, const std::vector<int>& ranks,
-                                                   int64_t E, int D, int tables, int B, int L, double alpha) {
+// The kernels' shape from a config that tt_embedding_check_config accepted; "" = fine, else the broken constraint.
+// The forward's own limits: every grid of one thread per output value fits 2^31 blocks of 256 (output < 2^38
+// values, row values < 2^40), and a chain intermediate Q_t R_{t+1} <= 2^24 floats.
+inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const TtEmbeddingConfig& c) {
     char buf[256];
     auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    const int T = (int)p.size();
-    if (T < 2 || T > TT_EMBEDDING_FORWARD_MAX_CORES) return fail("the number of cores T = len(p) (%d) must be 2..6", T);
-    if ((int)q.size() != T) return fail("len(q) (%d) must equal len(p) = T (%d)", (int)q.size(), T);
-    if ((int)ranks.size() != T - 1)
-        return fail("ranks has %d entries; T - 1 = %d inner ranks are needed (len(p) = %d)", (int)ranks.size(), T - 1, T);
-    for (int t = 0; t < T; t++)
-        if (p[t] < 1 || q[t] < 1) return fail("p and q entries must be >= 1 (p[%d] = %d, q[%d] = %d)", t, p[t], t, q[t]);
-    for (int t = 0; t < T - 1; t++)
-        if (ranks[t] < 1) return fail("ranks entries must be >= 1 (ranks[%d] = %d)", t, ranks[t]);
-    if (tables < 1 || B < 1 || L < 0) return fail("tables and B must be >= 1 and L >= 0 (got tables %d, B %d, L %d)", tables, B, L);
-    const int64_t limit = (int64_t)1 << 24;
+    const int T = c.T(), D = c.D, tables = c.tables, B = c.B, L = c.L;
+    const int64_t nbags = c.num_bags(), nnz = c.nnz();
     const double big = (double)((int64_t)1 << 40);
-    int64_t prod_p = 1, prod_q = 1;
-    for (int t = 0; t < T; t++) {
-        if (prod_p > ((int64_t)1 << 62) / p[t]) return "prod p overflows 2^62";
-        prod_p *= p[t];
-        prod_q *= q[t];
-        if (prod_q > limit) return "prod q (the embedding dimension) must be <= 2^24";
-    }
-    if (E == 0) E = prod_p;
-    if (D == 0) D = (int)prod_q;
-    if (E < 1) return fail("E (%lld) must be >= 1", (long long)E);
-    if (prod_p < E) return fail("prod p (%lld) must be >= E (%lld)", (long long)prod_p, (long long)E);
-    if (prod_q != D) return fail("prod q (%lld) must equal D (%d)", (long long)prod_q, D);
-    const int64_t nbags = (int64_t)tables * B, nnz = nbags * L;
-    if (nbags > INT32_MAX || nnz > INT32_MAX)
-        return fail("tables*B (%lld) and tables*B*L (%lld) must fit in 32 bits", (long long)nbags, (long long)nnz);
     if ((double)nbags * D > big / 4 || (double)nnz * D > big)
         return fail("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
                     (double)nnz * D);
-    if (alpha > 1.0 && E < L)
-        return fail("Zipf bags (alpha %g > 1) need E (%lld) >= L (%d) to draw L distinct rows", alpha, (long long)E, L);
+    const std::vector<int>&p = c.p, &q = c.q;
+    int64_t prod_p = 1;
+    for (int t = 0; t < T; t++) prod_p *= p[t];
+    const int64_t E = c.E, limit = (int64_t)1 << 24;
     s = TtEmbeddingForwardShape();
     s.T = T; s.tables = tables; s.B = B; s.L = L; s.D = D; s.E = E; s.prod_p = prod_p; s.nnz = nnz;
     s.R[0] = 1; s.R[T] = 1;
     for (int t = 0; t < T; t++) { s.p[t] = p[t]; s.q[t] = q[t]; }
-    for (int t = 1; t < T; t++) s.R[t] = ranks[t - 1];
+    for (int t = 1; t < T; t++) s.R[t] = c.ranks[t - 1];
     int64_t st = 1;
     for (int t = T - 1; t >= 0; t--) { s.stride[t] = st; st *= p[t]; }
     int64_t Qt = 1;
@@ -156,9 +134,6 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
         Qt *= q[t];
         s.Q[t] = (int)Qt;
         s.slice[t] = (int64_t)s.R[t] * q[t] * s.R[t + 1];
-        if (s.slice[t] > limit) return fail("core %d slice R_%d*q_%d*R_%d (%lld) must be <= 2^24", t, t, t, t + 1, (long long)s.slice[t]);
-        if ((double)tables * p[t] * (double)s.slice[t] > big)
-            return fail("core %d holds tables*p_%d*slice = %.3g floats; must be < 2^40", t, t, (double)tables * p[t] * (double)s.slice[t]);
         if (Qt * s.R[t + 1] > limit)
             return fail("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
         s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
@@ -184,28 +159,6 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
     return "";
 }
 
-// Bags and indices as an op consumes them: offsets[0] = 0, non-decreasing, offsets[num_bags] = nnz, every
-// index in [0, E). "" = fine.
-inline std::string tt_embedding_forward_validate_bags(const std::vector<int64_t>& indices,
-                                                      const std::vector<int64_t>& offsets, int64_t num_bags, int64_t E) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if ((int64_t)offsets.size() != num_bags + 1)
-        return fail("offsets has %zu entries; tables*B + 1 = %lld needed", offsets.size(), (long long)(num_bags + 1));
-    if (offsets[0] != 0) return fail("offsets[0] (%lld) must be 0", (long long)offsets[0]);
-    for (int64_t b = 0; b < num_bags; b++)
-        if (offsets[b + 1] < offsets[b])
-            return fail("offsets must be non-decreasing (offsets[%lld] = %lld > offsets[%lld] = %lld)", (long long)b,
-                        (long long)offsets[b], (long long)(b + 1), (long long)offsets[b + 1]);
-    if (offsets[num_bags] != (int64_t)indices.size())
-        return fail("offsets[tables*B] (%lld) must equal the number of indices (%zu)", (long long)offsets[num_bags], indices.size());
-    for (size_t i = 0; i < indices.size(); i++)
-        if (indices[i] < 0 || indices[i] >= E)
-            return fail("index %lld at lookup %zu is out of range: every index must be >= 0 and < E (%lld)", (long long)indices[i], i,
-                        (long long)E);
-    return "";
-}
-
 // FLOPs of one lookup's chain (FBTT's batched-GEMM sizes)
 inline double tt_embedding_forward_flops_per_lookup(const TtEmbeddingForwardShape& s) {
     double f = 0.0;
@@ -224,26 +177,6 @@ inline int64_t tt_embedding_forward_core_floats(const TtEmbeddingForwardShape& s
 inline double tt_embedding_forward_bytes(const TtEmbeddingForwardShape& s) {
     return 4.0 * (double)tt_embedding_forward_core_floats(s) + 8.0 * (double)s.nnz +
            8.0 * ((double)s.tables * s.B + 1) + (double)s.tables * s.B * s.D * sizeof(floatX);
-}
-
-// Offsets of tables*B bags over nnz = tables*B*L lookups: L each, or (ragged) cut at random points with
-// the first bag of every table empty, so that bags of every size from 0 up appear.
-inline std::vector<int64_t> tt_embedding_forward_make_offsets(const TtEmbeddingForwardShape& s, bool ragged, Rng& rng) {
-    const int64_t nbags = (int64_t)s.tables * s.B;
-    std::vector<int64_t> off((size_t)nbags + 1);
-    if (!ragged) {
-        for (int64_t b = 0; b <= nbags; b++) off[b] = b * s.L;
-        return off;
-    }
-    for (int64_t b = 1; b < nbags; b++) off[b] = rng.randint(0, s.nnz + 1);
-    std::sort(off.begin() + 1, off.end() - 1);
-    off[0] = 0;
-    off[nbags] = s.nnz;
-    for (int tbl = 0; tbl < s.tables; tbl++) {        // bag 0 of each table empty: it ends where it starts
-        int64_t b = (int64_t)tbl * s.B;
-        if (b + 1 < nbags) off[b + 1] = off[b];
-    }
-    return off;
 }
 
 // digit t of a row index: (idx / stride) % p, in 32 bits when the values allow (the common case)
@@ -540,18 +473,19 @@ inline size_t tt_embedding_forward_smem_bytes3(const TtEmbeddingForwardShape& s,
 // result into its own pooled row in shared memory (the last step accumulates in place); then the block
 // sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
 // and the pooled write stays on chip; no atomics; the result depends only on the block size.
-// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or, at shapes where one warp's buffers
-// exceed the shared memory of a block (ranks 128 with wide intermediates), in a global scratch area
-// (`scratch`: blockDim / 32 warps' worth per block), which the same code reads through L1/L2.
+// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), at shapes where one warp's
+// buffers exceed the shared memory of a block (ranks 128 with wide intermediates), in a global scratch area
+// (`scratch`: blockDim / 32 warps' worth per block), which the same code reads through L1/L2. Two instantiations,
+// not a pointer chosen at run time: a pointer that may point to either memory compiles to generic loads and
+// stores, and that cost the shared-memory path 57% at FBTT's default (0.0451 -> 0.0709 ms).
+template <bool GLOBAL>
 __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
-                                                                     const int64_t* __restrict__ offsets,
-                                                                     const __grid_constant__ TtEmbeddingForwardCores cores,
-                                                                     const __grid_constant__ TtEmbeddingForwardShape s,
-                                                                     float* __restrict__ scratch) {
+                                             const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
+                                             const __grid_constant__ TtEmbeddingForwardShape s, float* __restrict__ scratch) {
     extern __shared__ float4 tt_embedding_forward_smem3[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     const int per_warp = s.buf_pad[0] + s.buf_pad[1] + s.D_pad;
-    float* smem = scratch ? scratch + (int64_t)blockIdx.x * W * per_warp : reinterpret_cast<float*>(tt_embedding_forward_smem3);
+    float* smem = GLOBAL ? scratch + (int64_t)blockIdx.x * W * per_warp : reinterpret_cast<float*>(tt_embedding_forward_smem3);
     float* buf0 = smem + warp * per_warp;
     float* buf1 = buf0 + s.buf_pad[0];
     float* acc = buf1 + s.buf_pad[1];
@@ -1143,9 +1077,9 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 
 // ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the lane function's FP32 step 1 (16,384
 // FMAs a lookup, 512 per lane, each with its share of shared-memory loads). Version 5 keeps version 4's items
-// and lists and runs the chain of four unique lookups at a time as one 16-row tile of
+// and lists and runs the chain of 16 / q_0 unique lookups at a time (four at q_0 = 4) as one 16-row tile of
 // mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
-//   step 1  [4 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
+//   step 1  [16 / q_0 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
 //           R_1 / 8 k-steps. In 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi); the product is
 //           hi.hi + hi.lo + lo.hi (lo.lo, ~2^-22 relative, dropped): three mma per tile and k-step, accurate to
 //           about FP32's rounding, so version 5 is checked at the FP32 tolerance.
@@ -1162,7 +1096,8 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // The slice is copied (cp.async, rows padded by 4 floats) at the start of the item, under the index scan, and
 // converted (split and scattered to fragment order; conflict-free in both directions) once the list is ready.
 // A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 4.
-// Compiled for R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT with (KS, Q1, JT) = (4, 4, 4) (FBTT's default) and (2, 4, 2) (ranks 16).
+// Compiled for q_0 = Q0, R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT, q_2 = 4 with (Q0, KS, Q1, JT) = (4, 4, 4, 4) (FBTT's
+// default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64) and (8, 4, 4, 4) (q 8,4,4: a tile is 2 lookups of 8 rows).
 
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
@@ -1184,22 +1119,27 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
 
 
 
-// One 16-row tile: unique entries 4 mt .. 4 mt + 3 of the list (fewer at the end: their rows are zeros and not
-// written). Lane (group g, tig t) holds tile rows g and g + 8: entry 4 mt + g / 4 (+ 2), row a_0 = g % 4 of M_0.
-template <int KS, int Q1, int JT>
+// Tile row r (0..15) holds row a_0 = r % Q0 of M_0 of the tile's lookup slot r / Q0 (16 / Q0 lookups per tile). Lane
+// (group g, tig t) holds rows g and g + 8: with Q0 | 8 both are row a_0 = g % Q0, of slots g / Q0 and (g + 8) / Q0.
+__host__ __device__ __forceinline__ int tt_embedding_forward_tc_slot(int Q0, int group, int h) { return (group + 8 * h) / Q0; }
+
+// One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
+// are zeros and not written)
+template <int Q0, int KS, int Q1, int JT>
 __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
                                                               int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
                                                               const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                               const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    static_assert(Q0 == 2 || Q0 == 4 || Q0 == 8, "a lane's two tile rows share a_0 only where q_0 divides 8");
     constexpr int KL = 2 * KS, R1 = 8 * KS;
-    const int group = lane >> 2, tig = lane & 3, a0 = group & 3;
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     int entry[2];
     bool valid[2];
     const float* g2s[2];
     float x[2][KL];                                         // this lane's KL values of K in each of its two rows
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        entry[h] = 4 * mt + (group >> 2) + 2 * h;
+        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
         valid[h] = entry[h] < nu;
         g2s[h] = nullptr;
         if (valid[h]) {
@@ -1294,8 +1234,10 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
     }
 }
 
-template <int KS, int Q1, int JT, bool DIGITS>
-__global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+// (two blocks of 256 per SM at ranks up to 32; at rank 64 the slice and its split copies fill one SM's shared memory,
+// so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments)
+template <int Q0, int KS, int Q1, int JT, bool DIGITS>
+__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                               const uint16_t* __restrict__ digits1,
                                               const int64_t* __restrict__ offsets,
                                               const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -1335,8 +1277,8 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __
         __syncthreads();
     };
     auto compute = [&](int tbl, int nu) {
-        for (int mt = warp; 4 * mt < nu; mt += W)           // warp-uniform
-            tt_embedding_forward_tc_tile<KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
+        for (int mt = warp; 16 / Q0 * mt < nu; mt += W)    // warp-uniform
+            tt_embedding_forward_tc_tile<Q0, KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
     if constexpr (DIGITS) {
@@ -1347,14 +1289,17 @@ __global__ void __launch_bounds__(256, 2) tt_embedding_forward_kernel5(float* __
                                                on_work, on_ready, compute);
 }
 
-// version 5's compiled shapes (T = 3, q = 4,4,4; ranks 32,32 or 16,16): the kernel (version 6's with the digit
-// scan), null for any other
+// version 5's compiled shapes (T = 3; q = 4,4,4 with ranks 16,16, 32,32 or 64,64; q = 8,4,4 with ranks 32,32): the
+// kernel (version 6's with the digit scan), null for any other
 typedef void (*TtEmbeddingForwardTcKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
                                            const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
 inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
-    if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4) return nullptr;
-    if (s.R[1] == 32 && s.R[2] == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, false>;
-    if (s.R[1] == 16 && s.R[2] == 16) return digits ? tt_embedding_forward_kernel5<2, 4, 2, true> : tt_embedding_forward_kernel5<2, 4, 2, false>;
+    if (s.T != 3 || (s.q[0] != 4 && s.q[0] != 8) || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != s.R[2]) return nullptr;
+    const int R = s.R[1];
+    if (s.q[0] == 8) return R != 32 ? nullptr : digits ? tt_embedding_forward_kernel5<8, 4, 4, 4, true> : tt_embedding_forward_kernel5<8, 4, 4, 4, false>;
+    if (R == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, 4, false>;
+    if (R == 16) return digits ? tt_embedding_forward_kernel5<4, 2, 4, 2, true> : tt_embedding_forward_kernel5<4, 2, 4, 2, false>;
+    if (R == 64) return digits ? tt_embedding_forward_kernel5<4, 8, 4, 8, true> : tt_embedding_forward_kernel5<4, 8, 4, 8, false>;
     return nullptr;
 }
 
@@ -1364,7 +1309,8 @@ inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s
     if (s.T == 3)
         got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
                std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
-    return "version 5 is compiled for T = 3, q = 4,4,4 and ranks 32,32 or 16,16 (" + got + "); add an instantiation for others";
+    return "version 5 is compiled for T = 3, q = 4,4,4 with ranks 16,16, 32,32 or 64,64, and q = 8,4,4 with ranks 32,32 (" + got +
+           "); add an instantiation for others";
 }
 
 // where version 6 runs its compiled kernel (version 5's shapes, p_1 <= 65536); it runs version 3's elsewhere
@@ -1478,9 +1424,11 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     // no __launch_bounds__ on version 3's kernel (a bound of 512 made ptxas cap it at 64 registers and spill): the
     // largest block each compiled kernel accepts is read here
     cudaFuncAttributes attr;
-    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
-    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3));
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3<false>));
     ws.max_threads[3] = attr.maxThreadsPerBlock;
+    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3<true>));
+    ws.max_threads[3] = std::min(ws.max_threads[3], attr.maxThreadsPerBlock);
     if (tt_embedding_forward_smem_bytes3(s, 1) > ws.max_smem) {     // at most 256 MB, at most 64 warps per SM
         const int64_t per_warp = tt_embedding_forward_smem_bytes3(s, 1);
         ws.chain_scratch_warps = std::max<int64_t>(32, std::min<int64_t>((int64_t)64 * ws.num_sms, ((int64_t)256 << 20) / per_warp));
@@ -1593,12 +1541,12 @@ void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* o
     const int64_t nbags = (int64_t)s.tables * s.B;
     if (ws.chain_scratch) {                                 // buffers in global memory: as many blocks as the scratch holds
         const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(nbags, ws.chain_scratch_warps / (block_size / 32)));
-        tt_embedding_forward_kernel3<<<(unsigned)grid, block_size, 0>>>(out, indices, offsets, cores, s, ws.chain_scratch);
+        tt_embedding_forward_kernel3<true><<<(unsigned)grid, block_size, 0>>>(out, indices, offsets, cores, s, ws.chain_scratch);
         return;
     }
     const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
-    tt_embedding_forward_kernel3<<<grid, block_size, tt_embedding_forward_smem_bytes3(s, block_size / 32)>>>(out, indices, offsets, cores, s,
-                                                                                                          nullptr);
+    tt_embedding_forward_kernel3<false><<<grid, block_size, tt_embedding_forward_smem_bytes3(s, block_size / 32)>>>(
+        out, indices, offsets, cores, s, nullptr);
 }
 
 // Versions 4-6: persistent blocks over the items (as many as fit at once), then the pooling kernel. Version 6 runs
@@ -1668,186 +1616,142 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     return out;
 }
 
-// the RESULT lines' shape key
-inline std::string tt_embedding_forward_shape_name(const TtEmbeddingForwardShape& s, double alpha, bool ragged) {
-    std::string name = "T" + std::to_string(s.T);
-    const char* keys[3] = {",p", ",q", ",r"};
-    for (int part = 0; part < 3; part++) {
-        name += keys[part];
-        for (int t = part == 2 ? 1 : 0; t < s.T; t++)
-            name += (t > (part == 2 ? 1 : 0) ? "x" : "") + std::to_string(part == 0 ? s.p[t] : part == 1 ? s.q[t] : s.R[t]);
+// ----------------------------------------------------------------------------------------------
+// a run: the device inputs, output and workspace, the reference, and what the check keeps between block sizes
+
+struct TtEmbeddingForwardBench {
+    TtEmbeddingForwardShape s;
+    TtEmbeddingForwardCores cores = {};
+    int64_t *indices = nullptr, *offsets = nullptr;
+    floatX* out = nullptr;
+    TtEmbeddingForwardWorkspace ws;
+    std::vector<float> ref;                                         // empty where nothing reads it
+    int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};          // --block N as each version runs it
+    std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
+    int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
+};
+
+// host bytes beyond the inputs: the reference, a download of the output for the check, its first copy and a dump's
+inline double tt_embedding_forward_host_bytes(const TtEmbeddingForwardShape& s) { return 16.0 * (double)s.tables * s.B * s.D; }
+
+// the device memory checked against what is free (exit 2), the uploads, the workspace, the reference
+void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbeddingInputs& in, int chunk, const cudaDeviceProp& prop,
+                                      bool need_ref) {
+    const TtEmbeddingForwardShape& s = b.s;
+    require_device_memory(tt_embedding_forward_device_bytes(s, chunk), "tt_embedding_forward (inputs, output, every version's workspace)");
+    std::vector<const float*> core_ptrs(s.T);
+    for (int t = 0; t < s.T; t++) {
+        b.cores.c[t] = device_upload(in.cores[t]);
+        core_ptrs[t] = in.cores[t].data();
     }
-    name += ",nt" + std::to_string(s.tables) + ",B" + std::to_string(s.B) + ",L" + std::to_string(s.L);
-    if (s.E != s.prod_p) name += ",E" + std::to_string(s.E);
-    char a[32];
-    snprintf(a, sizeof a, ",alpha%g", alpha);
-    return name + a + (ragged ? ",ragged" : "");
+    b.indices = device_upload(in.indices);
+    b.offsets = device_upload(in.offsets);
+    b.out = device_alloc<floatX>((size_t)s.tables * s.B * s.D);
+    tt_embedding_forward_setup(b.ws, s, chunk, prop);
+    if (!need_ref) return;
+    b.ref.resize((size_t)s.tables * s.B * s.D);
+    tt_embedding_forward_cpu(b.ref.data(), core_ptrs.data(), in.indices.data(), in.offsets.data(), s);
 }
 
-// --dump: the inputs, the reference and the output as .npy, and the RESULT shape for the peers
-void tt_embedding_forward_dump(const std::string& dir, const TtEmbeddingForwardShape& s, const std::string& shape,
-                               const std::vector<std::vector<float>>& cores_h, const std::vector<int64_t>& indices,
-                               const std::vector<int64_t>& offsets, const std::vector<float>& ref, const floatX* d_out) {
-    std::vector<float> got = to_float_vec(device_download(d_out, (size_t)s.tables * s.B * s.D));
-    for (int t = 0; t < s.T; t++)
-        write_npy(dir, "tt_embedding_forward_core" + std::to_string(t), cores_h[t].data(), {s.tables, s.p[t], s.slice[t]});
-    write_npy(dir, "tt_embedding_forward_indices", indices.data(), {(int64_t)indices.size()});
-    write_npy(dir, "tt_embedding_forward_offsets", offsets.data(), {(int64_t)offsets.size()});
-    std::vector<int64_t> meta = {s.T, s.tables, s.B, s.E, s.D};     // then p[0..T-1], q[0..T-1], R[0..T]
-    for (int t = 0; t < s.T; t++) meta.push_back(s.p[t]);
-    for (int t = 0; t < s.T; t++) meta.push_back(s.q[t]);
-    for (int t = 0; t <= s.T; t++) meta.push_back(s.R[t]);
-    write_npy(dir, "tt_embedding_forward_meta", meta.data(), {(int64_t)meta.size()});
-    write_npy(dir, "tt_embedding_forward_out_ref", ref.data(), {s.tables, s.B, s.D});
+// --block N: the largest allowed size <= N for each version (whole warps, shared memory that fits), fitted here
+void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
+    for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS && block; k++) {
+        std::vector<int> ok = tt_embedding_forward_skip_reason(k, b.s, b.ws.max_smem).empty() ? tt_embedding_forward_blocks(k, b.s, b.ws)
+                                                                                           : std::vector<int>();
+        b.fitted[k] = ok.empty() ? 32 : ok[0];
+        for (int x : ok) if (x <= block) b.fitted[k] = x;
+        if (!ok.empty() && b.fitted[k] != block) printf("version %d runs --block %d as %d (whole warps, shared memory that fits)\n", k, block, b.fitted[k]);
+    }
+}
+
+// The output against the reference; versions 4-6 (6 on its compiled kernel) also claim bitwise the same output at
+// every block size (rows do not depend on where they are computed, bags are summed in lookup order): the first
+// block's output is kept and compared
+bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
+    const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
+    bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem))) return ok;
+    std::vector<floatX> got = device_download(b.out, n);
+    if (b.first_out[k].empty()) {
+        b.first_out[k] = got;
+        b.first_block[k] = block;
+        return ok;
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&got[i], &b.first_out[k][i], sizeof(floatX)) != 0;
+    printf("version %d, block %d: %s block %d's output (%zu of %zu values differ)\n", k, block,
+           diff ? "NOT bitwise equal to" : "bitwise equal to", b.first_block[k], diff, n);
+    return ok && diff == 0;
+}
+
+// --dump: the inputs (tt_embedding.h), the reference and the last version's output as .npy, and the RESULT shape
+// for the peers
+void tt_embedding_forward_dump(const std::string& dir, const TtEmbeddingConfig& c, const TtEmbeddingInputs& in, const std::string& shape,
+                               const TtEmbeddingForwardBench& b) {
+    const TtEmbeddingForwardShape& s = b.s;
+    tt_embedding_dump_inputs(dir, "tt_embedding_forward", c, in);
+    std::vector<float> got = to_float_vec(device_download(b.out, (size_t)s.tables * s.B * s.D));
+    write_npy(dir, "tt_embedding_forward_out_ref", b.ref.data(), {s.tables, s.B, s.D});
     write_npy(dir, "tt_embedding_forward_out", got.data(), {s.tables, s.B, s.D});
-    const std::string path = dir + "/tt_embedding_forward_shape.txt";
-    FILE* f = fopen(path.c_str(), "w");
-    if (!f || fprintf(f, "%s\n", shape.c_str()) < 0 || fclose(f) != 0) fail_args("cannot write '%s': %s", path.c_str(), strerror(errno));
-    printf("dumped tt_embedding_forward_{core0..%d,indices,offsets,meta,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1, dir.c_str());
+    write_text(dir, "tt_embedding_forward_shape.txt", shape + "\n");
+    printf("dumped tt_embedding_forward_{meta,core0..%d,indices,offsets,out_ref,out}.npy and _shape.txt to %s\n", s.T - 1, dir.c_str());
 }
 
-// Refuses (exit 2) a shape whose inputs and reference exceed the host's available memory (MemAvailable; before
-// any allocation) or whose device allocations exceed the device's free memory (after cuda_init)
-void tt_embedding_forward_check_memory(const TtEmbeddingForwardShape& s, int chunk, bool device) {
-    const double nbags = (double)s.tables * s.B;
-    if (device) {
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-        const double need = tt_embedding_forward_device_bytes(s, chunk);
-        require(need <= (double)free_bytes, "this shape needs up to %.3g GB of device memory; %.3g GB free", need / 1e9, free_bytes / 1e9);
-        return;
-    }
-    const double need = 4.0 * (double)tt_embedding_forward_core_floats(s) + 16.0 * (double)s.nnz + 8.0 * nbags + 12.0 * nbags * s.D;
-    FILE* f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0.0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    require(kb == 0.0 || need <= kb * 1024.0, "the inputs and reference need %.3g GB of host memory; %.3g GB available", need / 1e9,
-            kb * 1024.0 / 1e9);
+void tt_embedding_forward_free_bench(TtEmbeddingForwardBench& b) {
+    tt_embedding_forward_free(b.ws);
+    for (int t = 0; t < b.s.T; t++) cudaCheck(cudaFree(const_cast<float*>(b.cores.c[t])));
+    for (void* p : {(void*)b.indices, (void*)b.offsets, (void*)b.out}) cudaCheck(cudaFree(p));
 }
 
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
-    std::vector<int> p = {200, 220, 250}, q = {4, 4, 4}, ranks = {32, 32};
-    int tables = 1, B = 512, L = 20, D = 0, chunk = 1000;
-    int64_t E = 0;
-    double alpha = 0.0;
-    bool ragged = false;
+    TtEmbeddingConfig c;
+    std::string distinct = "on";
+    int chunk = 1000;
     Cli cli("tt_embedding_forward",
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
             TT_EMBEDDING_FORWARD_NUM_KERNELS, 6);
-    cli.add_int_list("p", &p, "row factors p_0..p_{T-1} (T = len(p) cores)");
-    cli.add_int_list("q", &q, "column factors q_0..q_{T-1}");
-    cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
-    cli.add_int("tables", &tables, "number of tables (cores batched over tables)");
-    cli.add_int("B", &B, "bags per table");
-    cli.add_int("L", &L, "lookups per bag");
-    cli.add_int64("E", &E, "rows per table (0: prod p)");
-    cli.add_int("D", &D, "embedding dimension, must equal prod q (0: prod q)");
-    cli.add_double("alpha", &alpha, "Zipf exponent of the indices (<= 1: uniform)");
-    cli.add_flag("ragged", &ragged, "bags of random sizes (the first bag of every table empty), same total lookups");
+    tt_embedding_add_flags(cli, c, distinct);
     cli.add_int("chunk", &chunk, "lookups per cuBLAS batch in version 2 (FBTT's batch_count)");
-    cli.constraints = "  T = len(p) in 2..6, len(q) = T, len(ranks) = T - 1, all entries >= 1;\n"
-                      "  prod p >= E, prod q = D; tables, B >= 1, L >= 0; Zipf (alpha > 1) needs E >= L;\n"
-                      "  every index < E (made so here; the validator checks it); sizes within the host's and device's memory";
+    cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) + ";\n  tables*B*D < 2^38, tables*B*L*D < 2^40, Q_t R_{t+1} <= 2^24; --chunk 1..2^20";
     cli.parse(argc, argv);
-    TtEmbeddingForwardShape s;
-    std::string why = tt_embedding_forward_make_shape(s, p, q, ranks, E, D, tables, B, L, alpha);
-    if (!why.empty()) fail_args("%s", why.c_str());
     require(chunk >= 1 && chunk <= (1 << 20), "--chunk (%d) must be 1..2^20", chunk);
-    const int64_t nbags = (int64_t)s.tables * s.B;
-    tt_embedding_forward_check_memory(s, chunk, false);
-
-    // inputs: cores uniform in +-sqrt(3 / R_{t+1}) (unit variance per row element), then bags
-    Rng rng(cli.seed);
-    std::vector<std::vector<float>> cores_h(s.T);
-    std::vector<const float*> core_ptrs(s.T);
-    for (int t = 0; t < s.T; t++) {
-        const float a = sqrtf(3.0f / (float)s.R[t + 1]);
-        cores_h[t] = make_random_floats((size_t)s.tables * s.p[t] * s.slice[t], rng, -a, a);
-        core_ptrs[t] = cores_h[t].data();
-    }
-    std::vector<int64_t> indices = make_bag_indices(nbags, s.L, s.E, alpha, rng);
-    std::vector<int64_t> offsets = tt_embedding_forward_make_offsets(s, ragged, rng);
-    why = tt_embedding_forward_validate_bags(indices, offsets, nbags, s.E);
-    if (!why.empty()) fail_args("%s", why.c_str());
-
+    TtEmbeddingForwardBench b;
+    const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_forward", c, distinct, false, [&](const TtEmbeddingConfig& cc) {
+        const std::string why = tt_embedding_forward_make_shape(b.s, cc);
+        if (!why.empty()) fail_args("%s", why.c_str());
+        return tt_embedding_forward_host_bytes(b.s);
+    });
+    const TtEmbeddingForwardShape& s = b.s;
     cudaDeviceProp prop = cuda_init();
-    tt_embedding_forward_check_memory(s, chunk, true);
-    std::vector<float> ref((size_t)nbags * s.D);                // the reference only where something reads it
-    if (!cli.no_check || !cli.dump_dir.empty()) tt_embedding_forward_cpu(ref.data(), core_ptrs.data(), indices.data(), offsets.data(), s);
-    TtEmbeddingForwardCores cores = {};
-    for (int t = 0; t < s.T; t++) cores.c[t] = device_upload(cores_h[t]);
-    int64_t* d_indices = device_upload(indices);
-    int64_t* d_offsets = device_upload(offsets);
-    floatX* d_out = device_alloc<floatX>((size_t)nbags * s.D);
-    TtEmbeddingForwardWorkspace ws;
-    tt_embedding_forward_setup(ws, s, chunk, prop);
-
-    const std::string shape = tt_embedding_forward_shape_name(s, alpha, ragged);
-    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s);
-    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %lld floats (%.1fx smaller than the table%s); "
-           "version 6 runs %s\n", shape.c_str(), (long long)s.nnz, (long long)nbags, s.D, flops_lookup,
-           (long long)tt_embedding_forward_core_floats(s), (double)s.E * s.D * s.tables / (double)tt_embedding_forward_core_floats(s),
-           s.tables > 1 ? "s" : "", tt_embedding_forward_fast6(s, ws.max_smem) ? "its compiled kernel" : "version 3's kernel");
-    if (ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
-
+    tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check || !cli.dump_dir.empty());
+    const std::string shape = tt_embedding_shape_name(c);
+    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
+    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
+           "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
+           (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
+           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : "version 3's kernel");
+    if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
+    tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
     r.op = "tt_embedding_forward";
     r.shape = shape;
     r.bytes = tt_embedding_forward_bytes(s);
     r.flops = flops_lookup * (double)s.nnz;
-    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, ws.max_smem); };
-    r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, ws); };
+    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, b.ws.max_smem); };
+    r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, b.ws); };
     r.prepare_check = [&] {
-        poison(d_out, (size_t)nbags * s.D * sizeof(floatX));
-        tt_embedding_forward_poison_workspace(ws, s);
+        poison(b.out, (size_t)c.num_bags() * s.D * sizeof(floatX));
+        tt_embedding_forward_poison_workspace(b.ws, s);
     };
-    // --block N: the largest allowed size <= N (whole warps, shared memory that fits), fitted here, not in the launch
-    int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
-    for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS && cli.block; k++) {
-        std::vector<int> ok = tt_embedding_forward_skip_reason(k, s, ws.max_smem).empty() ? tt_embedding_forward_blocks(k, s, ws) : std::vector<int>();
-        fitted[k] = ok.empty() ? 32 : ok[0];
-        for (int b : ok) if (b <= cli.block) fitted[k] = b;
-        if (!ok.empty() && fitted[k] != cli.block) printf("version %d runs --block %d as %d (whole warps, shared memory that fits)\n", k, cli.block, fitted[k]);
-    }
-    r.launch = [&](int k, int block) { tt_embedding_forward(k, d_out, d_indices, d_offsets, cores, s, ws, fitted[k] ? fitted[k] : block); };
-    // versions 4-6 (6 on its compiled kernel) claim bitwise the same output at every block size (rows do not depend
-    // on where they are computed, bags are summed in lookup order): the first block's output is kept and compared
-    std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
-    int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
-    r.check = [&](int k, int block) {
-        bool ok = validate_device("out", d_out, ref.data(), (size_t)nbags * s.D, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
-        if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(s, ws.max_smem))) return ok;
-        std::vector<floatX> got = device_download(d_out, (size_t)nbags * s.D);
-        if (first_out[k].empty()) {
-            first_out[k] = got;
-            first_block[k] = block;
-            return ok;
-        }
-        size_t diff = 0;
-        for (size_t i = 0; i < got.size(); i++) diff += memcmp(&got[i], &first_out[k][i], sizeof(floatX)) != 0;
-        printf("version %d, block %d: %s block %d's output (%zu of %zu values differ)\n", k, block,
-               diff ? "NOT bitwise equal to" : "bitwise equal to", first_block[k], diff, got.size());
-        return ok && diff == 0;
-    };
-    r.extra = [&](int, int, double ms) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "us_per_lookup=%.5f", s.nnz > 0 ? ms * 1e3 / (double)s.nnz : 0.0);
-        return std::string(buf);
-    };
-    int rc = run_versions(cli, r);
-
-    if (!cli.dump_dir.empty()) tt_embedding_forward_dump(cli.dump_dir, s, shape, cores_h, indices, offsets, ref, d_out);
-    tt_embedding_forward_free(ws);
-    for (int t = 0; t < s.T; t++) cudaCheck(cudaFree(const_cast<float*>(cores.c[t])));
-    cudaCheck(cudaFree(d_indices));
-    cudaCheck(cudaFree(d_offsets));
-    cudaCheck(cudaFree(d_out));
+    r.launch = [&](int k, int block) { tt_embedding_forward(k, b.out, b.indices, b.offsets, b.cores, s, b.ws, b.fitted[k] ? b.fitted[k] : block); };
+    r.check = [&](int k, int block) { return tt_embedding_forward_check(b, k, block); };
+    r.extra = tt_embedding_per_lookup(s.nnz);
+    const int rc = run_versions(cli, r);
+    if (!cli.dump_dir.empty()) tt_embedding_forward_dump(cli.dump_dir, c, in, shape, b);
+    tt_embedding_forward_free_bench(b);
     return rc;
 }
 #endif
