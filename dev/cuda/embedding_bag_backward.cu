@@ -1116,6 +1116,37 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
     }
 }
 
+// The sum, in order k = k_begin, k_begin + 1, ..., k_end - 1, of the partials of the run owned by chunk oc
+// (partial 0 is the owner's TAIL, partial k >= 1 the HEAD of chunk oc + k) into a full warp's row (lane
+// owns the vectors lane, lane + 32, ...); UNR partial rows are loaded before the first is added. Both
+// combine kernels add their partials with it.
+template <int VPL>
+__device__ __forceinline__ void embedding_bag_backward_sum_partials(const EmbeddingBagBackwardArgs& a, const float* __restrict__ partials,
+                                                                    int64_t oc, int64_t k_begin, int64_t k_end, int D, int lane,
+                                                                    float4 (&acc)[VPL]) {
+    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += UNR) {
+        float4 x[UNR][VPL];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const int64_t k = k0 + u;
+            const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = lane + 32 * v;
+                x[u][v] = (k < k_end && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+            if (k0 + u < k_end)
+#pragma unroll
+                for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
+    }
+}
+
 // Versions 4-8, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
 // a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
 // chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
@@ -1129,7 +1160,6 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
                                                                      const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                      int C, int64_t num_chunks, int64_t* long_owners, int64_t* long_spans,
                                                                      unsigned* num_long) {
-    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31;
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -1151,26 +1181,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     const int t = embedding_bag_backward_table_of_value(a, (uint32_t)vals[last], K);
     const int D = a.D_offsets[t + 1] - a.D_offsets[t];
     float4 acc[VPL];
-#pragma unroll
-    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-    for (int64_t k0 = 0; k0 < S; k0 += UNR) {
-        float4 x[UNR][VPL];
-#pragma unroll
-        for (int u = 0; u < UNR; u++) {
-            const int64_t k = k0 + u;
-            const float* p = partials + ((c + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
-#pragma unroll
-            for (int v = 0; v < VPL; v++) {
-                const int c4 = lane + 32 * v;
-                x[u][v] = (k < S && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNR; u++)
-            if (k0 + u < S)
-#pragma unroll
-                for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
-    }
+    embedding_bag_backward_sum_partials<VPL>(a, partials, c, 0, S, D, lane, acc);
     const int64_t lin = (int64_t)K;
     const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
     EmbeddingBagBackwardRow<VPL> row;
@@ -1187,7 +1198,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
                                                                           const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                           int C, const int64_t* long_owners, const int64_t* long_spans,
                                                                           const unsigned* num_long) {
-    constexpr int W = 8, UNR = VPL >= 8 ? 1 : 8 / VPL;
+    constexpr int W = 8;
     __shared__ float4 red[W][VPL * 32];
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned n = *num_long;
@@ -1200,26 +1211,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
         const int64_t per = (S + W - 1) / W;
         const int64_t k_begin = embedding_bag_backward_min64(S, w * per), k_end = embedding_bag_backward_min64(S, k_begin + per);
         float4 acc[VPL];
-#pragma unroll
-        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-        for (int64_t k0 = k_begin; k0 < k_end; k0 += UNR) {
-            float4 x[UNR][VPL];
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                const int64_t k = k0 + u;
-                const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
-#pragma unroll
-                for (int v = 0; v < VPL; v++) {
-                    const int c4 = lane + 32 * v;
-                    x[u][v] = (k < k_end && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNR; u++)
-                if (k0 + u < k_end)
-#pragma unroll
-                    for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
-        }
+        embedding_bag_backward_sum_partials<VPL>(a, partials, oc, k_begin, k_end, D, lane, acc);
 #pragma unroll
         for (int v = 0; v < VPL; v++) red[w][v * 32 + lane] = acc[v];
         __syncthreads();
@@ -1783,6 +1775,322 @@ inline void embedding_bag_backward_dump(const std::string& dir, const EmbeddingB
     write_npy(dir, "embedding_bag_backward_grad_output", in.grad_output.data(), {in.out_rows(), in.out_cols()});
 }
 
+// ----------------------------------------------------------------------------------------------
+// the run: the inputs on the device, the tables and state (a pristine copy filled once from the hash and
+// the live one the step updates), and what the check keeps about the touched rows (where they live, the
+// mask of them, the reference and its tolerances, the GPU's rows gathered compact)
+
+struct EmbeddingBagBackwardRun {
+    const EmbeddingBagBackwardInputs* in = nullptr;
+    const EmbeddingBagBackwardReference* ref = nullptr;
+    EmbeddingBagBackwardArgs a{};
+    bool dense = false, rowwise = false, adagrad = false;
+    int64_t U = 0, C = 0, n_m = 0, n_state = 0;   // touched rows, their elements, checked state values, state size
+    floatX *W0 = nullptr, *W = nullptr;
+    float *M0 = nullptr, *M = nullptr, *Gd = nullptr;
+    std::vector<int64_t> h_src;                     // the flat offset of touched row u
+    int64_t *d_src = nullptr, *d_col = nullptr, *d_lin = nullptr, *d_iota = nullptr;
+    uint8_t* d_mask = nullptr;
+    float *d_ref_w = nullptr, *d_tol_w = nullptr, *d_ref_m = nullptr, *d_tol_m = nullptr, *d_ref_g = nullptr, *d_tol_g = nullptr;
+    float *d_cw = nullptr, *d_cm = nullptr;         // the GPU's rows, gathered (weights or dense grad; state)
+    float *d_fw = nullptr, *d_fm = nullptr;         // ... of the first run, for the bit comparison
+    EmbeddingBagBackwardStats* d_stats = nullptr;
+    unsigned row_grid = 1;
+    cudaStream_t capture_stream = nullptr;
+    EmbeddingBagBackwardWorkspace ws;
+};
+
+inline EmbeddingBagBackwardArgs embedding_bag_backward_upload(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardParams& p) {
+    EmbeddingBagBackwardArgs a{};
+    a.weights_offsets = device_upload(in.weights_offsets);
+    a.D_offsets = device_upload(in.D_offsets);
+    a.hash_offsets = device_upload(in.hash_offsets);
+    a.indices = device_upload(in.indices);
+    a.offsets = device_upload(in.offsets);
+    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
+    a.grad_output = device_upload(in.grad_output);
+    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = in.max_D();
+    a.key_bits = embedding_bag_backward_key_bits(in.num_rows());
+    a.N = in.N(); a.num_rows = in.num_rows(); a.num_weights = in.num_weights;
+    a.mean = in.mean; a.nobag = in.nobag; a.opt = p.opt; a.lr = (float)p.lr; a.eps = (float)p.eps;
+    return a;
+}
+
+inline void embedding_bag_backward_setup(EmbeddingBagBackwardRun& s, const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardReference& ref,
+                                         const EmbeddingBagBackwardParams& p, uint64_t seed, const std::vector<int>& kernels) {
+    s.in = &in; s.ref = &ref;
+    s.dense = p.opt == EmbeddingBagBackwardOpt::dense;
+    s.rowwise = p.opt == EmbeddingBagBackwardOpt::rowwise_adagrad;
+    s.adagrad = p.opt == EmbeddingBagBackwardOpt::adagrad;
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    const int64_t num_weights = in.num_weights, num_rows = in.num_rows(), U = R.U(), C = R.col.back();
+    s.U = U; s.C = C;
+    s.a = embedding_bag_backward_upload(in, p);
+    s.W0 = device_alloc<floatX>((size_t)num_weights);
+    s.W = device_alloc<floatX>((size_t)num_weights);
+    embedding_bag_backward_fill_weights<floatX><<<embedding_bag_backward_helper_grid(num_weights), 256>>>(s.W0, num_weights, seed);
+    cudaCheck(cudaGetLastError());
+    s.n_state = s.rowwise ? num_rows : (s.adagrad ? num_weights : 0);
+    if (s.n_state) {
+        s.M0 = device_alloc<float>((size_t)s.n_state);
+        s.M = device_alloc<float>((size_t)s.n_state);
+        embedding_bag_backward_fill_state<<<embedding_bag_backward_helper_grid(s.n_state), 256>>>(s.M0, s.n_state, seed);
+    }
+    if (s.dense) s.Gd = device_alloc<float>((size_t)num_weights);
+    cudaCheck(cudaGetLastError());
+    s.a.weights = s.W; s.a.state = s.M; s.a.grad_weights = s.Gd;
+
+    s.h_src.resize((size_t)U);
+    std::vector<int64_t> h_iota((size_t)U + 1);
+    for (int64_t u = 0; u < U; u++) s.h_src[u] = in.weights_offsets[R.table[u]] + R.row[u] * in.D(R.table[u]);
+    for (int64_t u = 0; u <= U; u++) h_iota[u] = u;
+    std::vector<uint8_t> h_mask((size_t)num_rows, 0);
+    for (int64_t u = 0; u < U; u++) h_mask[R.linear[u]] = 1;
+    s.d_src = device_upload(s.h_src);
+    s.d_col = device_upload(R.col);
+    s.d_lin = device_upload(R.linear);
+    s.d_iota = device_upload(h_iota);
+    s.d_mask = device_upload(h_mask);
+    s.n_m = s.rowwise ? U : (s.adagrad ? C : 0);
+    if (!s.dense) { s.d_ref_w = device_upload(ref.w); s.d_tol_w = device_upload(ref.w_tol); }
+    if (s.n_m) { s.d_ref_m = device_upload(ref.m); s.d_tol_m = device_upload(ref.m_tol); }
+    if (s.dense) { s.d_ref_g = device_upload(ref.grad); s.d_tol_g = device_upload(ref.grad_tol); }
+    s.d_cw = device_alloc<float>((size_t)C);
+    s.d_cm = device_alloc<float>((size_t)std::max<int64_t>(s.n_m, 1));
+    s.d_fw = device_alloc<float>((size_t)C);
+    s.d_fm = device_alloc<float>((size_t)std::max<int64_t>(s.n_m, 1));
+    s.d_stats = device_alloc<EmbeddingBagBackwardStats>(1);
+    s.row_grid = embedding_bag_backward_helper_grid(U * 32);
+
+    s.ws = embedding_bag_backward_workspace(s.a, kernels);
+    embedding_bag_backward_setup_kernels();
+    cudaCheck(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaDeviceSynchronize());
+}
+
+inline void embedding_bag_backward_release(EmbeddingBagBackwardRun& s) {
+    embedding_bag_backward_free(s.ws);
+    cudaCheck(cudaStreamDestroy(s.capture_stream));
+    const EmbeddingBagBackwardArgs& a = s.a;
+    for (const void* ptr : std::initializer_list<const void*>{a.weights_offsets, a.D_offsets, a.hash_offsets, a.indices, a.offsets,
+                                                              a.per_sample_weights, a.grad_output, s.W0, s.W, s.M0, s.M, s.Gd, s.d_src, s.d_col,
+                                                              s.d_lin, s.d_iota, s.d_mask, s.d_ref_w, s.d_tol_w, s.d_ref_m, s.d_tol_m, s.d_ref_g,
+                                                              s.d_tol_g, s.d_cw, s.d_cm, s.d_fw, s.d_fm, s.d_stats})
+        if (ptr) cudaCheck(cudaFree(const_cast<void*>(ptr)));
+}
+
+// the GPU's touched rows into the compact layout of the reference
+inline void embedding_bag_backward_gather_rows(const EmbeddingBagBackwardRun& s) {
+    if (s.dense) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cw, s.Gd, s.d_src, s.d_col, s.U);
+    else embedding_bag_backward_gather<floatX><<<s.row_grid, 256>>>(s.d_cw, s.W, s.d_src, s.d_col, s.U);
+    if (s.rowwise) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cm, s.M, s.d_lin, s.d_iota, s.U);
+    if (s.adagrad) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cm, s.M, s.d_src, s.d_col, s.U);
+    cudaCheck(cudaGetLastError());
+}
+
+// where compact element i lives (per_row: i is a touched row), for a failure message
+inline std::string embedding_bag_backward_where(const EmbeddingBagBackwardRun& s, int64_t i, bool per_row) {
+    const EmbeddingBagBackwardRows& R = s.ref->rows;
+    const int64_t u = per_row ? i : (int64_t)(std::upper_bound(R.col.begin(), R.col.end(), i) - R.col.begin()) - 1;
+    char buf[160];
+    if (per_row) snprintf(buf, sizeof buf, "table %d row %lld", R.table[u], (long long)R.row[u]);
+    else snprintf(buf, sizeof buf, "table %d row %lld column %lld (%lld lookups)", R.table[u], (long long)R.row[u], (long long)(i - R.col[u]),
+                  (long long)R.count[u]);
+    return buf;
+}
+
+// n compact values against the reference, element by element within its tolerance
+inline bool embedding_bag_backward_check_values(const EmbeddingBagBackwardRun& s, const char* name, const float* got, const float* refv,
+                                                const float* tol, int64_t n, bool per_row) {
+    if (n == 0) { printf("  %-16s ok    (no row was looked up)\n", name); return true; }
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(
+        s.d_stats, [&] { embedding_bag_backward_compare<<<embedding_bag_backward_helper_grid(n), 256>>>(got, refv, tol, n, s.d_stats); });
+    const float max_abs = embedding_bag_backward_bits_float(st.max_abs_bits), max_rel = embedding_bag_backward_bits_float(st.max_rel_bits);
+    if (st.bad == 0) {
+        printf("  %-16s ok    (%lld elements, max abs err %.3g, max rel err %.3g; tolerance per element: the propagated fp32 bound)\n", name,
+               (long long)n, max_abs, max_rel);
+        return true;
+    }
+    float g, r, t;
+    cudaCheck(cudaMemcpy(&g, got + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&r, refv + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&t, tol + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    printf("  %-16s FAIL  %llu of %lld elements (%llu non-finite), max abs err %.3g, max rel err %.3g\n", name, st.bad, (long long)n,
+           st.nonfinite, max_abs, max_rel);
+    printf("    first at %s: got %.9g expected %.9g (tolerance %.3g)\n", embedding_bag_backward_where(s, (int64_t)st.first_bad, per_row).c_str(),
+           g, r, t);
+    return false;
+}
+
+// rows not looked up (mask == nullptr: every row) hold the same bits as the pristine copy (refp == nullptr: zero)
+inline bool embedding_bag_backward_check_untouched(const EmbeddingBagBackwardRun& s, const char* name, const void* cur, const void* refp,
+                                                   bool half, const uint8_t* mask, bool unit) {
+    const EmbeddingBagBackwardArgs& a = s.a;
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(s.d_stats, [&] {
+        const unsigned grid = embedding_bag_backward_helper_grid(a.num_rows * 32);
+        if (half)
+            embedding_bag_backward_untouched<unsigned short><<<grid, 256>>>((const unsigned short*)cur, (const unsigned short*)refp, mask,
+                                                                             a.weights_offsets, a.D_offsets, a.hash_offsets, a.T, a.num_rows, unit,
+                                                                             s.d_stats);
+        else
+            embedding_bag_backward_untouched<unsigned><<<grid, 256>>>((const unsigned*)cur, (const unsigned*)refp, mask, a.weights_offsets,
+                                                                       a.D_offsets, a.hash_offsets, a.T, a.num_rows, unit, s.d_stats);
+    });
+    if (st.bad == 0) {
+        printf("  %-16s ok    (%s)\n", name, mask ? "every row not looked up is bit-identical" : "bit-identical everywhere");
+        return true;
+    }
+    const std::vector<int64_t>& ho = s.in->hash_offsets;
+    const int t = embedding_bag_backward_table_of(ho.data(), s.in->T, (int64_t)st.first_bad);
+    printf("  %-16s FAIL  %llu elements differ; the first in table %d row %lld\n", name, st.bad, t, (long long)((int64_t)st.first_bad - ho[t]));
+    return false;
+}
+
+inline bool embedding_bag_backward_check_rest(const EmbeddingBagBackwardRun& s) {
+    bool ok = true;
+    const bool half = sizeof(floatX) == 2;
+    ok = embedding_bag_backward_check_untouched(s, s.dense ? "weights (all)" : "weights (rest)", s.W, s.W0, half, s.dense ? nullptr : s.d_mask,
+                                                false) && ok;
+    if (s.rowwise) ok = embedding_bag_backward_check_untouched(s, "state (rest)", s.M, s.M0, false, s.d_mask, true) && ok;
+    if (s.adagrad) ok = embedding_bag_backward_check_untouched(s, "state (rest)", s.M, s.M0, false, s.d_mask, false) && ok;
+    if (s.dense) ok = embedding_bag_backward_check_untouched(s, "dense grad (rest)", s.Gd, nullptr, false, s.d_mask, false) && ok;
+    return ok;
+}
+
+inline bool embedding_bag_backward_check_all(const EmbeddingBagBackwardRun& s) {
+    bool ok = true;
+    embedding_bag_backward_gather_rows(s);
+    if (s.dense) ok = embedding_bag_backward_check_values(s, "dense grad", s.d_cw, s.d_ref_g, s.d_tol_g, s.C, false) && ok;
+    else ok = embedding_bag_backward_check_values(s, "weights", s.d_cw, s.d_ref_w, s.d_tol_w, s.C, false) && ok;
+    if (s.n_m) ok = embedding_bag_backward_check_values(s, "state", s.d_cm, s.d_ref_m, s.d_tol_m, s.n_m, s.rowwise) && ok;
+    return embedding_bag_backward_check_rest(s) && ok;
+}
+
+// the graph replay's compact rows against the first run's, bit for bit
+inline bool embedding_bag_backward_same_bits(const EmbeddingBagBackwardRun& s, const char* name, const float* x, const float* y, int64_t n,
+                                             bool per_row) {
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(s.d_stats, [&] {
+        embedding_bag_backward_bitdiff<<<embedding_bag_backward_helper_grid(n), 256>>>((const unsigned*)x, (const unsigned*)y, n, s.d_stats);
+    });
+    if (st.bad == 0) { printf("  %-16s ok    (a CUDA-graph replay of the step gave the same bits)\n", name); return true; }
+    printf("  %-16s FAIL  the graph replay differs from the first run in %llu of %lld elements (first: %s)\n", name, st.bad, (long long)n,
+           embedding_bag_backward_where(s, (int64_t)st.first_bad, per_row).c_str());
+    return false;
+}
+
+// before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
+// looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
+// scratch buffer poisoned
+inline void embedding_bag_backward_prepare_check(const EmbeddingBagBackwardRun& s) {
+    cudaCheck(cudaMemcpy(s.W, s.W0, (size_t)s.a.num_weights * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    if (s.n_state) cudaCheck(cudaMemcpy(s.M, s.M0, (size_t)s.n_state * sizeof(float), cudaMemcpyDeviceToDevice));
+    if (s.dense) {
+        cudaCheck(cudaMemset(s.Gd, 0, (size_t)s.a.num_weights * sizeof(float)));
+        embedding_bag_backward_poison_rows<<<s.row_grid, 256>>>(s.Gd, s.d_src, s.d_col, s.U);
+        cudaCheck(cudaGetLastError());
+    }
+    for (auto& p : s.ws.scratch) poison(p.first, p.second);
+}
+
+// timing: every sample starts from the same tables (the looked-up rows restored, untimed)
+inline void embedding_bag_backward_prepare_timing(const EmbeddingBagBackwardRun& s) {
+    if (!s.dense) embedding_bag_backward_copy_rows<floatX><<<s.row_grid, 256>>>(s.W, s.W0, s.d_src, s.d_col, s.U);
+    if (s.rowwise) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_lin, s.d_iota, s.U);
+    if (s.adagrad) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_src, s.d_col, s.U);
+}
+
+// The check of version k after its step: the reference, the rest untouched, version 1's scratch zero
+// again; then the same step captured in a CUDA graph (global capture mode: a host synchronization or an
+// allocation inside the step would fail the capture) and replayed, its bits compared with the first run's
+inline bool embedding_bag_backward_check(EmbeddingBagBackwardRun& s, int k, int block) {
+    bool ok = embedding_bag_backward_check_all(s);
+    if (k == 1) {   // version 1 must leave its accumulator and flags zero for the next step
+        ok = embedding_bag_backward_check_untouched(s, "v1 accumulator", s.ws.acc, nullptr, false, nullptr, false) && ok;
+        ok = embedding_bag_backward_check_untouched(s, "v1 flags", s.ws.flags, nullptr, false, nullptr, true) && ok;
+    }
+    if (s.a.N == 0) {
+        printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
+        return ok;
+    }
+    cudaCheck(cudaMemcpy(s.d_fw, s.d_cw, (size_t)s.C * sizeof(float), cudaMemcpyDeviceToDevice));
+    if (s.n_m) cudaCheck(cudaMemcpy(s.d_fm, s.d_cm, (size_t)s.n_m * sizeof(float), cudaMemcpyDeviceToDevice));
+    embedding_bag_backward_prepare_check(s);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeGlobal));
+    embedding_bag_backward(k, s.a, s.ws, block, s.capture_stream);
+    cudaCheck(cudaStreamEndCapture(s.capture_stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    cudaCheck(cudaGraphLaunch(exec, s.capture_stream));
+    cudaCheck(cudaStreamSynchronize(s.capture_stream));
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    if (k == 1) {
+        printf("  graph replay (version 1: float atomics add in a different order each run, so its bits are not compared; "
+               "the replay is checked against the reference)\n");
+        return embedding_bag_backward_check_all(s) && ok;
+    }
+    printf("  graph replay, compared bit for bit with the first run:\n");
+    embedding_bag_backward_gather_rows(s);
+    ok = embedding_bag_backward_same_bits(s, s.dense ? "dense grad" : "weights", s.d_cw, s.d_fw, s.C, false) && ok;
+    if (s.n_m) ok = embedding_bag_backward_same_bits(s, "state", s.d_cm, s.d_fm, s.n_m, s.rowwise) && ok;
+    return embedding_bag_backward_check_rest(s) && ok;
+}
+
+// --dump: the inputs, the tables (and state, or the dense gradient) before, after the last version's step,
+// and the reference's (untouched rows as before)
+inline void embedding_bag_backward_dump_results(const EmbeddingBagBackwardRun& s, const EmbeddingBagConfig& cfg, const std::string& dir) {
+    const int64_t num_weights = s.a.num_weights;
+    if (num_weights > ((int64_t)1 << 26)) {
+        printf("--dump skipped: the tables hold %lld elements (the dump is for small sizes, at most 2^26)\n", (long long)num_weights);
+        return;
+    }
+    const std::string p = "embedding_bag_backward_";
+    const EmbeddingBagBackwardReference& ref = *s.ref;
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    embedding_bag_backward_dump(dir, cfg, *s.in);
+    // a compact reference (row u at R.col[u]) scattered over a full-size copy
+    auto scatter = [&](std::vector<float>& full, const std::vector<float>& compact) {
+        for (int64_t u = 0; u < s.U; u++)
+            for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) full[s.h_src[u] + d] = compact[R.col[u] + d];
+    };
+    std::vector<float> before = to_float_vec(device_download(s.W0, (size_t)num_weights));
+    std::vector<float> after = to_float_vec(device_download(s.W, (size_t)num_weights));
+    std::vector<float> wref = before;
+    if (!s.dense) scatter(wref, ref.w);
+    write_npy(dir, p + "weights_before", before.data(), {num_weights});
+    write_npy(dir, p + "weights_after", after.data(), {num_weights});
+    write_npy(dir, p + "weights_ref", wref.data(), {num_weights});
+    if (s.n_state) {
+        std::vector<float> sb = device_download(s.M0, (size_t)s.n_state), sa = device_download(s.M, (size_t)s.n_state), sr = sb;
+        if (s.rowwise) for (int64_t u = 0; u < s.U; u++) sr[R.linear[u]] = ref.m[u];
+        else scatter(sr, ref.m);
+        write_npy(dir, p + "state_before", sb.data(), {s.n_state});
+        write_npy(dir, p + "state_after", sa.data(), {s.n_state});
+        write_npy(dir, p + "state_ref", sr.data(), {s.n_state});
+    }
+    if (s.dense) {
+        std::vector<float> ga = device_download(s.Gd, (size_t)num_weights), gr((size_t)num_weights, 0.0f);
+        scatter(gr, ref.grad);
+        write_npy(dir, p + "grad", ga.data(), {num_weights});
+        write_npy(dir, p + "grad_ref", gr.data(), {num_weights});
+    }
+    printf("dumped %s*.npy (inputs, weights/state before, after the last version's step, and the reference) to %s\n", p.c_str(), dir.c_str());
+}
+
+// the run's first lines: the shape of the lookups and the optimizer
+inline void embedding_bag_backward_describe(const EmbeddingBagConfig& cfg, const EmbeddingBagBackwardInputs& in,
+                                            const EmbeddingBagBackwardParams& p, const EmbeddingBagBackwardRows& R) {
+    int64_t long_runs = 0;
+    for (int64_t u = 0; u < R.U(); u++) long_runs += R.count[u] >= EMBEDDING_BAG_BACKWARD_LONG_RUN;
+    printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
+           "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
+           in.T, in.B, in.total_D(), in.max_D(), (long long)in.N(), cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
+           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)R.U(), (long long)R.max_count,
+           (long long)long_runs, EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt], p.lr, p.eps, (double)in.num_weights * sizeof(floatX) / 1e9);
+}
+
 #ifndef NO_MAIN
 int main(int argc, char** argv) {
     EmbeddingBagConfig cfg;
@@ -1812,288 +2120,36 @@ int main(int argc, char** argv) {
 
     cuda_init();
     require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels), "embedding_bag_backward", !cli.check_only);
-    const EmbeddingBagBackwardOpt opt = prm.opt;
-    const bool dense = opt == EmbeddingBagBackwardOpt::dense, rowwise = opt == EmbeddingBagBackwardOpt::rowwise_adagrad,
-               adagrad = opt == EmbeddingBagBackwardOpt::adagrad;
-    const int max_D = in.max_D();
-    const int64_t N = in.N(), num_rows = in.num_rows(), num_weights = in.num_weights;
-    const uint64_t seed = cli.seed;
-
     // the reference: the touched rows' initial values come from the same hash the GPU fills the tables with
+    const uint64_t seed = cli.seed;
     auto w0 = [&](int64_t e) { return to_float(from_float<floatX>(embedding_bag_backward_initial_weight(seed, e))); };
     auto m0 = [&](int64_t i) { return embedding_bag_backward_initial_state(seed, i); };
-    EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
-    const EmbeddingBagBackwardRows& R = ref.rows;
-    const int64_t U = R.U(), C = R.col.back();
-    int64_t long_runs = 0;
-    for (int64_t u = 0; u < U; u++) long_runs += R.count[u] >= EMBEDDING_BAG_BACKWARD_LONG_RUN;
-    printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
-           "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
-           in.T, in.B, in.total_D(), max_D, (long long)N, cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
-           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)U, (long long)R.max_count, (long long)long_runs,
-           EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt], prm.lr, prm.eps, (double)num_weights * sizeof(floatX) / 1e9);
-
-    // inputs on the device
-    EmbeddingBagBackwardArgs a{};
-    a.weights_offsets = device_upload(in.weights_offsets);
-    a.D_offsets = device_upload(in.D_offsets);
-    a.hash_offsets = device_upload(in.hash_offsets);
-    a.indices = device_upload(in.indices);
-    a.offsets = device_upload(in.offsets);
-    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
-    a.grad_output = device_upload(in.grad_output);
-    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = max_D;
-    a.key_bits = embedding_bag_backward_key_bits(num_rows);
-    a.N = N; a.num_rows = num_rows; a.num_weights = num_weights;
-    a.mean = in.mean; a.nobag = in.nobag; a.opt = opt; a.lr = (float)prm.lr; a.eps = (float)prm.eps;
-
-    // tables and state: a pristine copy (filled once from the hash) and the live one the step updates
-    const unsigned fill_grid = embedding_bag_backward_helper_grid(num_weights);
-    floatX* W0 = device_alloc<floatX>((size_t)num_weights);
-    floatX* W = device_alloc<floatX>((size_t)num_weights);
-    embedding_bag_backward_fill_weights<floatX><<<fill_grid, 256>>>(W0, num_weights, seed);
-    cudaCheck(cudaGetLastError());
-    const int64_t n_state = rowwise ? num_rows : (adagrad ? num_weights : 0);
-    float* M0 = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
-    float* M = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
-    if (n_state) embedding_bag_backward_fill_state<<<embedding_bag_backward_helper_grid(n_state), 256>>>(M0, n_state, seed);
-    float* Gd = dense ? device_alloc<float>((size_t)num_weights) : nullptr;
-    cudaCheck(cudaGetLastError());
-    a.weights = W; a.state = M; a.grad_weights = Gd;
-
-    // the touched rows: where they live, the mask of them, the reference and its tolerances (compact)
-    std::vector<int64_t> h_src((size_t)U), h_iota((size_t)U + 1);
-    for (int64_t u = 0; u < U; u++) h_src[u] = in.weights_offsets[R.table[u]] + R.row[u] * in.D(R.table[u]);
-    for (int64_t u = 0; u <= U; u++) h_iota[u] = u;
-    std::vector<uint8_t> h_mask((size_t)num_rows, 0);
-    for (int64_t u = 0; u < U; u++) h_mask[R.linear[u]] = 1;
-    int64_t* d_src = device_upload(h_src);
-    int64_t* d_col = device_upload(R.col);
-    int64_t* d_lin = device_upload(R.linear);
-    int64_t* d_iota = device_upload(h_iota);
-    uint8_t* d_mask = device_upload(h_mask);
-    const int64_t n_m = rowwise ? U : (adagrad ? C : 0);
-    float *d_ref_w = nullptr, *d_tol_w = nullptr, *d_ref_m = nullptr, *d_tol_m = nullptr, *d_ref_g = nullptr, *d_tol_g = nullptr;
-    if (!dense) { d_ref_w = device_upload(ref.w); d_tol_w = device_upload(ref.w_tol); }
-    if (n_m) { d_ref_m = device_upload(ref.m); d_tol_m = device_upload(ref.m_tol); }
-    if (dense) { d_ref_g = device_upload(ref.grad); d_tol_g = device_upload(ref.grad_tol); }
-    float* d_cw = device_alloc<float>((size_t)C);          // the GPU's rows, gathered (weights or dense grad)
-    float* d_cm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
-    float* d_fw = device_alloc<float>((size_t)C);          // ... of the first run, for the bit comparison
-    float* d_fm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
-    EmbeddingBagBackwardStats* d_stats = device_alloc<EmbeddingBagBackwardStats>(1);
-
-    EmbeddingBagBackwardWorkspace ws = embedding_bag_backward_workspace(a, cli.kernels);
-    embedding_bag_backward_setup_kernels();
-    cudaStream_t capture_stream;
-    cudaCheck(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
-    cudaCheck(cudaDeviceSynchronize());
-
-    const unsigned row_grid = embedding_bag_backward_helper_grid(U * 32);
-    auto gather = [&]() {
-        if (dense) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cw, Gd, d_src, d_col, U);
-        else embedding_bag_backward_gather<floatX><<<row_grid, 256>>>(d_cw, W, d_src, d_col, U);
-        if (rowwise) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_lin, d_iota, U);
-        if (adagrad) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_src, d_col, U);
-        cudaCheck(cudaGetLastError());
-    };
-    // where compact element i lives, for a failure message
-    auto where = [&](int64_t i, bool per_row) {
-        const int64_t u = per_row ? i : (int64_t)(std::upper_bound(R.col.begin(), R.col.end(), i) - R.col.begin()) - 1;
-        char buf[160];
-        if (per_row) snprintf(buf, sizeof buf, "table %d row %lld", R.table[u], (long long)R.row[u]);
-        else snprintf(buf, sizeof buf, "table %d row %lld column %lld (%lld lookups)", R.table[u], (long long)R.row[u], (long long)(i - R.col[u]),
-                      (long long)R.count[u]);
-        return std::string(buf);
-    };
-    auto check_values = [&](const char* name, const float* got, const float* refv, const float* tol, int64_t n, bool per_row) {
-        if (n == 0) { printf("  %-16s ok    (no row was looked up)\n", name); return true; }
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(
-            d_stats, [&] { embedding_bag_backward_compare<<<embedding_bag_backward_helper_grid(n), 256>>>(got, refv, tol, n, d_stats); });
-        const float max_abs = embedding_bag_backward_bits_float(s.max_abs_bits), max_rel = embedding_bag_backward_bits_float(s.max_rel_bits);
-        if (s.bad == 0) {
-            printf("  %-16s ok    (%lld elements, max abs err %.3g, max rel err %.3g; tolerance per element: the propagated fp32 bound)\n", name,
-                   (long long)n, max_abs, max_rel);
-            return true;
-        }
-        float g, r, t;
-        cudaCheck(cudaMemcpy(&g, got + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&r, refv + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&t, tol + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        printf("  %-16s FAIL  %llu of %lld elements (%llu non-finite), max abs err %.3g, max rel err %.3g\n", name, s.bad, (long long)n,
-               s.nonfinite, max_abs, max_rel);
-        printf("    first at %s: got %.9g expected %.9g (tolerance %.3g)\n", where((int64_t)s.first_bad, per_row).c_str(), g, r, t);
-        return false;
-    };
-    // rows not looked up: bit-identical to the pristine copy (ref == nullptr: zero)
-    auto check_untouched = [&](const char* name, const void* cur, const void* refp, bool half, const uint8_t* mask, bool unit,
-                               int64_t rows) {
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
-            const unsigned grid = embedding_bag_backward_helper_grid(rows * 32);
-            if (half)
-                embedding_bag_backward_untouched<unsigned short><<<grid, 256>>>((const unsigned short*)cur, (const unsigned short*)refp, mask,
-                                                                                 a.weights_offsets, a.D_offsets, a.hash_offsets, a.T, rows,
-                                                                                 unit, d_stats);
-            else
-                embedding_bag_backward_untouched<unsigned><<<grid, 256>>>((const unsigned*)cur, (const unsigned*)refp, mask, a.weights_offsets,
-                                                                           a.D_offsets, a.hash_offsets, a.T, rows, unit, d_stats);
-        });
-        if (s.bad == 0) {
-            printf("  %-16s ok    (%s)\n", name, mask ? "every row not looked up is bit-identical" : "bit-identical everywhere");
-            return true;
-        }
-        const int t = embedding_bag_backward_table_of(in.hash_offsets.data(), in.T, (int64_t)s.first_bad);
-        printf("  %-16s FAIL  %llu elements differ; the first in table %d row %lld\n", name, s.bad, t,
-               (long long)((int64_t)s.first_bad - in.hash_offsets[t]));
-        return false;
-    };
-    auto check_rest = [&]() {
-        bool ok = true;
-        const bool half = sizeof(floatX) == 2;
-        ok = check_untouched(dense ? "weights (all)" : "weights (rest)", W, W0, half, dense ? nullptr : d_mask, false, num_rows) && ok;
-        if (rowwise) ok = check_untouched("state (rest)", M, M0, false, d_mask, true, num_rows) && ok;
-        if (adagrad) ok = check_untouched("state (rest)", M, M0, false, d_mask, false, num_rows) && ok;
-        if (dense) ok = check_untouched("dense grad (rest)", Gd, nullptr, false, d_mask, false, num_rows) && ok;
-        return ok;
-    };
-    auto check_all = [&]() {
-        bool ok = true;
-        gather();
-        if (dense) ok = check_values("dense grad", d_cw, d_ref_g, d_tol_g, C, false) && ok;
-        else ok = check_values("weights", d_cw, d_ref_w, d_tol_w, C, false) && ok;
-        if (n_m) ok = check_values("state", d_cm, d_ref_m, d_tol_m, n_m, rowwise) && ok;
-        return check_rest() && ok;
-    };
-    auto same_bits = [&](const char* name, const float* x, const float* y, int64_t n, bool per_row) {
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
-            embedding_bag_backward_bitdiff<<<embedding_bag_backward_helper_grid(n), 256>>>((const unsigned*)x, (const unsigned*)y, n, d_stats);
-        });
-        if (s.bad == 0) { printf("  %-16s ok    (a CUDA-graph replay of the step gave the same bits)\n", name); return true; }
-        printf("  %-16s FAIL  the graph replay differs from the first run in %llu of %lld elements (first: %s)\n", name, s.bad, (long long)n,
-               where((int64_t)s.first_bad, per_row).c_str());
-        return false;
-    };
+    const EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
+    embedding_bag_backward_describe(cfg, in, prm, ref.rows);
+    EmbeddingBagBackwardRun s;
+    embedding_bag_backward_setup(s, in, ref, prm, seed, cli.kernels);
 
     char shape[600];
-    snprintf(shape, sizeof shape, "%s,%s", embedding_bag_shape(cfg).c_str(), EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt]);
+    snprintf(shape, sizeof shape, "%s,%s", embedding_bag_shape(cfg).c_str(), EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)prm.opt]);
     OpRunner r;
     r.op = "embedding_bag_backward";
     r.shape = shape;
-    r.bytes = embedding_bag_backward_bytes(in, R, opt);
-    r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, max_D, num_rows); };
+    r.bytes = embedding_bag_backward_bytes(in, ref.rows, prm.opt);
+    r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); };
     r.blocks_for = [&](int k) { return embedding_bag_backward_blocks(k); };
-    // before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
-    // looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
-    // scratch buffer poisoned
-    r.prepare_check = [&] {
-        cudaCheck(cudaMemcpy(W, W0, (size_t)num_weights * sizeof(floatX), cudaMemcpyDeviceToDevice));
-        if (n_state) cudaCheck(cudaMemcpy(M, M0, (size_t)n_state * sizeof(float), cudaMemcpyDeviceToDevice));
-        if (dense) {
-            cudaCheck(cudaMemset(Gd, 0, (size_t)num_weights * sizeof(float)));
-            embedding_bag_backward_poison_rows<<<row_grid, 256>>>(Gd, d_src, d_col, U);
-            cudaCheck(cudaGetLastError());
-        }
-        for (auto& p : ws.scratch) poison(p.first, p.second);
-    };
-    // timing: every sample starts from the same tables (the looked-up rows restored, untimed)
-    r.prepare_timing = [&] {
-        if (!dense) embedding_bag_backward_copy_rows<floatX><<<row_grid, 256>>>(W, W0, d_src, d_col, U);
-        if (rowwise) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_lin, d_iota, U);
-        if (adagrad) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_src, d_col, U);
-    };
-    r.launch = [&](int k, int block) { embedding_bag_backward(k, a, ws, block, 0); };
-    r.check = [&](int k, int block) {
-        bool ok = check_all();
-        if (k == 1) {   // version 1 must leave its accumulator and flags zero for the next step
-            ok = check_untouched("v1 accumulator", ws.acc, nullptr, false, nullptr, false, num_rows) && ok;
-            ok = check_untouched("v1 flags", ws.flags, nullptr, false, nullptr, true, num_rows) && ok;
-        }
-        if (N == 0) {
-            printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
-            return ok;
-        }
-        // the same step again, captured in a CUDA graph (global capture mode: a host synchronization or an
-        // allocation inside the step would fail the capture) and replayed
-        cudaCheck(cudaMemcpy(d_fw, d_cw, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice));
-        if (n_m) cudaCheck(cudaMemcpy(d_fm, d_cm, (size_t)n_m * sizeof(float), cudaMemcpyDeviceToDevice));
-        r.prepare_check();
-        cudaCheck(cudaDeviceSynchronize());
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        cudaCheck(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeGlobal));
-        embedding_bag_backward(k, a, ws, block, capture_stream);
-        cudaCheck(cudaStreamEndCapture(capture_stream, &graph));
-        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-        cudaCheck(cudaGraphLaunch(exec, capture_stream));
-        cudaCheck(cudaStreamSynchronize(capture_stream));
-        cudaCheck(cudaGraphExecDestroy(exec));
-        cudaCheck(cudaGraphDestroy(graph));
-        if (k == 1) {
-            printf("  graph replay (version 1: float atomics add in a different order each run, so its bits are not compared; "
-                   "the replay is checked against the reference)\n");
-            ok = check_all() && ok;
-        } else {
-            printf("  graph replay, compared bit for bit with the first run:\n");
-            gather();
-            ok = same_bits(dense ? "dense grad" : "weights", d_cw, d_fw, C, false) && ok;
-            if (n_m) ok = same_bits("state", d_cm, d_fm, n_m, rowwise) && ok;
-            ok = check_rest() && ok;
-        }
-        return ok;
-    };
+    r.prepare_check = [&] { embedding_bag_backward_prepare_check(s); };
+    r.prepare_timing = [&] { embedding_bag_backward_prepare_timing(s); };
+    r.launch = [&](int k, int block) { embedding_bag_backward(k, s.a, s.ws, block, 0); };
+    r.check = [&](int k, int block) { return embedding_bag_backward_check(s, k, block); };
     const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L);
     r.extra = [&](int, int, double ms) {
         char buf[96];
-        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)U);
+        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)s.U);
         return std::string(buf);
     };
     int rc = run_versions(cli, r);
-
-    if (!cli.dump_dir.empty()) {
-        if (num_weights > ((int64_t)1 << 26)) {
-            printf("--dump skipped: the tables hold %lld elements (the dump is for small sizes, at most 2^26)\n", (long long)num_weights);
-        } else {
-            const std::string& dir = cli.dump_dir;
-            const std::string p = "embedding_bag_backward_";
-            embedding_bag_backward_dump(dir, cfg, in);
-            std::vector<float> before = to_float_vec(device_download(W0, (size_t)num_weights));
-            std::vector<float> after = to_float_vec(device_download(W, (size_t)num_weights));
-            std::vector<float> wref = before;
-            if (!dense)
-                for (int64_t u = 0; u < U; u++)
-                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) wref[h_src[u] + d] = ref.w[R.col[u] + d];
-            write_npy(dir, p + "weights_before", before.data(), {num_weights});
-            write_npy(dir, p + "weights_after", after.data(), {num_weights});
-            write_npy(dir, p + "weights_ref", wref.data(), {num_weights});
-            if (n_state) {
-                std::vector<float> sb = device_download(M0, (size_t)n_state), sa = device_download(M, (size_t)n_state), sr = sb;
-                for (int64_t u = 0; u < U; u++) {
-                    if (rowwise) sr[R.linear[u]] = ref.m[u];
-                    else for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) sr[h_src[u] + d] = ref.m[R.col[u] + d];
-                }
-                write_npy(dir, p + "state_before", sb.data(), {n_state});
-                write_npy(dir, p + "state_after", sa.data(), {n_state});
-                write_npy(dir, p + "state_ref", sr.data(), {n_state});
-            }
-            if (dense) {
-                std::vector<float> ga = device_download(Gd, (size_t)num_weights), gr((size_t)num_weights, 0.0f);
-                for (int64_t u = 0; u < U; u++)
-                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) gr[h_src[u] + d] = ref.grad[R.col[u] + d];
-                write_npy(dir, p + "grad", ga.data(), {num_weights});
-                write_npy(dir, p + "grad_ref", gr.data(), {num_weights});
-            }
-            printf("dumped %s*.npy (inputs, weights/state before, after the last version's step, and the reference) to %s\n", p.c_str(),
-                   dir.c_str());
-        }
-    }
-
-    embedding_bag_backward_free(ws);
-    cudaCheck(cudaStreamDestroy(capture_stream));
-    for (const void* ptr : std::initializer_list<const void*>{a.weights_offsets, a.D_offsets, a.hash_offsets, a.indices, a.offsets,
-                                                         a.per_sample_weights, a.grad_output, W0, W, M0, M, Gd, d_src, d_col, d_lin, d_iota,
-                                                         d_mask, d_ref_w, d_tol_w, d_ref_m, d_tol_m, d_ref_g, d_tol_g, d_cw, d_cm, d_fw,
-                                                         d_fm, d_stats})
-        if (ptr) cudaCheck(cudaFree(const_cast<void*>(ptr)));
+    if (!cli.dump_dir.empty()) embedding_bag_backward_dump_results(s, cfg, cli.dump_dir);
+    embedding_bag_backward_release(s);
     return rc;
 }
 #endif
