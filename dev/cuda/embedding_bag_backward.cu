@@ -6,22 +6,23 @@ not touched (weights and optimizer state stay bit-identical).
 
 Layout: embedding_bag_forward.cu's inputs (weights, D_offsets, weights_offsets, indices, table-major
 offsets, optional per-sample weights), plus hash_offsets[T+1] (int64 running sum of E_t: row r of table t
-has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 in both builds). With
+has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 always). With
 s_l = w_l (1 unweighted, divided by the bag's length for MEAN):
   g_{t,r} = sum over occurrences l of row r in a bag (t, b) of s_l * grad_output[b][D_offsets[t] + :]
 --pooling none (FBGEMM's nobag; one D, no per-sample weights): grad_output[N][D], lookup l adds grad_output[l];
 every version runs it: the sort carries the lookup's position instead of its bag, the rest is shared.
+--weights fp16|bf16: half tables, updated in fp32 and rounded back (--rounding stochastic, the default as in
+FBGEMM: Philox4x32-10 bits of (seed, step, position); embedding_bag.h). Every version, every optimizer.
 Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row; state is fp32:
   dense  grad[t][r] = g  |  sgd  W -= lr * g  |  adagrad  m[t,r,d] += g^2; W -= lr * g / (sqrt(m) + eps)
   rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)       (FBGEMM's default)
 
 Fewest bytes (inputs read once; each looked-up row's weights and state read and written once):
   bytes = 8 * N + 8 * (T*B + 1) + 4 * N (weighted) + 4 * B * total_D + sum over unique rows u of
-            dense: 4 D_u | sgd: 2 D_u sizeof(floatX) | rowwise_adagrad: 2 D_u sizeof(floatX) + 8
-            | adagrad: 2 D_u (sizeof(floatX) + 4)
+            dense: 4 D_u | sgd: 2 D_u w | rowwise_adagrad: 2 D_u w + 8 | adagrad: 2 D_u (w + 4)   (w: 4 or 2 bytes)
   FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): 332.7 MB at uniform (311,574
   unique rows of 327,680 lookups), 29.7 MB at Zipf 1.15. FBGEMM's own figure, 2 * rw / time with
-  rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
+  rw = 4 * B * total_D + w * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
   nobag: 4 * N * D in place of 4 * B * total_D, and the first term of rw L times larger (335.5 MB).
 
 Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
@@ -52,13 +53,14 @@ Lessons:
 
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
-  make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
+  ./embedding_bag_backward all --weights bf16 --T 4 --Ds 4,12,132,260 --B 37 --L 13   (_bf16 build: bf16, nearest)
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward --pooling none                      (one gradient row per lookup)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
 */
 #include "embedding_bag.h"
 #include <cub/cub.cuh>
+#include <curand_kernel.h>
 
 // ----------------------------------------------------------------------------------------------
 // Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-8 in a fixed order, version 1 in
@@ -67,15 +69,11 @@ Compile and run:
 // of thumb). The check allows, per element,
 //   err(g) <= (2 sqrt(n) + 4) u sum_i |t_i|        (+4: the scale w_l / L_bag and the product round too)
 // and carries that bound through the optimizer's formula to the weights and the state (first-order terms,
-// plus a few u for each fp32 operation the kernel does after the sum, plus the output rounding: 2^-8 for
-// bf16 weights), then doubles it. See embedding_bag_backward_apply_row. A dropped lookup in a run of
+// plus a few u for each fp32 operation the kernel does after the sum, plus the fp32 output rounding), then
+// doubles it. See embedding_bag_backward_apply_row; half weights: embedding_bag_backward_round_row. A dropped lookup in a run of
 // 10,240 (the one-row input) still moves a weight by several times this bound (tests/ checks it).
 static const double EMBEDDING_BAG_BACKWARD_U = 0x1.0p-24;
-#ifdef ENABLE_BF16
-static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-8;   // a weight rounded to bf16 (half an ulp is 2^-9)
-#else
 static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-23;  // the reference's and the GPU's fp32 rounding
-#endif
 static const double EMBEDDING_BAG_BACKWARD_ATOL = 1e-7;            // a floor for values near 0
 
 enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, adagrad = 3 };
@@ -88,9 +86,15 @@ static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-8 hold a
 // inputs: the bags, layout and flags of embedding_bag.h (shared with the forward, so a seed gives both
 // ops the same bags), plus grad_output; the optimizer's parameters
 
+// weights, stochastic: the tables' type and how updated half weights round (embedding_bag.h); seed, step: the
+// Philox key and the counter's step word (a training loop would count its steps; the bench runs step 1)
 struct EmbeddingBagBackwardParams {
     EmbeddingBagBackwardOpt opt = EmbeddingBagBackwardOpt::rowwise_adagrad;
     double lr = 0.1, eps = 0.1;
+    EmbeddingBagWeights weights = EmbeddingBagWeights::fp32;
+    bool stochastic = true;
+    uint64_t seed = 0;
+    uint32_t step = 1;
 };
 
 struct EmbeddingBagBackwardInputs : EmbeddingBagInputs {
@@ -205,10 +209,12 @@ inline double embedding_bag_backward_scale(const EmbeddingBagBackwardInputs& in,
 // One row's step. g, A: the row gradient and sum_i |t_i| per column (double); n: the row's lookups;
 // w: its weights, m_row (rowwise) or m (adagrad, D values) its state. Writes the new weights / state /
 // dense gradient and their tolerances (only those the optimizer has).
+inline void embedding_bag_backward_round_row(const EmbeddingBagBackwardParams& p, int D, int64_t wrow, float* w_out, float* w_tol);
+
 inline void embedding_bag_backward_apply_row(const EmbeddingBagBackwardParams& p, int D, int64_t n, const double* g,
                                              const double* A, const float* w, float m_row, const float* m,
                                              float* w_out, float* w_tol, float* m_out, float* m_tol,
-                                             float* g_out, float* g_tol) {
+                                             float* g_out, float* g_tol, int64_t wrow = 0) {
     const double u = EMBEDDING_BAG_BACKWARD_U, r_out = EMBEDDING_BAG_BACKWARD_OUT_RTOL, tiny = EMBEDDING_BAG_BACKWARD_ATOL;
     const double lr = p.lr, eps = p.eps;
     auto eg = [&](int d) { return (2.0 * std::sqrt((double)n) + 4.0) * u * A[d]; };   // bound on |g_gpu - g|
@@ -265,10 +271,35 @@ inline void embedding_bag_backward_apply_row(const EmbeddingBagBackwardParams& p
             break;
         }
     }
+    if (p.opt != EmbeddingBagBackwardOpt::dense && p.weights != EmbeddingBagWeights::fp32) embedding_bag_backward_round_row(p, D, wrow, w_out, w_tol);
+}
+
+// Half weights: the GPU rounds its fp32 value v, which lies within w_tol of the reference's w_out, with the
+// random word of its flat position (embedding_bag_round_half). Rounding with a fixed word is monotone in v,
+// so every result the GPU may give lies between the roundings of the interval's ends: where they agree,
+// w_out becomes that half value with tolerance 0 (bit-exact); where they differ (v near a rounding boundary:
+// the order of the fp32 sums decides), the tolerance spans both, one ulp of the half type.
+inline void embedding_bag_backward_round_row(const EmbeddingBagBackwardParams& p, int D, int64_t wrow, float* w_out, float* w_tol) {
+    for (int d0 = 0; d0 < D; d0 += 4) {
+        uint32_t r[4] = {0u, 0u, 0u, 0u};
+        if (p.stochastic) embedding_bag_round_bits_host(p.seed, p.step, (wrow + d0) / 4, r);
+        for (int i = 0; i < 4; i++) {
+            const int d = d0 + i;
+            const double c = w_out[d], t = (double)w_tol[d] + 0x1.0p-24 * std::fabs(c);   // + the reference's own fp32 rounding
+            float lo = (float)(c - t), hi = (float)(c + t);
+            if ((double)lo > c - t) lo = std::nextafter(lo, -INFINITY);
+            if ((double)hi < c + t) hi = std::nextafter(hi, INFINITY);
+            const float rc = embedding_bag_half_to_float(embedding_bag_round_half(w_out[d], p.weights, p.stochastic, r[i]), p.weights);
+            const float rl = embedding_bag_half_to_float(embedding_bag_round_half(lo, p.weights, p.stochastic, r[i]), p.weights);
+            const float rh = embedding_bag_half_to_float(embedding_bag_round_half(hi, p.weights, p.stochastic, r[i]), p.weights);
+            w_out[d] = rc;
+            w_tol[d] = std::max(rh - rc, rc - rl);
+        }
+    }
 }
 
 // The reference step: for every touched row, g and sum|t| in double over its lookups (in position order),
-// then the optimizer. w0(e): the initial weight at flat position e (as the GPU sees it, floatX-rounded);
+// then the optimizer. w0(e): the initial weight at flat position e (as the GPU sees it, rounded to the weights' type);
 // m0(i): the initial state at i (linear row id for rowwise, flat position for adagrad). Results are compact:
 // row u's D_u values start at rows.col[u] (the rowwise state: one value at u).
 struct EmbeddingBagBackwardReference {
@@ -316,7 +347,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
         float* m_tol = rowwise ? &ref.m_tol[u] : (adagrad ? &ref.m_tol[c] : nullptr);
         embedding_bag_backward_apply_row(p, D, R.count[u], g.data(), A.data(), w.data(), m_row, m.data(),
                                          dense ? nullptr : &ref.w[c], dense ? nullptr : &ref.w_tol[c], m_out, m_tol,
-                                         dense ? &ref.grad[c] : nullptr, dense ? &ref.grad_tol[c] : nullptr);
+                                         dense ? &ref.grad[c] : nullptr, dense ? &ref.grad_tol[c] : nullptr, wrow);
     }
     return ref;
 }
@@ -325,7 +356,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
 // bytes: ours (the header's formula) and FBGEMM's benchmark figure
 
 inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& rows,
-                                           EmbeddingBagBackwardOpt opt) {
+                                           EmbeddingBagBackwardOpt opt, int wbytes = 4) {
     const double N = (double)in.N();
     double bytes = 8.0 * N + 8.0 * ((double)in.T * in.B + 1) + 4.0 * (double)in.out_rows() * in.out_cols();
     if (!in.per_sample_weights.empty()) bytes += 4.0 * N;
@@ -333,9 +364,9 @@ inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in,
         const double D = in.D(rows.table[u]);
         switch (opt) {
             case EmbeddingBagBackwardOpt::dense: bytes += 4.0 * D; break;
-            case EmbeddingBagBackwardOpt::sgd: bytes += 2.0 * D * sizeof(floatX); break;
-            case EmbeddingBagBackwardOpt::rowwise_adagrad: bytes += 2.0 * D * sizeof(floatX) + 8.0; break;
-            case EmbeddingBagBackwardOpt::adagrad: bytes += 2.0 * D * (sizeof(floatX) + 4.0); break;
+            case EmbeddingBagBackwardOpt::sgd: bytes += 2.0 * D * wbytes; break;
+            case EmbeddingBagBackwardOpt::rowwise_adagrad: bytes += 2.0 * D * wbytes + 8.0; break;
+            case EmbeddingBagBackwardOpt::adagrad: bytes += 2.0 * D * (wbytes + 4.0); break;
         }
     }
     return bytes;
@@ -343,8 +374,8 @@ inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in,
 
 // FBGEMM's rw at the nominal bag length L (the backward's figure is 2 * rw / time; nobag: the gradient is
 // L times larger too)
-inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L) {
-    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)sizeof(floatX) * in.B * in.total_D() * L;
+inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L, int wbytes = 4) {
+    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)wbytes * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -448,7 +479,7 @@ __host__ __device__ inline int64_t embedding_bag_backward_last_chunk(int64_t oc,
 // GPU: what every version gets (device pointers; sizes from the host)
 
 struct EmbeddingBagBackwardArgs {
-    floatX* weights;                 // updated in place (not read for dense)
+    void* weights;                   // wtype elements, updated in place (not read for dense)
     float* state;                    // rowwise: num_rows; adagrad: num_weights; else nullptr
     float* grad_weights;             // dense: num_weights fp32, arrives zeroed; else nullptr
     const int64_t* weights_offsets;  // T
@@ -464,25 +495,55 @@ struct EmbeddingBagBackwardArgs {
     bool nobag;                      // grad_output row per lookup; the sorted values are lookup positions, not bags
     EmbeddingBagBackwardOpt opt;
     float lr, eps;
+    EmbeddingBagWeights wtype;       // the weights' type; half weights round stochastically or to nearest
+    bool stochastic;
+    uint64_t round_seed;             // Philox key
+    uint32_t step;                   // Philox counter word 2
 };
 
-// four consecutive elements as fp32 (16-byte access in fp32; 8 bytes of bf16 weights in the bf16 build)
+// four consecutive fp32 elements (16-byte access)
 __device__ __forceinline__ float4 embedding_bag_backward_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 embedding_bag_backward_ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ void embedding_bag_backward_store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-#ifdef ENABLE_BF16
-__device__ __forceinline__ float4 embedding_bag_backward_load4(const __nv_bfloat16* p) {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);     // element 0 in the low half of r.x
-    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u),
-                       __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
+
+// The weights at flat position e (a multiple of 4 for the vector forms), whatever their type: a branch on
+// a.wtype, uniform over the warp, taken once per row (not per lookup), so the kernels are not templated on
+// it. Half weights load 8 bytes and convert exactly; stores round (embedding_bag_round_half) with the
+// Philox word of the element's position: one curand_Philox4x32_10 call per 4 weights.
+__device__ __forceinline__ float4 embedding_bag_backward_load_w4(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (a.wtype == EmbeddingBagWeights::fp32) return embedding_bag_backward_load4((const float*)a.weights + e);
+    const uint2 r = *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);   // element 0 in the low half of r.x
+    if (a.wtype == EmbeddingBagWeights::bf16)
+        return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
+                           __uint_as_float(r.y & 0xFFFF0000u));
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-__device__ __forceinline__ void embedding_bag_backward_store4(__nv_bfloat16* p, float4 v) {
-    uint2 r;
-    r.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16);
-    r.y = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
-    *reinterpret_cast<uint2*>(p) = r;
+__device__ __forceinline__ uint4 embedding_bag_backward_round_bits(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (!a.stochastic) return make_uint4(0u, 0u, 0u, 0u);
+    const uint64_t e4 = (uint64_t)e >> 2;
+    return curand_Philox4x32_10(make_uint4((uint32_t)e4, (uint32_t)(e4 >> 32), a.step, 0u),
+                                make_uint2((uint32_t)a.round_seed, (uint32_t)(a.round_seed >> 32)));
 }
-#endif
+__device__ __forceinline__ void embedding_bag_backward_store_w4(const EmbeddingBagBackwardArgs& a, int64_t e, float4 v) {
+    if (a.wtype == EmbeddingBagWeights::fp32) { embedding_bag_backward_store4((float*)a.weights + e, v); return; }
+    const uint4 r = embedding_bag_backward_round_bits(a, e);
+    uint2 h;
+    h.x = (unsigned)embedding_bag_round_half(v.x, a.wtype, a.stochastic, r.x) | ((unsigned)embedding_bag_round_half(v.y, a.wtype, a.stochastic, r.y) << 16);
+    h.y = (unsigned)embedding_bag_round_half(v.z, a.wtype, a.stochastic, r.z) | ((unsigned)embedding_bag_round_half(v.w, a.wtype, a.stochastic, r.w) << 16);
+    *reinterpret_cast<uint2*>((uint16_t*)a.weights + e) = h;
+}
+// one element (version 1): the Philox call of its group of 4, word e % 4
+__device__ __forceinline__ float embedding_bag_backward_load_w(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (a.wtype == EmbeddingBagWeights::fp32) return ((const float*)a.weights)[e];
+    return embedding_bag_half_to_float(((const uint16_t*)a.weights)[e], a.wtype);
+}
+__device__ __forceinline__ void embedding_bag_backward_store_w(const EmbeddingBagBackwardArgs& a, int64_t e, float v) {
+    if (a.wtype == EmbeddingBagWeights::fp32) { ((float*)a.weights)[e] = v; return; }
+    const uint4 r = embedding_bag_backward_round_bits(a, e);
+    const uint32_t w = (e & 3) == 0 ? r.x : ((e & 3) == 1 ? r.y : ((e & 3) == 2 ? r.z : r.w));
+    ((uint16_t*)a.weights)[e] = embedding_bag_round_half(v, a.wtype, a.stochastic, w);
+}
 __device__ __forceinline__ void embedding_bag_backward_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ float4 embedding_bag_backward_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 __device__ __forceinline__ void embedding_bag_backward_fma4(float4& acc, float s, const float4& x) {
@@ -525,7 +586,7 @@ __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingB
     for (int v = 0; v < VPL; v++) {
         const int c4 = l + G * v;
         const bool in = on && 4 * c4 < D;
-        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load4(a.weights + wrow + 4 * c4)
+        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load_w4(a, wrow + 4 * c4)
                                                                   : embedding_bag_backward_zero4();
         if (!LAZY_STATE)
             r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
@@ -554,7 +615,7 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - mult * g[v].x, r.w[v].y - mult * g[v].y,
                                                           r.w[v].z - mult * g[v].z, r.w[v].w - mult * g[v].w));
         }
@@ -571,14 +632,14 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
             w.z -= a.lr * g[v].z / (sqrtf(m.z) + a.eps);
             w.w -= a.lr * g[v].w / (sqrtf(m.w) + a.eps);
             embedding_bag_backward_store4(a.state + wrow + 4 * c4, m);
-            embedding_bag_backward_store4(a.weights + wrow + 4 * c4, w);
+            embedding_bag_backward_store_w4(a, wrow + 4 * c4, w);
         }
     } else if (a.opt == EmbeddingBagBackwardOpt::sgd) {
 #pragma unroll
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - a.lr * g[v].x, r.w[v].y - a.lr * g[v].y,
                                                           r.w[v].z - a.lr * g[v].z, r.w[v].w - a.lr * g[v].w));
         }
@@ -649,9 +710,9 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(Embe
         } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
             const float m = a.state[wrow + d] + gd * gd;
             a.state[wrow + d] = m;
-            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - a.lr * gd / (sqrtf(m) + a.eps));
+            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - a.lr * gd / (sqrtf(m) + a.eps));
         } else {
-            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - mult * gd);
+            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - mult * gd);
         }
     }
     if (lane == 0) flags[lin] = 0u;
@@ -1581,10 +1642,17 @@ inline unsigned embedding_bag_backward_helper_grid(int64_t threads) {
     return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(threads, 256), 132 * 64));
 }
 
-template <class T>
-__global__ void embedding_bag_backward_fill_weights(T* w, int64_t n, uint64_t seed) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        w[i] = from_float<T>(embedding_bag_backward_initial_weight(seed, i));
+// the initial weights, rounded to nearest for half weights (the reference rounds them the same way)
+__host__ __device__ inline float embedding_bag_backward_initial_weight_as(uint64_t seed, int64_t e, EmbeddingBagWeights wt) {
+    const float x = embedding_bag_backward_initial_weight(seed, e);
+    return wt == EmbeddingBagWeights::fp32 ? x : embedding_bag_half_to_float(embedding_bag_half_bits(x, wt, false), wt);
+}
+__global__ void embedding_bag_backward_fill_weights(void* w, EmbeddingBagWeights wt, int64_t n, uint64_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = embedding_bag_backward_initial_weight(seed, i);
+        if (wt == EmbeddingBagWeights::fp32) ((float*)w)[i] = x;
+        else ((uint16_t*)w)[i] = embedding_bag_half_bits(x, wt, false);
+    }
 }
 __global__ void embedding_bag_backward_fill_state(float* m, int64_t n, uint64_t seed) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -1593,11 +1661,15 @@ __global__ void embedding_bag_backward_fill_state(float* m, int64_t n, uint64_t 
 
 // row u of a strided buffer starts at src_off[u] and has col[u+1] - col[u] elements; compact row u
 // starts at col[u]. One warp per row.
-template <class T>
-__global__ void embedding_bag_backward_gather(float* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
+// (src holds wt elements: fp32 for the state and the dense gradient)
+__global__ void embedding_bag_backward_gather(float* dst, const void* src, EmbeddingBagWeights wt, const int64_t* src_off, const int64_t* col,
+                                              int64_t U) {
     const int lane = threadIdx.x & 31;
     for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < U; u += ((int64_t)gridDim.x * blockDim.x) >> 5)
-        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) dst[col[u] + d] = to_float(src[src_off[u] + d]);
+        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) {
+            const int64_t e = src_off[u] + d;
+            dst[col[u] + d] = wt == EmbeddingBagWeights::fp32 ? ((const float*)src)[e] : embedding_bag_half_to_float(((const uint16_t*)src)[e], wt);
+        }
 }
 template <class T>
 __global__ void embedding_bag_backward_copy_rows(T* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
@@ -1753,10 +1825,10 @@ inline EmbeddingBagBackwardInputs embedding_bag_backward_inputs(const Cli& cli, 
 // gradient, the inputs, the check's compact copies of the touched rows (at most N rows of max_D), and the
 // requested versions' workspace (embedding_bag_backward_workspace).
 inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInputs& in, EmbeddingBagBackwardOpt opt,
-                                                  const std::vector<int>& kernels) {
+                                                  const std::vector<int>& kernels, int wbytes) {
     const double N = (double)in.N(), W = (double)in.num_weights, R = (double)in.num_rows(), max_D = in.max_D();
     const double C = std::min(N * max_D, W);   // touched elements
-    double b = 2.0 * W * sizeof(floatX) + 9.0 * R;
+    double b = 2.0 * W * wbytes + 9.0 * R;
     if (opt == EmbeddingBagBackwardOpt::rowwise_adagrad) b += 8.0 * R;
     if (opt == EmbeddingBagBackwardOpt::adagrad) b += 8.0 * W;
     if (opt == EmbeddingBagBackwardOpt::dense) b += 4.0 * W;
@@ -1786,7 +1858,7 @@ struct EmbeddingBagBackwardRun {
     EmbeddingBagBackwardArgs a{};
     bool dense = false, rowwise = false, adagrad = false;
     int64_t U = 0, C = 0, n_m = 0, n_state = 0;   // touched rows, their elements, checked state values, state size
-    floatX *W0 = nullptr, *W = nullptr;
+    void *W0 = nullptr, *W = nullptr;               // the tables, a.wtype elements
     float *M0 = nullptr, *M = nullptr, *Gd = nullptr;
     std::vector<int64_t> h_src;                     // the flat offset of touched row u
     int64_t *d_src = nullptr, *d_col = nullptr, *d_lin = nullptr, *d_iota = nullptr;
@@ -1813,6 +1885,7 @@ inline EmbeddingBagBackwardArgs embedding_bag_backward_upload(const EmbeddingBag
     a.key_bits = embedding_bag_backward_key_bits(in.num_rows());
     a.N = in.N(); a.num_rows = in.num_rows(); a.num_weights = in.num_weights;
     a.mean = in.mean; a.nobag = in.nobag; a.opt = p.opt; a.lr = (float)p.lr; a.eps = (float)p.eps;
+    a.wtype = p.weights; a.stochastic = p.stochastic; a.round_seed = p.seed; a.step = p.step;
     return a;
 }
 
@@ -1826,9 +1899,10 @@ inline void embedding_bag_backward_setup(EmbeddingBagBackwardRun& s, const Embed
     const int64_t num_weights = in.num_weights, num_rows = in.num_rows(), U = R.U(), C = R.col.back();
     s.U = U; s.C = C;
     s.a = embedding_bag_backward_upload(in, p);
-    s.W0 = device_alloc<floatX>((size_t)num_weights);
-    s.W = device_alloc<floatX>((size_t)num_weights);
-    embedding_bag_backward_fill_weights<floatX><<<embedding_bag_backward_helper_grid(num_weights), 256>>>(s.W0, num_weights, seed);
+    const size_t wbytes = (size_t)embedding_bag_weight_bytes(p.weights);
+    s.W0 = device_alloc<char>((size_t)num_weights * wbytes);
+    s.W = device_alloc<char>((size_t)num_weights * wbytes);
+    embedding_bag_backward_fill_weights<<<embedding_bag_backward_helper_grid(num_weights), 256>>>(s.W0, p.weights, num_weights, seed);
     cudaCheck(cudaGetLastError());
     s.n_state = s.rowwise ? num_rows : (s.adagrad ? num_weights : 0);
     if (s.n_state) {
@@ -1881,10 +1955,11 @@ inline void embedding_bag_backward_release(EmbeddingBagBackwardRun& s) {
 
 // the GPU's touched rows into the compact layout of the reference
 inline void embedding_bag_backward_gather_rows(const EmbeddingBagBackwardRun& s) {
-    if (s.dense) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cw, s.Gd, s.d_src, s.d_col, s.U);
-    else embedding_bag_backward_gather<floatX><<<s.row_grid, 256>>>(s.d_cw, s.W, s.d_src, s.d_col, s.U);
-    if (s.rowwise) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cm, s.M, s.d_lin, s.d_iota, s.U);
-    if (s.adagrad) embedding_bag_backward_gather<float><<<s.row_grid, 256>>>(s.d_cm, s.M, s.d_src, s.d_col, s.U);
+    const EmbeddingBagWeights f32 = EmbeddingBagWeights::fp32;
+    if (s.dense) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cw, s.Gd, f32, s.d_src, s.d_col, s.U);
+    else embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cw, s.W, s.a.wtype, s.d_src, s.d_col, s.U);
+    if (s.rowwise) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cm, s.M, f32, s.d_lin, s.d_iota, s.U);
+    if (s.adagrad) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cm, s.M, f32, s.d_src, s.d_col, s.U);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1948,7 +2023,7 @@ inline bool embedding_bag_backward_check_untouched(const EmbeddingBagBackwardRun
 
 inline bool embedding_bag_backward_check_rest(const EmbeddingBagBackwardRun& s) {
     bool ok = true;
-    const bool half = sizeof(floatX) == 2;
+    const bool half = s.a.wtype != EmbeddingBagWeights::fp32;
     ok = embedding_bag_backward_check_untouched(s, s.dense ? "weights (all)" : "weights (rest)", s.W, s.W0, half, s.dense ? nullptr : s.d_mask,
                                                 false) && ok;
     if (s.rowwise) ok = embedding_bag_backward_check_untouched(s, "state (rest)", s.M, s.M0, false, s.d_mask, true) && ok;
@@ -1982,7 +2057,7 @@ inline bool embedding_bag_backward_same_bits(const EmbeddingBagBackwardRun& s, c
 // looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
 // scratch buffer poisoned
 inline void embedding_bag_backward_prepare_check(const EmbeddingBagBackwardRun& s) {
-    cudaCheck(cudaMemcpy(s.W, s.W0, (size_t)s.a.num_weights * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(s.W, s.W0, (size_t)s.a.num_weights * embedding_bag_weight_bytes(s.a.wtype), cudaMemcpyDeviceToDevice));
     if (s.n_state) cudaCheck(cudaMemcpy(s.M, s.M0, (size_t)s.n_state * sizeof(float), cudaMemcpyDeviceToDevice));
     if (s.dense) {
         cudaCheck(cudaMemset(s.Gd, 0, (size_t)s.a.num_weights * sizeof(float)));
@@ -1994,7 +2069,10 @@ inline void embedding_bag_backward_prepare_check(const EmbeddingBagBackwardRun& 
 
 // timing: every sample starts from the same tables (the looked-up rows restored, untimed)
 inline void embedding_bag_backward_prepare_timing(const EmbeddingBagBackwardRun& s) {
-    if (!s.dense) embedding_bag_backward_copy_rows<floatX><<<s.row_grid, 256>>>(s.W, s.W0, s.d_src, s.d_col, s.U);
+    if (!s.dense && s.a.wtype == EmbeddingBagWeights::fp32)
+        embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>((float*)s.W, (const float*)s.W0, s.d_src, s.d_col, s.U);
+    if (!s.dense && s.a.wtype != EmbeddingBagWeights::fp32)
+        embedding_bag_backward_copy_rows<uint16_t><<<s.row_grid, 256>>>((uint16_t*)s.W, (const uint16_t*)s.W0, s.d_src, s.d_col, s.U);
     if (s.rowwise) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_lin, s.d_iota, s.U);
     if (s.adagrad) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_src, s.d_col, s.U);
 }
@@ -2038,6 +2116,16 @@ inline bool embedding_bag_backward_check(EmbeddingBagBackwardRun& s, int k, int 
     return embedding_bag_backward_check_rest(s) && ok;
 }
 
+// the tables as fp32 values
+inline std::vector<float> embedding_bag_backward_download_weights(const EmbeddingBagBackwardRun& s, const void* W) {
+    const size_t n = (size_t)s.a.num_weights;
+    if (s.a.wtype == EmbeddingBagWeights::fp32) return device_download((const float*)W, n);
+    std::vector<uint16_t> h = device_download((const uint16_t*)W, n);
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = embedding_bag_half_to_float(h[i], s.a.wtype);
+    return f;
+}
+
 // --dump: the inputs, the tables (and state, or the dense gradient) before, after the last version's step,
 // and the reference's (untouched rows as before)
 inline void embedding_bag_backward_dump_results(const EmbeddingBagBackwardRun& s, const EmbeddingBagConfig& cfg, const std::string& dir) {
@@ -2055,8 +2143,7 @@ inline void embedding_bag_backward_dump_results(const EmbeddingBagBackwardRun& s
         for (int64_t u = 0; u < s.U; u++)
             for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) full[s.h_src[u] + d] = compact[R.col[u] + d];
     };
-    std::vector<float> before = to_float_vec(device_download(s.W0, (size_t)num_weights));
-    std::vector<float> after = to_float_vec(device_download(s.W, (size_t)num_weights));
+    std::vector<float> before = embedding_bag_backward_download_weights(s, s.W0), after = embedding_bag_backward_download_weights(s, s.W);
     std::vector<float> wref = before;
     if (!s.dense) scatter(wref, ref.w);
     write_npy(dir, p + "weights_before", before.data(), {num_weights});
@@ -2088,7 +2175,11 @@ inline void embedding_bag_backward_describe(const EmbeddingBagConfig& cfg, const
            "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
            in.T, in.B, in.total_D(), in.max_D(), (long long)in.N(), cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
            embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)R.U(), (long long)R.max_count,
-           (long long)long_runs, EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt], p.lr, p.eps, (double)in.num_weights * sizeof(floatX) / 1e9);
+           (long long)long_runs, EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt], p.lr, p.eps,
+           (double)in.num_weights * embedding_bag_weight_bytes(p.weights) / 1e9);
+    if (p.weights != EmbeddingBagWeights::fp32)
+        printf("weights %s, updates rounded %s (%s)\n", EMBEDDING_BAG_WEIGHTS_NAMES[(int)p.weights], p.stochastic ? "stochastically" : "to nearest",
+               p.stochastic ? "Philox4x32-10 keyed by --seed, step 1" : "an update below half an ulp is lost");
 }
 
 #ifndef NO_MAIN
@@ -2116,13 +2207,16 @@ int main(int argc, char** argv) {
             "--block (%d) must be a power of two from 32 to 512", cli.block);
     for (int k : cli.kernels) require(!(k >= 7 && cli.block > 256), "--block (%d) must be at most 256 for version %d", cli.block, k);
     EmbeddingBagBackwardInputs in = embedding_bag_backward_inputs(cli, cfg, flags);
+    embedding_bag_set_precision(cfg, flags);
+    prm.weights = cfg.weights; prm.stochastic = cfg.stochastic; prm.seed = cli.seed;
+    const int wbytes = embedding_bag_weight_bytes(prm.weights);
     select_versions(cli, [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); }, false);
 
     cuda_init();
-    require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels), "embedding_bag_backward", !cli.check_only);
+    require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels, wbytes), "embedding_bag_backward", !cli.check_only);
     // the reference: the touched rows' initial values come from the same hash the GPU fills the tables with
     const uint64_t seed = cli.seed;
-    auto w0 = [&](int64_t e) { return to_float(from_float<floatX>(embedding_bag_backward_initial_weight(seed, e))); };
+    auto w0 = [&](int64_t e) { return embedding_bag_backward_initial_weight_as(seed, e, prm.weights); };
     auto m0 = [&](int64_t i) { return embedding_bag_backward_initial_state(seed, i); };
     const EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
     embedding_bag_backward_describe(cfg, in, prm, ref.rows);
@@ -2134,14 +2228,14 @@ int main(int argc, char** argv) {
     OpRunner r;
     r.op = "embedding_bag_backward";
     r.shape = shape;
-    r.bytes = embedding_bag_backward_bytes(in, ref.rows, prm.opt);
+    r.bytes = embedding_bag_backward_bytes(in, ref.rows, prm.opt, wbytes);
     r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); };
     r.blocks_for = [&](int k) { return embedding_bag_backward_blocks(k); };
     r.prepare_check = [&] { embedding_bag_backward_prepare_check(s); };
     r.prepare_timing = [&] { embedding_bag_backward_prepare_timing(s); };
     r.launch = [&](int k, int block) { embedding_bag_backward(k, s.a, s.ws, block, 0); };
     r.check = [&](int k, int block) { return embedding_bag_backward_check(s, k, block); };
-    const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L);
+    const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L, wbytes);
     r.extra = [&](int, int, double ms) {
         char buf[96];
         snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)s.U);
