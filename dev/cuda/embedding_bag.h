@@ -242,6 +242,11 @@ __host__ __device__ inline uint16_t embedding_bag_half_bits(float v, EmbeddingBa
     return __half_raw(toward_zero ? __float2half_rz(v) : __float2half_rn(v)).x;
 }
 
+// one weight as fp32, by its C++ type (the forward's kernels are templated on it)
+__host__ __device__ inline float embedding_bag_to_float(float x) { return x; }
+__host__ __device__ inline float embedding_bag_to_float(__half x) { return __half2float(x); }
+__host__ __device__ inline float embedding_bag_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 // v rounded to the half type w: to nearest (stochastic false), or up with probability q using the random
 // word r (see above). Values exactly representable, non-finite ones and those past the largest finite
 // half (whose neighbour away from zero is infinite) round to nearest.
