@@ -285,7 +285,7 @@ inline void embedding_bag_backward_round_row(const EmbeddingBagBackwardParams& p
         if (p.stochastic) embedding_bag_round_bits_host(p.seed, p.step, (wrow + d0) / 4, r);
         for (int i = 0; i < 4; i++) {
             const int d = d0 + i;
-            const double c = w_out[d], t = (double)w_tol[d] + 0x1.0p-24 * std::fabs(c);   // + the reference's own fp32 rounding
+            const double c = w_out[d], t = (double)w_tol[d] + 0x1.0p-23 * std::fabs(c);   // + the reference's own fp32 rounding
             float lo = (float)(c - t), hi = (float)(c + t);
             if ((double)lo > c - t) lo = std::nextafter(lo, -INFINITY);
             if ((double)hi < c + t) hi = std::nextafter(hi, INFINITY);
