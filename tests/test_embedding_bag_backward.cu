@@ -23,10 +23,11 @@
 using Opt = EmbeddingBagBackwardOpt;
 static const Opt kOpts[] = {Opt::dense, Opt::sgd, Opt::rowwise_adagrad, Opt::adagrad};
 
-// initial tables and state as the bench makes them (the hash), fp32 build
+// initial tables and state as the bench makes them (the hash; weights rounded to nearest in their type)
 struct Tables {
     uint64_t seed;
-    float w(int64_t e) const { return embedding_bag_backward_initial_weight(seed, e); }
+    EmbeddingBagWeights wt = EmbeddingBagWeights::fp32;
+    float w(int64_t e) const { return embedding_bag_backward_initial_weight_as(seed, e, wt); }
     float m(int64_t i) const { return embedding_bag_backward_initial_state(seed, i); }
 };
 
@@ -510,6 +511,169 @@ static int64_t count_out_of_tolerance(const EmbeddingBagBackwardReference& ref, 
     return bad;
 }
 
+static void test_orders_within_tolerance(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed);
+
+// ---------------------------------------------------------------------------------------------
+// 8. half weights: Philox against its known answers, stochastic rounding unbiased, nearest rounding losing
+// small updates, and the check's tolerance for half weights (bit-exact where the fp32 bound cannot change the
+// rounding, one ulp elsewhere) holding for every version's fp32 order and catching wrong random bits
+
+static const EmbeddingBagWeights kHalves[] = {EmbeddingBagWeights::fp16, EmbeddingBagWeights::bf16};
+
+// Random123's known-answer vectors for Philox4x32-10 (counter, key -> output)
+static void test_philox_kat() {
+    struct Kat { uint32_t ctr[4], key[2], out[4]; };
+    const Kat kats[] = {
+        {{0u, 0u, 0u, 0u}, {0u, 0u}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+        {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+        {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}, {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+    };
+    bool ok = true;
+    std::string why;
+    for (const Kat& k : kats) {
+        uint32_t out[4];
+        embedding_bag_philox_host(k.ctr, k.key, out);
+        for (int i = 0; i < 4; i++)
+            if (out[i] != k.out[i] && ok) { ok = false; why = fmt("counter %08x...: word %d is %08x, expected %08x", k.ctr[0], i, out[i], k.out[i]); }
+    }
+    report(ok, "host Philox4x32-10 matches Random123's three known-answer vectors", why);
+}
+
+// The mean of K stochastic roundings of v (random words from Philox at K counters) must be within 5 sigma
+// of v, sigma = ulp * sqrt(q (1 - q) / K) for the rounding-up probability q; also every rounding is one of
+// v's two neighbours, and nearest rounding of the same v is the nearer one
+static void test_rounding_unbiased() {
+    const int K = 200000;
+    const float values[] = {1.0f + 0x1.0p-12f, 1.0f + 0.3f * 0x1.0p-7f, -3.14159265f, 0.1f, -1e-3f, 1234.567f, 6.1e-5f, 3.0e-7f, -2.5e-6f};
+    bool ok = true;
+    std::string why;
+    int checked = 0;
+    for (EmbeddingBagWeights wt : kHalves) {
+        for (float v : values) {
+            const uint16_t lo = embedding_bag_half_bits(v, wt, true);
+            const double flo = embedding_bag_half_to_float(lo, wt), fhi = embedding_bag_half_to_float((uint16_t)(lo + 1), wt);
+            const double ulp = fhi - flo, q = ((double)v - flo) / ulp;
+            double sum = 0.0;
+            bool neighbours = true;
+            for (int i = 0; i < K; i += 4) {
+                uint32_t r[4];
+                embedding_bag_round_bits_host(12345, 7, i / 4, r);
+                for (int j = 0; j < 4; j++) {
+                    const double x = embedding_bag_half_to_float(embedding_bag_round_half(v, wt, true, r[j]), wt);
+                    neighbours = neighbours && (x == flo || x == fhi);
+                    sum += x;
+                }
+            }
+            const double mean = sum / K, sigma = std::fabs(ulp) * std::sqrt(q * (1.0 - q) / K);
+            const double nearest = embedding_bag_half_to_float(embedding_bag_round_half(v, wt, false, 0u), wt);
+            const bool near_ok = std::fabs(nearest - v) <= std::fabs(ulp) / 2;
+            checked++;
+            if ((!neighbours || std::fabs(mean - v) > 5.0 * sigma + 1e-12 * std::fabs(v) || !near_ok) && ok) {
+                ok = false;
+                why = fmt("%s, v = %.9g: mean %.9g (|mean - v| = %.3g, 5 sigma = %.3g), neighbours %d, nearest %.9g",
+                          EMBEDDING_BAG_WEIGHTS_NAMES[(int)wt], v, mean, std::fabs(mean - v), 5.0 * sigma, neighbours, nearest);
+            }
+        }
+    }
+    report(ok, fmt("stochastic rounding is unbiased: %d values x fp16/bf16, the mean of %d roundings within 5 sigma", checked, K), why);
+}
+
+// SGD on bf16 weights at 1.0 (ulp 2^-7) with updates of +0.003 (below half an ulp, 0.0039), 100 steps, over
+// 4096 columns: rounded to nearest every weight stays at 1.0; stochastically the mean over the columns is
+// within 5 sigma of 1.3 (each step unbiased; its variance at most ulp^2 / 4 per column)
+static void test_small_updates() {
+    const int D = 4096, steps = 100;
+    const double lr = 0.01, g = -0.3;
+    double mean[2] = {0.0, 0.0};
+    bool nearest_stuck = true;
+    for (int st = 0; st < 2; st++) {
+        EmbeddingBagBackwardParams p;
+        p.opt = Opt::sgd; p.lr = lr; p.weights = EmbeddingBagWeights::bf16; p.stochastic = st == 1; p.seed = 99;
+        std::vector<double> gv(D, g), A(D, std::fabs(g));
+        std::vector<float> w(D, 1.0f), w_out(D), w_tol(D);
+        for (int k = 0; k < steps; k++) {
+            p.step = (uint32_t)k;
+            embedding_bag_backward_apply_row(p, D, 1, gv.data(), A.data(), w.data(), 0.0f, nullptr, w_out.data(), w_tol.data(), nullptr, nullptr,
+                                             nullptr, nullptr, 0);
+            w = w_out;
+        }
+        for (int d = 0; d < D; d++) {
+            mean[st] += w[d] / D;
+            if (st == 0) nearest_stuck = nearest_stuck && w[d] == 1.0f;
+        }
+    }
+    const double want = 1.0 + steps * lr * -g, five_sigma = 5.0 * std::sqrt(steps * 0x1.0p-14 / 4.0 / D);
+    report(nearest_stuck && std::fabs(mean[1] - want) <= five_sigma,
+           fmt("bf16 SGD, updates of 0.003 below half an ulp: nearest keeps 1.0, stochastic reaches %.4f (expected %.3f +- %.4f)", mean[1], want,
+               five_sigma),
+           fmt("nearest stuck at 1.0: %d; stochastic mean %.5f", nearest_stuck, mean[1]));
+}
+
+static EmbeddingBagBackwardReference run_reference_half(const EmbeddingBagBackwardInputs& in, Opt opt, const Tables& tb, bool stochastic,
+                                                        uint64_t round_seed) {
+    EmbeddingBagBackwardParams p;
+    p.opt = opt; p.weights = tb.wt; p.stochastic = stochastic; p.seed = round_seed;
+    return embedding_bag_backward_cpu(in, p, [&](int64_t e) { return tb.w(e); }, [&](int64_t i) { return tb.m(i); });
+}
+
+// the GPU's last step for half weights: its fp32 value rounded with the word of the element's position
+static void emulate_round(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& R, EmbeddingBagWeights wt, bool stochastic,
+                          uint64_t round_seed, std::vector<float>& w) {
+    for (int64_t u = 0; u < R.U(); u++) {
+        const int t = R.table[u], D = in.D(t);
+        const int64_t wrow = in.weights_offsets[t] + R.row[u] * D;
+        for (int d = 0; d < D; d++) {
+            uint32_t r[4];
+            embedding_bag_round_bits_host(round_seed, 1, (wrow + d) / 4, r);
+            float& x = w[R.col[u] + d];
+            x = embedding_bag_half_to_float(embedding_bag_round_half(x, wt, stochastic, r[(wrow + d) % 4]), wt);
+        }
+    }
+}
+
+static void test_half_orders(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed) {
+    EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
+    const Order orders[] = {{1, 32, 1, 1}, {2, 32, 1, 0}, {3, 32, 16, 0}, {4, 32, 8, 0}, {6, 8, 8, 0}};
+    bool ok = true, caught = true, deterministic = true;
+    std::string why;
+    int64_t exact = 0, total = 0;
+    for (EmbeddingBagWeights wt : kHalves)
+        for (int st = 0; st < 2; st++)
+            for (Opt opt : {Opt::sgd, Opt::rowwise_adagrad, Opt::adagrad}) {
+                Tables tb{seed + 31, wt};
+                const auto ref = run_reference_half(in, opt, tb, st == 1, seed);
+                const auto again = run_reference_half(in, opt, tb, st == 1, seed);
+                deterministic = deterministic && again.w == ref.w && again.w_tol == ref.w_tol;
+                for (float t : ref.w_tol) exact += t == 0.0f;
+                total += (int64_t)ref.w_tol.size();
+                const char* what = EMBEDDING_BAG_WEIGHTS_NAMES[(int)wt];
+                for (const Order& o : orders) {
+                    std::vector<float> w, m;
+                    emulate_update(in, ref.rows, opt, tb, emulate_grads(in, ref.rows, o), w, m);
+                    std::vector<float> w_bad = w;
+                    emulate_round(in, ref.rows, wt, st == 1, seed, w);
+                    const int64_t bad = count_out_of_tolerance(ref, opt, w, m, nullptr);
+                    if (bad && ok) {
+                        ok = false;
+                        why = fmt("%s %s %s, version %d order: %lld elements out of tolerance", what, st ? "stochastic" : "nearest",
+                                  EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt], o.version, (long long)bad);
+                    }
+                    if (st == 1) {   // the words of another seed must be caught
+                        emulate_round(in, ref.rows, wt, true, seed + 1, w_bad);
+                        if (count_out_of_tolerance(ref, opt, w_bad, m, nullptr) == 0 && caught) {
+                            caught = false;
+                            why += fmt("; %s %s: rounding with another seed's bits went unnoticed", what, EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt]);
+                        }
+                    }
+                }
+            }
+    report(ok && caught && deterministic,
+           fmt("%s, fp16/bf16 weights: every version's order rounded within the tolerance, %.1f%% of the elements bit-exact; another seed's "
+               "bits caught; the reference deterministic",
+               name.c_str(), 100.0 * exact / std::max<int64_t>(total, 1)),
+           why + (deterministic ? "" : "; the reference gave different bits for one seed"));
+}
+
 static void test_orders_within_tolerance(const std::string& name, const EmbeddingBagConfig& cfg, uint64_t seed) {
     EmbeddingBagBackwardInputs in = embedding_bag_backward_make_inputs(cfg, seed);
     Tables tb{seed + 99};
@@ -816,6 +980,18 @@ int main() {
         EmbeddingBagConfig m = small_config(5, 97, 4, 33, 13, 0.0);
         m.mixed_dims = true; m.weighted = true;
         test_orders_within_tolerance("uniform, mixed dims, weighted", m, 9);
+    }
+    // 8. half weights
+    test_philox_kat();
+    test_rounding_unbiased();
+    test_small_updates();
+    {
+        EmbeddingBagConfig c = small_config(3, 500, 36, 64, 9, 1.15);
+        c.weighted = true; c.mean = true;
+        test_half_orders("Zipf 1.15, weighted, mean, D=36", c, 41);
+        EmbeddingBagConfig o = small_config(2, 1000, 128, 128, 20, 0.0);
+        o.one_row = true;
+        test_half_orders("one row, 2 runs of 2,560, D=128", o, 42);
     }
     // 6. bytes, bits, inputs
     test_bytes_and_bits();

@@ -175,6 +175,54 @@ static void test_fp32_orders_within_tolerance() {
     }
 }
 
+// fp16 / bf16 weights: the tables rounded to nearest (exact half values, within half an ulp of the fp32
+// draw, and the bits the GPU gets decode to them), the fp32 orders within tolerance on them, half the row
+// bytes in both formulas, and the shape naming the type
+static void test_half_weights() {
+    auto c = small_config(4, {4, 12, 132, 260}, {1000, 77, 5000, 300}, 37, 13);
+    c.weighted = true; c.alpha = 1.15;
+    EmbeddingBagInputs in = embedding_bag_make_inputs(c, 13);
+    const std::vector<float> w32 = embedding_bag_forward_make_weights(in, 13);
+    for (EmbeddingBagWeights wt : {EmbeddingBagWeights::fp16, EmbeddingBagWeights::bf16}) {
+        const char* name = EMBEDDING_BAG_WEIGHTS_NAMES[(int)wt];
+        const std::vector<float> w = embedding_bag_forward_make_weights(in, 13, wt);
+        size_t bad = 0, changed = 0;
+        for (size_t i = 0; i < w.size(); i++) {
+            const uint16_t h = embedding_bag_half_bits(w[i], wt, false);
+            const float lo = embedding_bag_half_to_float(embedding_bag_half_bits(w32[i], wt, true), wt);
+            const float ulp = std::fabs(embedding_bag_half_to_float((uint16_t)(embedding_bag_half_bits(w32[i], wt, true) + 1), wt) - lo);
+            bad += embedding_bag_half_to_float(h, wt) != w[i] || std::fabs(w[i] - w32[i]) > ulp / 2;
+            changed += w[i] != w32[i];
+        }
+        report(bad == 0 && changed > w.size() / 2,
+               fmt("%s weights: %zu values exact in %s, within half an ulp of the fp32 draw (%zu rounded)", name, w.size(), name, changed),
+               fmt("%zu bad, %zu changed", bad, changed));
+        std::vector<float> ref((size_t)in.B * in.total_D());
+        embedding_bag_forward_cpu(ref.data(), in, w.data());
+        for (bool slotted : {false, true}) {
+            std::vector<float> got = forward_fp32_order(in, w, slotted);
+            ValidateStats st = compare_arrays(got.data(), ref.data(), got.size(), EMBEDDING_BAG_FORWARD_ATOL / 4, EMBEDDING_BAG_FORWARD_RTOL / 4);
+            report(st.failures == 0, fmt("%s weights: fp32 %s order within tolerance/4 (max abs %.2g)", name, slotted ? "slotted" : "in-order", st.max_abs),
+                   fmt("%zu of %zu fail", st.failures, st.n));
+        }
+    }
+    EmbeddingBagConfig d;
+    EmbeddingBagInputs def = embedding_bag_make_inputs(d, 42);
+    const double rows32 = 327680.0 * 128 * 4;
+    report(embedding_bag_forward_bytes(def, 2) == embedding_bag_forward_bytes(def) - rows32 / 2 &&
+               embedding_bag_forward_fbgemm_bytes(def, 20, 2) == embedding_bag_forward_fbgemm_bytes(def, 20) - rows32 / 2,
+           "half weights: the rows' bytes halve in both formulas (fewest 178.9 -> 95.0 MB at FBGEMM's default)",
+           fmt("fewest %.0f, fbgemm %.0f", embedding_bag_forward_bytes(def, 2), embedding_bag_forward_fbgemm_bytes(def, 20, 2)));
+    EmbeddingBagConfig e;
+    const std::string s32 = embedding_bag_shape(e);
+    e.weights = EmbeddingBagWeights::fp16;
+    const std::string s16 = embedding_bag_shape(e);
+    e.weights = EmbeddingBagWeights::bf16; e.stochastic = false;
+    const std::string sb = embedding_bag_shape(e);
+    report(s32.find("fp") == std::string::npos && s16 == s32 + ",fp16,stochastic" && sb == s32 + ",bf16,nearest",
+           "the shape names half weights and their rounding (fp32, the default, adds nothing)", s32 + " | " + s16 + " | " + sb);
+}
+
 // FBGEMM's recipe at its benchmark default (T=32 E=1e5 B=512 L=20): the spec counts 18,016 unique
 // (table, row) pairs among the 327,680 lookups at alpha 1.15 and 311,574 uniform.
 static void test_zipf_statistics() {
@@ -569,6 +617,7 @@ int main() {
     test_reference_against_one_hot();
     test_empty_bags();
     test_fp32_orders_within_tolerance();
+    test_half_weights();
     test_zipf_statistics();
     test_generator_flags();
     test_validator();

@@ -16,6 +16,12 @@
 // with the file and position.
 #pragma once
 #include "common.h"
+#include <cuda_fp16.h>
+
+// the tables' element type (--weights; the rounding of half weights: below)
+enum class EmbeddingBagWeights { fp32 = 0, fp16 = 1, bf16 = 2 };
+static const char* const EMBEDDING_BAG_WEIGHTS_NAMES[] = {"fp32", "fp16", "bf16"};
+inline int embedding_bag_weight_bytes(EmbeddingBagWeights w) { return w == EmbeddingBagWeights::fp32 ? 4 : 2; }
 
 struct EmbeddingBagConfig {
     int T = 32, D = 128, B = 512, L = 20;
@@ -27,6 +33,8 @@ struct EmbeddingBagConfig {
     std::vector<int> Ds, Es;    // per-table D and E, cycled over the tables (override D, E, mixed_dims)
     double empty_frac = 0.0;    // each bag is emptied with this probability
     std::string loaded;         // the --load directory the inputs came from ("" = generated)
+    EmbeddingBagWeights weights = EmbeddingBagWeights::fp32;   // --weights, --rounding (embedding_bag_set_precision)
+    bool stochastic = true;
 };
 
 // The layout: tables t = 0..T-1 of E[t] rows of D(t) columns at weights_offsets[t] in one flat array;
@@ -185,10 +193,85 @@ inline std::string embedding_bag_validate(const EmbeddingBagInputs& in) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Weight precision (--weights fp32|fp16|bf16) and the rounding of half weights (--rounding). Accumulation
+// and optimizer state are fp32 whatever the weights; the fp32 build defaults to fp32 weights, the _bf16
+// build to bf16 weights rounded to nearest (what that build did before the flag existed).
+//
+// Stochastic rounding (the default for half weights, as in FBGEMM) rounds a value v between two
+// neighbouring half values lo (v rounded toward zero) and hi (the next one away from zero) up to hi with
+// probability q = (v - lo) / (hi - lo): unbiased, so an update smaller than half an ulp survives in
+// expectation where nearest rounding drops it every time. The decision is `u < q` for a uniform
+// u = (r >> 8) * 2^-24 from a 32-bit random word r: q is exact in fp32 (the difference is v's dropped bits,
+// the divisor a power of two), so P(up) = q exactly whenever q is a multiple of 2^-24 (every fp32 v in
+// bf16's normal range, and in fp16's down to 2^-24). The same function runs on the host and the GPU.
+//
+// The random words: Philox4x32-10, the counter-based generator of curand (curand_Philox4x32_10 in
+// curand_kernel.h on the GPU; the same rounds written out below for the reference, which the CPU test
+// checks against Random123's published known-answer vectors). Key = the run's seed; counter = (e / 4 as
+// 64 bits, step, 0) for the weight at flat position e, word e % 4 rounding it: a float4 of a row (rows
+// are 16-byte aligned) takes one Philox call, and the bits depend on nothing but (seed, step, e), not on
+// which thread or version wrote the element. A counter-based generator, rather than a hash of our own,
+// because its statistical quality is published and curand ships it.
+
+
+// Philox4x32-10 on the host: ctr (4 words), key (2 words) -> out (4 words), Random123's word order
+inline void embedding_bag_philox_host(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+// the four random words for the weights e4*4 .. e4*4+3 at `step`
+inline void embedding_bag_round_bits_host(uint64_t seed, uint32_t step, int64_t e4, uint32_t out[4]) {
+    const uint32_t ctr[4] = {(uint32_t)e4, (uint32_t)((uint64_t)e4 >> 32), step, 0u}, key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    embedding_bag_philox_host(ctr, key, out);
+}
+
+// raw 16-bit patterns of the two half types, and their fp32 values (exact)
+__host__ __device__ inline float embedding_bag_half_to_float(uint16_t h, EmbeddingBagWeights w) {
+    if (w == EmbeddingBagWeights::bf16) { __nv_bfloat16_raw r; r.x = h; return __bfloat162float(__nv_bfloat16(r)); }
+    __half_raw r; r.x = h; return __half2float(__half(r));
+}
+__host__ __device__ inline uint16_t embedding_bag_half_bits(float v, EmbeddingBagWeights w, bool toward_zero) {
+    if (w == EmbeddingBagWeights::bf16) return __nv_bfloat16_raw(toward_zero ? __float2bfloat16_rz(v) : __float2bfloat16_rn(v)).x;
+    return __half_raw(toward_zero ? __float2half_rz(v) : __float2half_rn(v)).x;
+}
+
+// one weight as fp32, by its C++ type (the forward's kernels are templated on it)
+__host__ __device__ inline float embedding_bag_to_float(float x) { return x; }
+__host__ __device__ inline float embedding_bag_to_float(__half x) { return __half2float(x); }
+__host__ __device__ inline float embedding_bag_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// v rounded to the half type w: to nearest (stochastic false), or up with probability q using the random
+// word r (see above). Values exactly representable, non-finite ones and those past the largest finite
+// half (whose neighbour away from zero is infinite) round to nearest.
+__host__ __device__ inline uint16_t embedding_bag_round_half(float v, EmbeddingBagWeights w, bool stochastic, uint32_t r) {
+    if (!stochastic || !isfinite(v)) return embedding_bag_half_bits(v, w, false);
+    const uint16_t lo = embedding_bag_half_bits(v, w, true), hi = (uint16_t)(lo + 1);   // sign-magnitude: +1 steps away from zero
+    const float flo = embedding_bag_half_to_float(lo, w), fhi = embedding_bag_half_to_float(hi, w);
+    if (flo == v || !isfinite(fhi)) return embedding_bag_half_bits(v, w, false);
+    const float q = (v - flo) / (fhi - flo);
+    return (float)(r >> 8) * 0x1.0p-24f < q ? hi : lo;
+}
+
+// ----------------------------------------------------------------------------------------------
 // the command line both ops share
+
+// the build's default weights: the _bf16 build keeps what it did before --weights (bf16, rounded to nearest)
+#ifdef ENABLE_BF16
+static const char *const EMBEDDING_BAG_DEFAULT_WEIGHTS = "bf16", *const EMBEDDING_BAG_DEFAULT_ROUNDING = "nearest";
+#else
+static const char *const EMBEDDING_BAG_DEFAULT_WEIGHTS = "fp32", *const EMBEDDING_BAG_DEFAULT_ROUNDING = "stochastic";
+#endif
 
 struct EmbeddingBagFlags {
     std::string pooling = "sum", break_input = "none", distinct = "on";
+    std::string weights = EMBEDDING_BAG_DEFAULT_WEIGHTS, rounding = EMBEDDING_BAG_DEFAULT_ROUNDING;
 };
 
 inline void embedding_bag_add_flags(Cli& cli, EmbeddingBagConfig& c, EmbeddingBagFlags& f) {
@@ -210,7 +293,17 @@ inline void embedding_bag_add_flags(Cli& cli, EmbeddingBagConfig& c, EmbeddingBa
     cli.add_flag("one-row", &c.one_row, "adversarial input: every lookup of a table hits the same row");
     cli.add_choice("break-input", &f.break_input, {"none", "index", "order", "count"},
                    "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
+    cli.add_choice("weights", &f.weights, {"fp32", "fp16", "bf16"}, "the tables' element type (accumulation and optimizer state stay fp32)");
+    cli.add_choice("rounding", &f.rounding, {"nearest", "stochastic"},
+                   "how the backward rounds updated half weights (stochastic: Philox bits from --seed, as FBGEMM; fp32 weights ignore it)");
     cli.supports_load = true;
+}
+
+// the weights' type and rounding from the flags (generated and loaded inputs alike)
+inline void embedding_bag_set_precision(EmbeddingBagConfig& c, const EmbeddingBagFlags& f) {
+    for (int i = 0; i < 3; i++)
+        if (f.weights == EMBEDDING_BAG_WEIGHTS_NAMES[i]) c.weights = (EmbeddingBagWeights)i;
+    c.stochastic = f.rounding == "stochastic";
 }
 
 static const char* const EMBEDDING_BAG_CONSTRAINTS =
@@ -286,8 +379,16 @@ inline double embedding_bag_inputs_host_bytes(const EmbeddingBagConfig& c) {
 }
 
 // the shape field of the RESULT lines (the peer scripts read it from the dump to print the same one)
+// (weights other than the build's default, or their rounding, add ",fp16,stochastic" and the like)
+inline std::string embedding_bag_precision_suffix(const EmbeddingBagConfig& c) {
+    const std::string w = EMBEDDING_BAG_WEIGHTS_NAMES[(int)c.weights], r = c.stochastic ? "stochastic" : "nearest";
+    if (c.weights == EmbeddingBagWeights::fp32) return w == EMBEDDING_BAG_DEFAULT_WEIGHTS ? "" : ",fp32";
+    return w == EMBEDDING_BAG_DEFAULT_WEIGHTS && r == EMBEDDING_BAG_DEFAULT_ROUNDING ? "" : "," + w + "," + r;
+}
 inline std::string embedding_bag_shape(const EmbeddingBagConfig& c) {
-    if (!c.loaded.empty()) return "T" + std::to_string(c.T) + ",B" + std::to_string(c.B) + ",loaded," + embedding_bag_pooling_name(c.mean, c.nobag);
+    if (!c.loaded.empty())
+        return "T" + std::to_string(c.T) + ",B" + std::to_string(c.B) + ",loaded," + embedding_bag_pooling_name(c.mean, c.nobag) +
+               embedding_bag_precision_suffix(c);
     std::string Ds, Es;
     for (int t = 0; t < std::min(c.T, 8); t++) {
         Ds += (t ? ":" : "") + std::to_string(embedding_bag_table_D(c, t));
@@ -307,7 +408,7 @@ inline std::string embedding_bag_shape(const EmbeddingBagConfig& c) {
              c.alpha > 1.0 ? c.alpha : 0.0, embedding_bag_pooling_name(c.mean, c.nobag), c.weighted ? ",weighted" : "",
              c.one_row ? ",one_row" : "", c.empty_frac > 0 ? (",empty" + std::to_string(c.empty_frac).substr(0, 4)).c_str() : "",
              c.distinct ? "" : ",repeats");
-    return buf;
+    return buf + embedding_bag_precision_suffix(c);
 }
 
 // ----------------------------------------------------------------------------------------------

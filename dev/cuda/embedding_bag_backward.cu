@@ -6,22 +6,23 @@ not touched (weights and optimizer state stay bit-identical).
 
 Layout: embedding_bag_forward.cu's inputs (weights, D_offsets, weights_offsets, indices, table-major
 offsets, optional per-sample weights), plus hash_offsets[T+1] (int64 running sum of E_t: row r of table t
-has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 in both builds). With
+has the linear id hash_offsets[t] + r) and grad_output[B][total_D] (fp32 always). With
 s_l = w_l (1 unweighted, divided by the bag's length for MEAN):
   g_{t,r} = sum over occurrences l of row r in a bag (t, b) of s_l * grad_output[b][D_offsets[t] + :]
 --pooling none (FBGEMM's nobag; one D, no per-sample weights): grad_output[N][D], lookup l adds grad_output[l];
 every version runs it: the sort carries the lookup's position instead of its bag, the rest is shared.
+--weights fp16|bf16: half tables, updated in fp32 and rounded back (--rounding stochastic, the default as in
+FBGEMM: Philox4x32-10 bits of (seed, step, position); embedding_bag.h). Every version, every optimizer.
 Optimizers (lr 0.1, eps 0.1 as in FBGEMM's benchmark), once per looked-up row; state is fp32:
   dense  grad[t][r] = g  |  sgd  W -= lr * g  |  adagrad  m[t,r,d] += g^2; W -= lr * g / (sqrt(m) + eps)
   rowwise_adagrad  m[t,r] += mean_d(g^2); W -= lr * g / (sqrt(m[t,r]) + eps)       (FBGEMM's default)
 
 Fewest bytes (inputs read once; each looked-up row's weights and state read and written once):
   bytes = 8 * N + 8 * (T*B + 1) + 4 * N (weighted) + 4 * B * total_D + sum over unique rows u of
-            dense: 4 D_u | sgd: 2 D_u sizeof(floatX) | rowwise_adagrad: 2 D_u sizeof(floatX) + 8
-            | adagrad: 2 D_u (sizeof(floatX) + 4)
+            dense: 4 D_u | sgd: 2 D_u w | rowwise_adagrad: 2 D_u w + 8 | adagrad: 2 D_u (w + 4)   (w: 4 or 2 bytes)
   FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, rowwise Adagrad, fp32): 332.7 MB at uniform (311,574
   unique rows of 327,680 lookups), 29.7 MB at Zipf 1.15. FBGEMM's own figure, 2 * rw / time with
-  rw = 4 * B * total_D + sizeof(floatX) * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
+  rw = 4 * B * total_D + w * B * total_D * L (176.2 MB), is printed as `fbgemm_gbps=`.
   nobag: 4 * N * D in place of 4 * B * total_D, and the first term of rw L times larger (335.5 MB).
 
 Versions. H200, 2026-11-30, default size, rowwise Adagrad, best block, median ms (% of the copy bandwidth
@@ -52,13 +53,14 @@ Lessons:
 
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
-  make embedding_bag_backward_bf16  && ./embedding_bag_backward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
+  ./embedding_bag_backward all --weights bf16 --T 4 --Ds 4,12,132,260 --B 37 --L 13   (_bf16 build: bf16, nearest)
   ./embedding_bag_backward all --one-row                       (every lookup of a table on one row)
   ./embedding_bag_backward --pooling none                      (one gradient row per lookup)
   ./embedding_bag_backward all --T 1 --E 1000000 --B 65536 --L 32 --alpha 0    (the large size)
 */
 #include "embedding_bag.h"
 #include <cub/cub.cuh>
+#include <curand_kernel.h>
 
 // ----------------------------------------------------------------------------------------------
 // Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-8 in a fixed order, version 1 in
@@ -67,15 +69,11 @@ Compile and run:
 // of thumb). The check allows, per element,
 //   err(g) <= (2 sqrt(n) + 4) u sum_i |t_i|        (+4: the scale w_l / L_bag and the product round too)
 // and carries that bound through the optimizer's formula to the weights and the state (first-order terms,
-// plus a few u for each fp32 operation the kernel does after the sum, plus the output rounding: 2^-8 for
-// bf16 weights), then doubles it. See embedding_bag_backward_apply_row. A dropped lookup in a run of
+// plus a few u for each fp32 operation the kernel does after the sum, plus the fp32 output rounding), then
+// doubles it. See embedding_bag_backward_apply_row; half weights: embedding_bag_backward_round_row. A dropped lookup in a run of
 // 10,240 (the one-row input) still moves a weight by several times this bound (tests/ checks it).
 static const double EMBEDDING_BAG_BACKWARD_U = 0x1.0p-24;
-#ifdef ENABLE_BF16
-static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-8;   // a weight rounded to bf16 (half an ulp is 2^-9)
-#else
 static const double EMBEDDING_BAG_BACKWARD_OUT_RTOL = 0x1.0p-23;  // the reference's and the GPU's fp32 rounding
-#endif
 static const double EMBEDDING_BAG_BACKWARD_ATOL = 1e-7;            // a floor for values near 0
 
 enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, adagrad = 3 };
@@ -88,9 +86,15 @@ static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-8 hold a
 // inputs: the bags, layout and flags of embedding_bag.h (shared with the forward, so a seed gives both
 // ops the same bags), plus grad_output; the optimizer's parameters
 
+// weights, stochastic: the tables' type and how updated half weights round (embedding_bag.h); seed, step: the
+// Philox key and the counter's step word (a training loop would count its steps; the bench runs step 1)
 struct EmbeddingBagBackwardParams {
     EmbeddingBagBackwardOpt opt = EmbeddingBagBackwardOpt::rowwise_adagrad;
     double lr = 0.1, eps = 0.1;
+    EmbeddingBagWeights weights = EmbeddingBagWeights::fp32;
+    bool stochastic = true;
+    uint64_t seed = 0;
+    uint32_t step = 1;
 };
 
 struct EmbeddingBagBackwardInputs : EmbeddingBagInputs {
@@ -205,10 +209,12 @@ inline double embedding_bag_backward_scale(const EmbeddingBagBackwardInputs& in,
 // One row's step. g, A: the row gradient and sum_i |t_i| per column (double); n: the row's lookups;
 // w: its weights, m_row (rowwise) or m (adagrad, D values) its state. Writes the new weights / state /
 // dense gradient and their tolerances (only those the optimizer has).
+inline void embedding_bag_backward_round_row(const EmbeddingBagBackwardParams& p, int D, int64_t wrow, float* w_out, float* w_tol);
+
 inline void embedding_bag_backward_apply_row(const EmbeddingBagBackwardParams& p, int D, int64_t n, const double* g,
                                              const double* A, const float* w, float m_row, const float* m,
                                              float* w_out, float* w_tol, float* m_out, float* m_tol,
-                                             float* g_out, float* g_tol) {
+                                             float* g_out, float* g_tol, int64_t wrow = 0) {
     const double u = EMBEDDING_BAG_BACKWARD_U, r_out = EMBEDDING_BAG_BACKWARD_OUT_RTOL, tiny = EMBEDDING_BAG_BACKWARD_ATOL;
     const double lr = p.lr, eps = p.eps;
     auto eg = [&](int d) { return (2.0 * std::sqrt((double)n) + 4.0) * u * A[d]; };   // bound on |g_gpu - g|
@@ -265,10 +271,35 @@ inline void embedding_bag_backward_apply_row(const EmbeddingBagBackwardParams& p
             break;
         }
     }
+    if (p.opt != EmbeddingBagBackwardOpt::dense && p.weights != EmbeddingBagWeights::fp32) embedding_bag_backward_round_row(p, D, wrow, w_out, w_tol);
+}
+
+// Half weights: the GPU rounds its fp32 value v, which lies within w_tol of the reference's w_out, with the
+// random word of its flat position (embedding_bag_round_half). Rounding with a fixed word is monotone in v,
+// so every result the GPU may give lies between the roundings of the interval's ends: where they agree,
+// w_out becomes that half value with tolerance 0 (bit-exact); where they differ (v near a rounding boundary:
+// the order of the fp32 sums decides), the tolerance spans both, one ulp of the half type.
+inline void embedding_bag_backward_round_row(const EmbeddingBagBackwardParams& p, int D, int64_t wrow, float* w_out, float* w_tol) {
+    for (int d0 = 0; d0 < D; d0 += 4) {
+        uint32_t r[4] = {0u, 0u, 0u, 0u};
+        if (p.stochastic) embedding_bag_round_bits_host(p.seed, p.step, (wrow + d0) / 4, r);
+        for (int i = 0; i < 4; i++) {
+            const int d = d0 + i;
+            const double c = w_out[d], t = (double)w_tol[d] + 0x1.0p-23 * std::fabs(c);   // + the reference's own fp32 rounding
+            float lo = (float)(c - t), hi = (float)(c + t);
+            if ((double)lo > c - t) lo = std::nextafter(lo, -INFINITY);
+            if ((double)hi < c + t) hi = std::nextafter(hi, INFINITY);
+            const float rc = embedding_bag_half_to_float(embedding_bag_round_half(w_out[d], p.weights, p.stochastic, r[i]), p.weights);
+            const float rl = embedding_bag_half_to_float(embedding_bag_round_half(lo, p.weights, p.stochastic, r[i]), p.weights);
+            const float rh = embedding_bag_half_to_float(embedding_bag_round_half(hi, p.weights, p.stochastic, r[i]), p.weights);
+            w_out[d] = rc;
+            w_tol[d] = std::max(rh - rc, rc - rl);
+        }
+    }
 }
 
 // The reference step: for every touched row, g and sum|t| in double over its lookups (in position order),
-// then the optimizer. w0(e): the initial weight at flat position e (as the GPU sees it, floatX-rounded);
+// then the optimizer. w0(e): the initial weight at flat position e (as the GPU sees it, rounded to the weights' type);
 // m0(i): the initial state at i (linear row id for rowwise, flat position for adagrad). Results are compact:
 // row u's D_u values start at rows.col[u] (the rowwise state: one value at u).
 struct EmbeddingBagBackwardReference {
@@ -316,7 +347,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
         float* m_tol = rowwise ? &ref.m_tol[u] : (adagrad ? &ref.m_tol[c] : nullptr);
         embedding_bag_backward_apply_row(p, D, R.count[u], g.data(), A.data(), w.data(), m_row, m.data(),
                                          dense ? nullptr : &ref.w[c], dense ? nullptr : &ref.w_tol[c], m_out, m_tol,
-                                         dense ? &ref.grad[c] : nullptr, dense ? &ref.grad_tol[c] : nullptr);
+                                         dense ? &ref.grad[c] : nullptr, dense ? &ref.grad_tol[c] : nullptr, wrow);
     }
     return ref;
 }
@@ -325,7 +356,7 @@ EmbeddingBagBackwardReference embedding_bag_backward_cpu(const EmbeddingBagBackw
 // bytes: ours (the header's formula) and FBGEMM's benchmark figure
 
 inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& rows,
-                                           EmbeddingBagBackwardOpt opt) {
+                                           EmbeddingBagBackwardOpt opt, int wbytes = 4) {
     const double N = (double)in.N();
     double bytes = 8.0 * N + 8.0 * ((double)in.T * in.B + 1) + 4.0 * (double)in.out_rows() * in.out_cols();
     if (!in.per_sample_weights.empty()) bytes += 4.0 * N;
@@ -333,9 +364,9 @@ inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in,
         const double D = in.D(rows.table[u]);
         switch (opt) {
             case EmbeddingBagBackwardOpt::dense: bytes += 4.0 * D; break;
-            case EmbeddingBagBackwardOpt::sgd: bytes += 2.0 * D * sizeof(floatX); break;
-            case EmbeddingBagBackwardOpt::rowwise_adagrad: bytes += 2.0 * D * sizeof(floatX) + 8.0; break;
-            case EmbeddingBagBackwardOpt::adagrad: bytes += 2.0 * D * (sizeof(floatX) + 4.0); break;
+            case EmbeddingBagBackwardOpt::sgd: bytes += 2.0 * D * wbytes; break;
+            case EmbeddingBagBackwardOpt::rowwise_adagrad: bytes += 2.0 * D * wbytes + 8.0; break;
+            case EmbeddingBagBackwardOpt::adagrad: bytes += 2.0 * D * (wbytes + 4.0); break;
         }
     }
     return bytes;
@@ -343,8 +374,8 @@ inline double embedding_bag_backward_bytes(const EmbeddingBagBackwardInputs& in,
 
 // FBGEMM's rw at the nominal bag length L (the backward's figure is 2 * rw / time; nobag: the gradient is
 // L times larger too)
-inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L) {
-    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)sizeof(floatX) * in.B * in.total_D() * L;
+inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs& in, int L, int wbytes = 4) {
+    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)wbytes * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -448,7 +479,7 @@ __host__ __device__ inline int64_t embedding_bag_backward_last_chunk(int64_t oc,
 // GPU: what every version gets (device pointers; sizes from the host)
 
 struct EmbeddingBagBackwardArgs {
-    floatX* weights;                 // updated in place (not read for dense)
+    void* weights;                   // wtype elements, updated in place (not read for dense)
     float* state;                    // rowwise: num_rows; adagrad: num_weights; else nullptr
     float* grad_weights;             // dense: num_weights fp32, arrives zeroed; else nullptr
     const int64_t* weights_offsets;  // T
@@ -464,25 +495,55 @@ struct EmbeddingBagBackwardArgs {
     bool nobag;                      // grad_output row per lookup; the sorted values are lookup positions, not bags
     EmbeddingBagBackwardOpt opt;
     float lr, eps;
+    EmbeddingBagWeights wtype;       // the weights' type; half weights round stochastically or to nearest
+    bool stochastic;
+    uint64_t round_seed;             // Philox key
+    uint32_t step;                   // Philox counter word 2
 };
 
-// four consecutive elements as fp32 (16-byte access in fp32; 8 bytes of bf16 weights in the bf16 build)
+// four consecutive fp32 elements (16-byte access)
 __device__ __forceinline__ float4 embedding_bag_backward_load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 embedding_bag_backward_ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ void embedding_bag_backward_store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-#ifdef ENABLE_BF16
-__device__ __forceinline__ float4 embedding_bag_backward_load4(const __nv_bfloat16* p) {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);     // element 0 in the low half of r.x
-    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u),
-                       __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
+
+// The weights at flat position e (a multiple of 4 for the vector forms), whatever their type: a branch on
+// a.wtype, uniform over the warp, taken once per row (not per lookup), so the kernels are not templated on
+// it. Half weights load 8 bytes and convert exactly; stores round (embedding_bag_round_half) with the
+// Philox word of the element's position: one curand_Philox4x32_10 call per 4 weights.
+__device__ __forceinline__ float4 embedding_bag_backward_load_w4(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (a.wtype == EmbeddingBagWeights::fp32) return embedding_bag_backward_load4((const float*)a.weights + e);
+    const uint2 r = *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);   // element 0 in the low half of r.x
+    if (a.wtype == EmbeddingBagWeights::bf16)
+        return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
+                           __uint_as_float(r.y & 0xFFFF0000u));
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-__device__ __forceinline__ void embedding_bag_backward_store4(__nv_bfloat16* p, float4 v) {
-    uint2 r;
-    r.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16);
-    r.y = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
-    *reinterpret_cast<uint2*>(p) = r;
+__device__ __forceinline__ uint4 embedding_bag_backward_round_bits(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (!a.stochastic) return make_uint4(0u, 0u, 0u, 0u);
+    const uint64_t e4 = (uint64_t)e >> 2;
+    return curand_Philox4x32_10(make_uint4((uint32_t)e4, (uint32_t)(e4 >> 32), a.step, 0u),
+                                make_uint2((uint32_t)a.round_seed, (uint32_t)(a.round_seed >> 32)));
 }
-#endif
+__device__ __forceinline__ void embedding_bag_backward_store_w4(const EmbeddingBagBackwardArgs& a, int64_t e, float4 v) {
+    if (a.wtype == EmbeddingBagWeights::fp32) { embedding_bag_backward_store4((float*)a.weights + e, v); return; }
+    const uint4 r = embedding_bag_backward_round_bits(a, e);
+    uint2 h;
+    h.x = (unsigned)embedding_bag_round_half(v.x, a.wtype, a.stochastic, r.x) | ((unsigned)embedding_bag_round_half(v.y, a.wtype, a.stochastic, r.y) << 16);
+    h.y = (unsigned)embedding_bag_round_half(v.z, a.wtype, a.stochastic, r.z) | ((unsigned)embedding_bag_round_half(v.w, a.wtype, a.stochastic, r.w) << 16);
+    *reinterpret_cast<uint2*>((uint16_t*)a.weights + e) = h;
+}
+// one element (version 1): the Philox call of its group of 4, word e % 4
+__device__ __forceinline__ float embedding_bag_backward_load_w(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    if (a.wtype == EmbeddingBagWeights::fp32) return ((const float*)a.weights)[e];
+    return embedding_bag_half_to_float(((const uint16_t*)a.weights)[e], a.wtype);
+}
+__device__ __forceinline__ void embedding_bag_backward_store_w(const EmbeddingBagBackwardArgs& a, int64_t e, float v) {
+    if (a.wtype == EmbeddingBagWeights::fp32) { ((float*)a.weights)[e] = v; return; }
+    const uint4 r = embedding_bag_backward_round_bits(a, e);
+    const uint32_t w = (e & 3) == 0 ? r.x : ((e & 3) == 1 ? r.y : ((e & 3) == 2 ? r.z : r.w));
+    ((uint16_t*)a.weights)[e] = embedding_bag_round_half(v, a.wtype, a.stochastic, w);
+}
 __device__ __forceinline__ void embedding_bag_backward_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ float4 embedding_bag_backward_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 __device__ __forceinline__ void embedding_bag_backward_fma4(float4& acc, float s, const float4& x) {
@@ -525,7 +586,7 @@ __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingB
     for (int v = 0; v < VPL; v++) {
         const int c4 = l + G * v;
         const bool in = on && 4 * c4 < D;
-        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load4(a.weights + wrow + 4 * c4)
+        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load_w4(a, wrow + 4 * c4)
                                                                   : embedding_bag_backward_zero4();
         if (!LAZY_STATE)
             r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
@@ -554,7 +615,7 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - mult * g[v].x, r.w[v].y - mult * g[v].y,
                                                           r.w[v].z - mult * g[v].z, r.w[v].w - mult * g[v].w));
         }
@@ -571,14 +632,14 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
             w.z -= a.lr * g[v].z / (sqrtf(m.z) + a.eps);
             w.w -= a.lr * g[v].w / (sqrtf(m.w) + a.eps);
             embedding_bag_backward_store4(a.state + wrow + 4 * c4, m);
-            embedding_bag_backward_store4(a.weights + wrow + 4 * c4, w);
+            embedding_bag_backward_store_w4(a, wrow + 4 * c4, w);
         }
     } else if (a.opt == EmbeddingBagBackwardOpt::sgd) {
 #pragma unroll
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store4(a.weights + wrow + 4 * c4,
+                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - a.lr * g[v].x, r.w[v].y - a.lr * g[v].y,
                                                           r.w[v].z - a.lr * g[v].z, r.w[v].w - a.lr * g[v].w));
         }
@@ -649,9 +710,9 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(Embe
         } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
             const float m = a.state[wrow + d] + gd * gd;
             a.state[wrow + d] = m;
-            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - a.lr * gd / (sqrtf(m) + a.eps));
+            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - a.lr * gd / (sqrtf(m) + a.eps));
         } else {
-            a.weights[wrow + d] = from_float<floatX>(to_float(a.weights[wrow + d]) - mult * gd);
+            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - mult * gd);
         }
     }
     if (lane == 0) flags[lin] = 0u;
@@ -1116,6 +1177,37 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
     }
 }
 
+// The sum, in order k = k_begin, k_begin + 1, ..., k_end - 1, of the partials of the run owned by chunk oc
+// (partial 0 is the owner's TAIL, partial k >= 1 the HEAD of chunk oc + k) into a full warp's row (lane
+// owns the vectors lane, lane + 32, ...); UNR partial rows are loaded before the first is added. Both
+// combine kernels add their partials with it.
+template <int VPL>
+__device__ __forceinline__ void embedding_bag_backward_sum_partials(const EmbeddingBagBackwardArgs& a, const float* __restrict__ partials,
+                                                                    int64_t oc, int64_t k_begin, int64_t k_end, int D, int lane,
+                                                                    float4 (&acc)[VPL]) {
+    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
+#pragma unroll
+    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += UNR) {
+        float4 x[UNR][VPL];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            const int64_t k = k0 + u;
+            const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
+#pragma unroll
+            for (int v = 0; v < VPL; v++) {
+                const int c4 = lane + 32 * v;
+                x[u][v] = (k < k_end && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++)
+            if (k0 + u < k_end)
+#pragma unroll
+                for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
+    }
+}
+
 // Versions 4-8, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
 // a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
 // chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
@@ -1129,7 +1221,6 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
                                                                      const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                      int C, int64_t num_chunks, int64_t* long_owners, int64_t* long_spans,
                                                                      unsigned* num_long) {
-    constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31;
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -1151,26 +1242,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     const int t = embedding_bag_backward_table_of_value(a, (uint32_t)vals[last], K);
     const int D = a.D_offsets[t + 1] - a.D_offsets[t];
     float4 acc[VPL];
-#pragma unroll
-    for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-    for (int64_t k0 = 0; k0 < S; k0 += UNR) {
-        float4 x[UNR][VPL];
-#pragma unroll
-        for (int u = 0; u < UNR; u++) {
-            const int64_t k = k0 + u;
-            const float* p = partials + ((c + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
-#pragma unroll
-            for (int v = 0; v < VPL; v++) {
-                const int c4 = lane + 32 * v;
-                x[u][v] = (k < S && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNR; u++)
-            if (k0 + u < S)
-#pragma unroll
-                for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
-    }
+    embedding_bag_backward_sum_partials<VPL>(a, partials, c, 0, S, D, lane, acc);
     const int64_t lin = (int64_t)K;
     const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
     EmbeddingBagBackwardRow<VPL> row;
@@ -1187,7 +1259,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
                                                                           const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                           int C, const int64_t* long_owners, const int64_t* long_spans,
                                                                           const unsigned* num_long) {
-    constexpr int W = 8, UNR = VPL >= 8 ? 1 : 8 / VPL;
+    constexpr int W = 8;
     __shared__ float4 red[W][VPL * 32];
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned n = *num_long;
@@ -1200,26 +1272,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
         const int64_t per = (S + W - 1) / W;
         const int64_t k_begin = embedding_bag_backward_min64(S, w * per), k_end = embedding_bag_backward_min64(S, k_begin + per);
         float4 acc[VPL];
-#pragma unroll
-        for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
-        for (int64_t k0 = k_begin; k0 < k_end; k0 += UNR) {
-            float4 x[UNR][VPL];
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                const int64_t k = k0 + u;
-                const float* p = partials + ((oc + k) * 2 + (k == 0 ? 1 : 0)) * (int64_t)a.max_D;
-#pragma unroll
-                for (int v = 0; v < VPL; v++) {
-                    const int c4 = lane + 32 * v;
-                    x[u][v] = (k < k_end && 4 * c4 < D) ? embedding_bag_backward_ldg4(p + 4 * c4) : embedding_bag_backward_zero4();
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNR; u++)
-                if (k0 + u < k_end)
-#pragma unroll
-                    for (int v = 0; v < VPL; v++) embedding_bag_backward_add4(acc[v], x[u][v]);
-        }
+        embedding_bag_backward_sum_partials<VPL>(a, partials, oc, k_begin, k_end, D, lane, acc);
 #pragma unroll
         for (int v = 0; v < VPL; v++) red[w][v * 32 + lane] = acc[v];
         __syncthreads();
@@ -1589,10 +1642,17 @@ inline unsigned embedding_bag_backward_helper_grid(int64_t threads) {
     return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(threads, 256), 132 * 64));
 }
 
-template <class T>
-__global__ void embedding_bag_backward_fill_weights(T* w, int64_t n, uint64_t seed) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        w[i] = from_float<T>(embedding_bag_backward_initial_weight(seed, i));
+// the initial weights, rounded to nearest for half weights (the reference rounds them the same way)
+__host__ __device__ inline float embedding_bag_backward_initial_weight_as(uint64_t seed, int64_t e, EmbeddingBagWeights wt) {
+    const float x = embedding_bag_backward_initial_weight(seed, e);
+    return wt == EmbeddingBagWeights::fp32 ? x : embedding_bag_half_to_float(embedding_bag_half_bits(x, wt, false), wt);
+}
+__global__ void embedding_bag_backward_fill_weights(void* w, EmbeddingBagWeights wt, int64_t n, uint64_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = embedding_bag_backward_initial_weight(seed, i);
+        if (wt == EmbeddingBagWeights::fp32) ((float*)w)[i] = x;
+        else ((uint16_t*)w)[i] = embedding_bag_half_bits(x, wt, false);
+    }
 }
 __global__ void embedding_bag_backward_fill_state(float* m, int64_t n, uint64_t seed) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -1601,11 +1661,15 @@ __global__ void embedding_bag_backward_fill_state(float* m, int64_t n, uint64_t 
 
 // row u of a strided buffer starts at src_off[u] and has col[u+1] - col[u] elements; compact row u
 // starts at col[u]. One warp per row.
-template <class T>
-__global__ void embedding_bag_backward_gather(float* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
+// (src holds wt elements: fp32 for the state and the dense gradient)
+__global__ void embedding_bag_backward_gather(float* dst, const void* src, EmbeddingBagWeights wt, const int64_t* src_off, const int64_t* col,
+                                              int64_t U) {
     const int lane = threadIdx.x & 31;
     for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < U; u += ((int64_t)gridDim.x * blockDim.x) >> 5)
-        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) dst[col[u] + d] = to_float(src[src_off[u] + d]);
+        for (int64_t d = lane; d < col[u + 1] - col[u]; d += 32) {
+            const int64_t e = src_off[u] + d;
+            dst[col[u] + d] = wt == EmbeddingBagWeights::fp32 ? ((const float*)src)[e] : embedding_bag_half_to_float(((const uint16_t*)src)[e], wt);
+        }
 }
 template <class T>
 __global__ void embedding_bag_backward_copy_rows(T* dst, const T* src, const int64_t* src_off, const int64_t* col, int64_t U) {
@@ -1761,10 +1825,10 @@ inline EmbeddingBagBackwardInputs embedding_bag_backward_inputs(const Cli& cli, 
 // gradient, the inputs, the check's compact copies of the touched rows (at most N rows of max_D), and the
 // requested versions' workspace (embedding_bag_backward_workspace).
 inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInputs& in, EmbeddingBagBackwardOpt opt,
-                                                  const std::vector<int>& kernels) {
+                                                  const std::vector<int>& kernels, int wbytes) {
     const double N = (double)in.N(), W = (double)in.num_weights, R = (double)in.num_rows(), max_D = in.max_D();
     const double C = std::min(N * max_D, W);   // touched elements
-    double b = 2.0 * W * sizeof(floatX) + 9.0 * R;
+    double b = 2.0 * W * wbytes + 9.0 * R;
     if (opt == EmbeddingBagBackwardOpt::rowwise_adagrad) b += 8.0 * R;
     if (opt == EmbeddingBagBackwardOpt::adagrad) b += 8.0 * W;
     if (opt == EmbeddingBagBackwardOpt::dense) b += 4.0 * W;
@@ -1781,6 +1845,347 @@ inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInpu
 inline void embedding_bag_backward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagBackwardInputs& in) {
     embedding_bag_dump_inputs(dir, "embedding_bag_backward_", in, cfg.L);
     write_npy(dir, "embedding_bag_backward_grad_output", in.grad_output.data(), {in.out_rows(), in.out_cols()});
+}
+
+// ----------------------------------------------------------------------------------------------
+// the run: the inputs on the device, the tables and state (a pristine copy filled once from the hash and
+// the live one the step updates), and what the check keeps about the touched rows (where they live, the
+// mask of them, the reference and its tolerances, the GPU's rows gathered compact)
+
+struct EmbeddingBagBackwardRun {
+    const EmbeddingBagBackwardInputs* in = nullptr;
+    const EmbeddingBagBackwardReference* ref = nullptr;
+    EmbeddingBagBackwardArgs a{};
+    bool dense = false, rowwise = false, adagrad = false;
+    int64_t U = 0, C = 0, n_m = 0, n_state = 0;   // touched rows, their elements, checked state values, state size
+    void *W0 = nullptr, *W = nullptr;               // the tables, a.wtype elements
+    float *M0 = nullptr, *M = nullptr, *Gd = nullptr;
+    std::vector<int64_t> h_src;                     // the flat offset of touched row u
+    int64_t *d_src = nullptr, *d_col = nullptr, *d_lin = nullptr, *d_iota = nullptr;
+    uint8_t* d_mask = nullptr;
+    float *d_ref_w = nullptr, *d_tol_w = nullptr, *d_ref_m = nullptr, *d_tol_m = nullptr, *d_ref_g = nullptr, *d_tol_g = nullptr;
+    float *d_cw = nullptr, *d_cm = nullptr;         // the GPU's rows, gathered (weights or dense grad; state)
+    float *d_fw = nullptr, *d_fm = nullptr;         // ... of the first run, for the bit comparison
+    EmbeddingBagBackwardStats* d_stats = nullptr;
+    unsigned row_grid = 1;
+    cudaStream_t capture_stream = nullptr;
+    EmbeddingBagBackwardWorkspace ws;
+};
+
+inline EmbeddingBagBackwardArgs embedding_bag_backward_upload(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardParams& p) {
+    EmbeddingBagBackwardArgs a{};
+    a.weights_offsets = device_upload(in.weights_offsets);
+    a.D_offsets = device_upload(in.D_offsets);
+    a.hash_offsets = device_upload(in.hash_offsets);
+    a.indices = device_upload(in.indices);
+    a.offsets = device_upload(in.offsets);
+    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
+    a.grad_output = device_upload(in.grad_output);
+    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = in.max_D();
+    a.key_bits = embedding_bag_backward_key_bits(in.num_rows());
+    a.N = in.N(); a.num_rows = in.num_rows(); a.num_weights = in.num_weights;
+    a.mean = in.mean; a.nobag = in.nobag; a.opt = p.opt; a.lr = (float)p.lr; a.eps = (float)p.eps;
+    a.wtype = p.weights; a.stochastic = p.stochastic; a.round_seed = p.seed; a.step = p.step;
+    return a;
+}
+
+inline void embedding_bag_backward_setup(EmbeddingBagBackwardRun& s, const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardReference& ref,
+                                         const EmbeddingBagBackwardParams& p, uint64_t seed, const std::vector<int>& kernels) {
+    s.in = &in; s.ref = &ref;
+    s.dense = p.opt == EmbeddingBagBackwardOpt::dense;
+    s.rowwise = p.opt == EmbeddingBagBackwardOpt::rowwise_adagrad;
+    s.adagrad = p.opt == EmbeddingBagBackwardOpt::adagrad;
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    const int64_t num_weights = in.num_weights, num_rows = in.num_rows(), U = R.U(), C = R.col.back();
+    s.U = U; s.C = C;
+    s.a = embedding_bag_backward_upload(in, p);
+    const size_t wbytes = (size_t)embedding_bag_weight_bytes(p.weights);
+    s.W0 = device_alloc<char>((size_t)num_weights * wbytes);
+    s.W = device_alloc<char>((size_t)num_weights * wbytes);
+    embedding_bag_backward_fill_weights<<<embedding_bag_backward_helper_grid(num_weights), 256>>>(s.W0, p.weights, num_weights, seed);
+    cudaCheck(cudaGetLastError());
+    s.n_state = s.rowwise ? num_rows : (s.adagrad ? num_weights : 0);
+    if (s.n_state) {
+        s.M0 = device_alloc<float>((size_t)s.n_state);
+        s.M = device_alloc<float>((size_t)s.n_state);
+        embedding_bag_backward_fill_state<<<embedding_bag_backward_helper_grid(s.n_state), 256>>>(s.M0, s.n_state, seed);
+    }
+    if (s.dense) s.Gd = device_alloc<float>((size_t)num_weights);
+    cudaCheck(cudaGetLastError());
+    s.a.weights = s.W; s.a.state = s.M; s.a.grad_weights = s.Gd;
+
+    s.h_src.resize((size_t)U);
+    std::vector<int64_t> h_iota((size_t)U + 1);
+    for (int64_t u = 0; u < U; u++) s.h_src[u] = in.weights_offsets[R.table[u]] + R.row[u] * in.D(R.table[u]);
+    for (int64_t u = 0; u <= U; u++) h_iota[u] = u;
+    std::vector<uint8_t> h_mask((size_t)num_rows, 0);
+    for (int64_t u = 0; u < U; u++) h_mask[R.linear[u]] = 1;
+    s.d_src = device_upload(s.h_src);
+    s.d_col = device_upload(R.col);
+    s.d_lin = device_upload(R.linear);
+    s.d_iota = device_upload(h_iota);
+    s.d_mask = device_upload(h_mask);
+    s.n_m = s.rowwise ? U : (s.adagrad ? C : 0);
+    if (!s.dense) { s.d_ref_w = device_upload(ref.w); s.d_tol_w = device_upload(ref.w_tol); }
+    if (s.n_m) { s.d_ref_m = device_upload(ref.m); s.d_tol_m = device_upload(ref.m_tol); }
+    if (s.dense) { s.d_ref_g = device_upload(ref.grad); s.d_tol_g = device_upload(ref.grad_tol); }
+    s.d_cw = device_alloc<float>((size_t)C);
+    s.d_cm = device_alloc<float>((size_t)std::max<int64_t>(s.n_m, 1));
+    s.d_fw = device_alloc<float>((size_t)C);
+    s.d_fm = device_alloc<float>((size_t)std::max<int64_t>(s.n_m, 1));
+    s.d_stats = device_alloc<EmbeddingBagBackwardStats>(1);
+    s.row_grid = embedding_bag_backward_helper_grid(U * 32);
+
+    s.ws = embedding_bag_backward_workspace(s.a, kernels);
+    embedding_bag_backward_setup_kernels();
+    cudaCheck(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaDeviceSynchronize());
+}
+
+inline void embedding_bag_backward_release(EmbeddingBagBackwardRun& s) {
+    embedding_bag_backward_free(s.ws);
+    cudaCheck(cudaStreamDestroy(s.capture_stream));
+    const EmbeddingBagBackwardArgs& a = s.a;
+    for (const void* ptr : std::initializer_list<const void*>{a.weights_offsets, a.D_offsets, a.hash_offsets, a.indices, a.offsets,
+                                                              a.per_sample_weights, a.grad_output, s.W0, s.W, s.M0, s.M, s.Gd, s.d_src, s.d_col,
+                                                              s.d_lin, s.d_iota, s.d_mask, s.d_ref_w, s.d_tol_w, s.d_ref_m, s.d_tol_m, s.d_ref_g,
+                                                              s.d_tol_g, s.d_cw, s.d_cm, s.d_fw, s.d_fm, s.d_stats})
+        if (ptr) cudaCheck(cudaFree(const_cast<void*>(ptr)));
+}
+
+// the GPU's touched rows into the compact layout of the reference
+inline void embedding_bag_backward_gather_rows(const EmbeddingBagBackwardRun& s) {
+    const EmbeddingBagWeights f32 = EmbeddingBagWeights::fp32;
+    if (s.dense) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cw, s.Gd, f32, s.d_src, s.d_col, s.U);
+    else embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cw, s.W, s.a.wtype, s.d_src, s.d_col, s.U);
+    if (s.rowwise) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cm, s.M, f32, s.d_lin, s.d_iota, s.U);
+    if (s.adagrad) embedding_bag_backward_gather<<<s.row_grid, 256>>>(s.d_cm, s.M, f32, s.d_src, s.d_col, s.U);
+    cudaCheck(cudaGetLastError());
+}
+
+// where compact element i lives (per_row: i is a touched row), for a failure message
+inline std::string embedding_bag_backward_where(const EmbeddingBagBackwardRun& s, int64_t i, bool per_row) {
+    const EmbeddingBagBackwardRows& R = s.ref->rows;
+    const int64_t u = per_row ? i : (int64_t)(std::upper_bound(R.col.begin(), R.col.end(), i) - R.col.begin()) - 1;
+    char buf[160];
+    if (per_row) snprintf(buf, sizeof buf, "table %d row %lld", R.table[u], (long long)R.row[u]);
+    else snprintf(buf, sizeof buf, "table %d row %lld column %lld (%lld lookups)", R.table[u], (long long)R.row[u], (long long)(i - R.col[u]),
+                  (long long)R.count[u]);
+    return buf;
+}
+
+// n compact values against the reference, element by element within its tolerance
+inline bool embedding_bag_backward_check_values(const EmbeddingBagBackwardRun& s, const char* name, const float* got, const float* refv,
+                                                const float* tol, int64_t n, bool per_row) {
+    if (n == 0) { printf("  %-16s ok    (no row was looked up)\n", name); return true; }
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(
+        s.d_stats, [&] { embedding_bag_backward_compare<<<embedding_bag_backward_helper_grid(n), 256>>>(got, refv, tol, n, s.d_stats); });
+    const float max_abs = embedding_bag_backward_bits_float(st.max_abs_bits), max_rel = embedding_bag_backward_bits_float(st.max_rel_bits);
+    if (st.bad == 0) {
+        printf("  %-16s ok    (%lld elements, max abs err %.3g, max rel err %.3g; tolerance per element: the propagated fp32 bound%s)\n", name,
+               (long long)n, max_abs, max_rel, refv == s.d_ref_w && s.a.wtype != EmbeddingBagWeights::fp32 ? ", then 0 or one ulp" : "");
+        return true;
+    }
+    float g, r, t;
+    cudaCheck(cudaMemcpy(&g, got + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&r, refv + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&t, tol + st.first_bad, 4, cudaMemcpyDeviceToHost));
+    printf("  %-16s FAIL  %llu of %lld elements (%llu non-finite), max abs err %.3g, max rel err %.3g\n", name, st.bad, (long long)n,
+           st.nonfinite, max_abs, max_rel);
+    printf("    first at %s: got %.9g expected %.9g (tolerance %.3g)\n", embedding_bag_backward_where(s, (int64_t)st.first_bad, per_row).c_str(),
+           g, r, t);
+    return false;
+}
+
+// rows not looked up (mask == nullptr: every row) hold the same bits as the pristine copy (refp == nullptr: zero)
+inline bool embedding_bag_backward_check_untouched(const EmbeddingBagBackwardRun& s, const char* name, const void* cur, const void* refp,
+                                                   bool half, const uint8_t* mask, bool unit) {
+    const EmbeddingBagBackwardArgs& a = s.a;
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(s.d_stats, [&] {
+        const unsigned grid = embedding_bag_backward_helper_grid(a.num_rows * 32);
+        if (half)
+            embedding_bag_backward_untouched<unsigned short><<<grid, 256>>>((const unsigned short*)cur, (const unsigned short*)refp, mask,
+                                                                             a.weights_offsets, a.D_offsets, a.hash_offsets, a.T, a.num_rows, unit,
+                                                                             s.d_stats);
+        else
+            embedding_bag_backward_untouched<unsigned><<<grid, 256>>>((const unsigned*)cur, (const unsigned*)refp, mask, a.weights_offsets,
+                                                                       a.D_offsets, a.hash_offsets, a.T, a.num_rows, unit, s.d_stats);
+    });
+    if (st.bad == 0) {
+        printf("  %-16s ok    (%s)\n", name, mask ? "every row not looked up is bit-identical" : "bit-identical everywhere");
+        return true;
+    }
+    const std::vector<int64_t>& ho = s.in->hash_offsets;
+    const int t = embedding_bag_backward_table_of(ho.data(), s.in->T, (int64_t)st.first_bad);
+    printf("  %-16s FAIL  %llu elements differ; the first in table %d row %lld\n", name, st.bad, t, (long long)((int64_t)st.first_bad - ho[t]));
+    return false;
+}
+
+inline bool embedding_bag_backward_check_rest(const EmbeddingBagBackwardRun& s) {
+    bool ok = true;
+    const bool half = s.a.wtype != EmbeddingBagWeights::fp32;
+    ok = embedding_bag_backward_check_untouched(s, s.dense ? "weights (all)" : "weights (rest)", s.W, s.W0, half, s.dense ? nullptr : s.d_mask,
+                                                false) && ok;
+    if (s.rowwise) ok = embedding_bag_backward_check_untouched(s, "state (rest)", s.M, s.M0, false, s.d_mask, true) && ok;
+    if (s.adagrad) ok = embedding_bag_backward_check_untouched(s, "state (rest)", s.M, s.M0, false, s.d_mask, false) && ok;
+    if (s.dense) ok = embedding_bag_backward_check_untouched(s, "dense grad (rest)", s.Gd, nullptr, false, s.d_mask, false) && ok;
+    return ok;
+}
+
+inline bool embedding_bag_backward_check_all(const EmbeddingBagBackwardRun& s) {
+    bool ok = true;
+    embedding_bag_backward_gather_rows(s);
+    if (s.dense) ok = embedding_bag_backward_check_values(s, "dense grad", s.d_cw, s.d_ref_g, s.d_tol_g, s.C, false) && ok;
+    else ok = embedding_bag_backward_check_values(s, "weights", s.d_cw, s.d_ref_w, s.d_tol_w, s.C, false) && ok;
+    if (s.n_m) ok = embedding_bag_backward_check_values(s, "state", s.d_cm, s.d_ref_m, s.d_tol_m, s.n_m, s.rowwise) && ok;
+    return embedding_bag_backward_check_rest(s) && ok;
+}
+
+// the graph replay's compact rows against the first run's, bit for bit
+inline bool embedding_bag_backward_same_bits(const EmbeddingBagBackwardRun& s, const char* name, const float* x, const float* y, int64_t n,
+                                             bool per_row) {
+    EmbeddingBagBackwardStats st = embedding_bag_backward_stats(s.d_stats, [&] {
+        embedding_bag_backward_bitdiff<<<embedding_bag_backward_helper_grid(n), 256>>>((const unsigned*)x, (const unsigned*)y, n, s.d_stats);
+    });
+    if (st.bad == 0) { printf("  %-16s ok    (a CUDA-graph replay of the step gave the same bits)\n", name); return true; }
+    printf("  %-16s FAIL  the graph replay differs from the first run in %llu of %lld elements (first: %s)\n", name, st.bad, (long long)n,
+           embedding_bag_backward_where(s, (int64_t)st.first_bad, per_row).c_str());
+    return false;
+}
+
+// before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
+// looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
+// scratch buffer poisoned
+inline void embedding_bag_backward_prepare_check(const EmbeddingBagBackwardRun& s) {
+    cudaCheck(cudaMemcpy(s.W, s.W0, (size_t)s.a.num_weights * embedding_bag_weight_bytes(s.a.wtype), cudaMemcpyDeviceToDevice));
+    if (s.n_state) cudaCheck(cudaMemcpy(s.M, s.M0, (size_t)s.n_state * sizeof(float), cudaMemcpyDeviceToDevice));
+    if (s.dense) {
+        cudaCheck(cudaMemset(s.Gd, 0, (size_t)s.a.num_weights * sizeof(float)));
+        embedding_bag_backward_poison_rows<<<s.row_grid, 256>>>(s.Gd, s.d_src, s.d_col, s.U);
+        cudaCheck(cudaGetLastError());
+    }
+    for (auto& p : s.ws.scratch) poison(p.first, p.second);
+}
+
+// timing: every sample starts from the same tables (the looked-up rows restored, untimed)
+inline void embedding_bag_backward_prepare_timing(const EmbeddingBagBackwardRun& s) {
+    if (!s.dense && s.a.wtype == EmbeddingBagWeights::fp32)
+        embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>((float*)s.W, (const float*)s.W0, s.d_src, s.d_col, s.U);
+    if (!s.dense && s.a.wtype != EmbeddingBagWeights::fp32)
+        embedding_bag_backward_copy_rows<uint16_t><<<s.row_grid, 256>>>((uint16_t*)s.W, (const uint16_t*)s.W0, s.d_src, s.d_col, s.U);
+    if (s.rowwise) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_lin, s.d_iota, s.U);
+    if (s.adagrad) embedding_bag_backward_copy_rows<float><<<s.row_grid, 256>>>(s.M, s.M0, s.d_src, s.d_col, s.U);
+}
+
+// The check of version k after its step: the reference, the rest untouched, version 1's scratch zero
+// again; then the same step captured in a CUDA graph (global capture mode: a host synchronization or an
+// allocation inside the step would fail the capture) and replayed, its bits compared with the first run's
+inline bool embedding_bag_backward_check(EmbeddingBagBackwardRun& s, int k, int block) {
+    bool ok = embedding_bag_backward_check_all(s);
+    if (k == 1) {   // version 1 must leave its accumulator and flags zero for the next step
+        ok = embedding_bag_backward_check_untouched(s, "v1 accumulator", s.ws.acc, nullptr, false, nullptr, false) && ok;
+        ok = embedding_bag_backward_check_untouched(s, "v1 flags", s.ws.flags, nullptr, false, nullptr, true) && ok;
+    }
+    if (s.a.N == 0) {
+        printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
+        return ok;
+    }
+    cudaCheck(cudaMemcpy(s.d_fw, s.d_cw, (size_t)s.C * sizeof(float), cudaMemcpyDeviceToDevice));
+    if (s.n_m) cudaCheck(cudaMemcpy(s.d_fm, s.d_cm, (size_t)s.n_m * sizeof(float), cudaMemcpyDeviceToDevice));
+    embedding_bag_backward_prepare_check(s);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeGlobal));
+    embedding_bag_backward(k, s.a, s.ws, block, s.capture_stream);
+    cudaCheck(cudaStreamEndCapture(s.capture_stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    cudaCheck(cudaGraphLaunch(exec, s.capture_stream));
+    cudaCheck(cudaStreamSynchronize(s.capture_stream));
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    if (k == 1) {
+        printf("  graph replay (version 1: float atomics add in a different order each run, so its bits are not compared; "
+               "the replay is checked against the reference)\n");
+        return embedding_bag_backward_check_all(s) && ok;
+    }
+    printf("  graph replay, compared bit for bit with the first run:\n");
+    embedding_bag_backward_gather_rows(s);
+    ok = embedding_bag_backward_same_bits(s, s.dense ? "dense grad" : "weights", s.d_cw, s.d_fw, s.C, false) && ok;
+    if (s.n_m) ok = embedding_bag_backward_same_bits(s, "state", s.d_cm, s.d_fm, s.n_m, s.rowwise) && ok;
+    return embedding_bag_backward_check_rest(s) && ok;
+}
+
+// the tables as fp32 values
+inline std::vector<float> embedding_bag_backward_download_weights(const EmbeddingBagBackwardRun& s, const void* W) {
+    const size_t n = (size_t)s.a.num_weights;
+    if (s.a.wtype == EmbeddingBagWeights::fp32) return device_download((const float*)W, n);
+    std::vector<uint16_t> h = device_download((const uint16_t*)W, n);
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = embedding_bag_half_to_float(h[i], s.a.wtype);
+    return f;
+}
+
+// --dump: the inputs, the tables (and state, or the dense gradient) before, after the last version's step,
+// and the reference's (untouched rows as before)
+inline void embedding_bag_backward_dump_results(const EmbeddingBagBackwardRun& s, const EmbeddingBagConfig& cfg, const std::string& dir) {
+    const int64_t num_weights = s.a.num_weights;
+    if (num_weights > ((int64_t)1 << 26)) {
+        printf("--dump skipped: the tables hold %lld elements (the dump is for small sizes, at most 2^26)\n", (long long)num_weights);
+        return;
+    }
+    const std::string p = "embedding_bag_backward_";
+    const EmbeddingBagBackwardReference& ref = *s.ref;
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    embedding_bag_backward_dump(dir, cfg, *s.in);
+    // a compact reference (row u at R.col[u]) scattered over a full-size copy
+    auto scatter = [&](std::vector<float>& full, const std::vector<float>& compact) {
+        for (int64_t u = 0; u < s.U; u++)
+            for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) full[s.h_src[u] + d] = compact[R.col[u] + d];
+    };
+    std::vector<float> before = embedding_bag_backward_download_weights(s, s.W0), after = embedding_bag_backward_download_weights(s, s.W);
+    std::vector<float> wref = before;
+    if (!s.dense) scatter(wref, ref.w);
+    write_npy(dir, p + "weights_before", before.data(), {num_weights});
+    write_npy(dir, p + "weights_after", after.data(), {num_weights});
+    write_npy(dir, p + "weights_ref", wref.data(), {num_weights});
+    if (s.n_state) {
+        std::vector<float> sb = device_download(s.M0, (size_t)s.n_state), sa = device_download(s.M, (size_t)s.n_state), sr = sb;
+        if (s.rowwise) for (int64_t u = 0; u < s.U; u++) sr[R.linear[u]] = ref.m[u];
+        else scatter(sr, ref.m);
+        write_npy(dir, p + "state_before", sb.data(), {s.n_state});
+        write_npy(dir, p + "state_after", sa.data(), {s.n_state});
+        write_npy(dir, p + "state_ref", sr.data(), {s.n_state});
+    }
+    if (s.dense) {
+        std::vector<float> ga = device_download(s.Gd, (size_t)num_weights), gr((size_t)num_weights, 0.0f);
+        scatter(gr, ref.grad);
+        write_npy(dir, p + "grad", ga.data(), {num_weights});
+        write_npy(dir, p + "grad_ref", gr.data(), {num_weights});
+    }
+    printf("dumped %s*.npy (inputs, weights/state before, after the last version's step, and the reference) to %s\n", p.c_str(), dir.c_str());
+}
+
+// the run's first lines: the shape of the lookups and the optimizer
+inline void embedding_bag_backward_describe(const EmbeddingBagConfig& cfg, const EmbeddingBagBackwardInputs& in,
+                                            const EmbeddingBagBackwardParams& p, const EmbeddingBagBackwardReference& ref) {
+    const EmbeddingBagBackwardRows& R = ref.rows;
+    int64_t long_runs = 0;
+    for (int64_t u = 0; u < R.U(); u++) long_runs += R.count[u] >= EMBEDDING_BAG_BACKWARD_LONG_RUN;
+    printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
+           "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
+           in.T, in.B, in.total_D(), in.max_D(), (long long)in.N(), cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
+           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)R.U(), (long long)R.max_count,
+           (long long)long_runs, EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)p.opt], p.lr, p.eps,
+           (double)in.num_weights * embedding_bag_weight_bytes(p.weights) / 1e9);
+    if (p.weights != EmbeddingBagWeights::fp32 && p.opt != EmbeddingBagBackwardOpt::dense) {
+        int64_t exact = 0;
+        for (float t : ref.w_tol) exact += t == 0.0f;
+        printf("weights %s, updates rounded %s (%s); the check wants %lld of %zu updated weights bit for bit, the rest (fp32 bound across a "
+               "rounding boundary) to one ulp\n",
+               EMBEDDING_BAG_WEIGHTS_NAMES[(int)p.weights], p.stochastic ? "stochastically" : "to nearest",
+               p.stochastic ? "Philox4x32-10 keyed by --seed, step 1" : "an update below half an ulp is lost", (long long)exact, ref.w_tol.size());
+    }
 }
 
 #ifndef NO_MAIN
@@ -1808,292 +2213,43 @@ int main(int argc, char** argv) {
             "--block (%d) must be a power of two from 32 to 512", cli.block);
     for (int k : cli.kernels) require(!(k >= 7 && cli.block > 256), "--block (%d) must be at most 256 for version %d", cli.block, k);
     EmbeddingBagBackwardInputs in = embedding_bag_backward_inputs(cli, cfg, flags);
+    embedding_bag_set_precision(cfg, flags);
+    prm.weights = cfg.weights; prm.stochastic = cfg.stochastic; prm.seed = cli.seed;
+    const int wbytes = embedding_bag_weight_bytes(prm.weights);
     select_versions(cli, [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); }, false);
 
     cuda_init();
-    require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels), "embedding_bag_backward", !cli.check_only);
-    const EmbeddingBagBackwardOpt opt = prm.opt;
-    const bool dense = opt == EmbeddingBagBackwardOpt::dense, rowwise = opt == EmbeddingBagBackwardOpt::rowwise_adagrad,
-               adagrad = opt == EmbeddingBagBackwardOpt::adagrad;
-    const int max_D = in.max_D();
-    const int64_t N = in.N(), num_rows = in.num_rows(), num_weights = in.num_weights;
-    const uint64_t seed = cli.seed;
-
+    require_device_memory(embedding_bag_backward_device_bytes(in, prm.opt, cli.kernels, wbytes), "embedding_bag_backward", !cli.check_only);
     // the reference: the touched rows' initial values come from the same hash the GPU fills the tables with
-    auto w0 = [&](int64_t e) { return to_float(from_float<floatX>(embedding_bag_backward_initial_weight(seed, e))); };
+    const uint64_t seed = cli.seed;
+    auto w0 = [&](int64_t e) { return embedding_bag_backward_initial_weight_as(seed, e, prm.weights); };
     auto m0 = [&](int64_t i) { return embedding_bag_backward_initial_state(seed, i); };
-    EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
-    const EmbeddingBagBackwardRows& R = ref.rows;
-    const int64_t U = R.U(), C = R.col.back();
-    int64_t long_runs = 0;
-    for (int64_t u = 0; u < U; u++) long_runs += R.count[u] >= EMBEDDING_BAG_BACKWARD_LONG_RUN;
-    printf("T=%d B=%d total_D=%d max_D=%d: %lld lookups (%s, %s%s) hit %lld rows; longest run %lld, %lld runs of 32 or more;\n"
-           "optimizer %s (lr %g, eps %g), tables %.2f GB\n",
-           in.T, in.B, in.total_D(), max_D, (long long)N, cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform"),
-           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (long long)U, (long long)R.max_count, (long long)long_runs,
-           EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt], prm.lr, prm.eps, (double)num_weights * sizeof(floatX) / 1e9);
-
-    // inputs on the device
-    EmbeddingBagBackwardArgs a{};
-    a.weights_offsets = device_upload(in.weights_offsets);
-    a.D_offsets = device_upload(in.D_offsets);
-    a.hash_offsets = device_upload(in.hash_offsets);
-    a.indices = device_upload(in.indices);
-    a.offsets = device_upload(in.offsets);
-    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
-    a.grad_output = device_upload(in.grad_output);
-    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = max_D;
-    a.key_bits = embedding_bag_backward_key_bits(num_rows);
-    a.N = N; a.num_rows = num_rows; a.num_weights = num_weights;
-    a.mean = in.mean; a.nobag = in.nobag; a.opt = opt; a.lr = (float)prm.lr; a.eps = (float)prm.eps;
-
-    // tables and state: a pristine copy (filled once from the hash) and the live one the step updates
-    const unsigned fill_grid = embedding_bag_backward_helper_grid(num_weights);
-    floatX* W0 = device_alloc<floatX>((size_t)num_weights);
-    floatX* W = device_alloc<floatX>((size_t)num_weights);
-    embedding_bag_backward_fill_weights<floatX><<<fill_grid, 256>>>(W0, num_weights, seed);
-    cudaCheck(cudaGetLastError());
-    const int64_t n_state = rowwise ? num_rows : (adagrad ? num_weights : 0);
-    float* M0 = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
-    float* M = n_state ? device_alloc<float>((size_t)n_state) : nullptr;
-    if (n_state) embedding_bag_backward_fill_state<<<embedding_bag_backward_helper_grid(n_state), 256>>>(M0, n_state, seed);
-    float* Gd = dense ? device_alloc<float>((size_t)num_weights) : nullptr;
-    cudaCheck(cudaGetLastError());
-    a.weights = W; a.state = M; a.grad_weights = Gd;
-
-    // the touched rows: where they live, the mask of them, the reference and its tolerances (compact)
-    std::vector<int64_t> h_src((size_t)U), h_iota((size_t)U + 1);
-    for (int64_t u = 0; u < U; u++) h_src[u] = in.weights_offsets[R.table[u]] + R.row[u] * in.D(R.table[u]);
-    for (int64_t u = 0; u <= U; u++) h_iota[u] = u;
-    std::vector<uint8_t> h_mask((size_t)num_rows, 0);
-    for (int64_t u = 0; u < U; u++) h_mask[R.linear[u]] = 1;
-    int64_t* d_src = device_upload(h_src);
-    int64_t* d_col = device_upload(R.col);
-    int64_t* d_lin = device_upload(R.linear);
-    int64_t* d_iota = device_upload(h_iota);
-    uint8_t* d_mask = device_upload(h_mask);
-    const int64_t n_m = rowwise ? U : (adagrad ? C : 0);
-    float *d_ref_w = nullptr, *d_tol_w = nullptr, *d_ref_m = nullptr, *d_tol_m = nullptr, *d_ref_g = nullptr, *d_tol_g = nullptr;
-    if (!dense) { d_ref_w = device_upload(ref.w); d_tol_w = device_upload(ref.w_tol); }
-    if (n_m) { d_ref_m = device_upload(ref.m); d_tol_m = device_upload(ref.m_tol); }
-    if (dense) { d_ref_g = device_upload(ref.grad); d_tol_g = device_upload(ref.grad_tol); }
-    float* d_cw = device_alloc<float>((size_t)C);          // the GPU's rows, gathered (weights or dense grad)
-    float* d_cm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
-    float* d_fw = device_alloc<float>((size_t)C);          // ... of the first run, for the bit comparison
-    float* d_fm = device_alloc<float>((size_t)std::max<int64_t>(n_m, 1));
-    EmbeddingBagBackwardStats* d_stats = device_alloc<EmbeddingBagBackwardStats>(1);
-
-    EmbeddingBagBackwardWorkspace ws = embedding_bag_backward_workspace(a, cli.kernels);
-    embedding_bag_backward_setup_kernels();
-    cudaStream_t capture_stream;
-    cudaCheck(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
-    cudaCheck(cudaDeviceSynchronize());
-
-    const unsigned row_grid = embedding_bag_backward_helper_grid(U * 32);
-    auto gather = [&]() {
-        if (dense) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cw, Gd, d_src, d_col, U);
-        else embedding_bag_backward_gather<floatX><<<row_grid, 256>>>(d_cw, W, d_src, d_col, U);
-        if (rowwise) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_lin, d_iota, U);
-        if (adagrad) embedding_bag_backward_gather<float><<<row_grid, 256>>>(d_cm, M, d_src, d_col, U);
-        cudaCheck(cudaGetLastError());
-    };
-    // where compact element i lives, for a failure message
-    auto where = [&](int64_t i, bool per_row) {
-        const int64_t u = per_row ? i : (int64_t)(std::upper_bound(R.col.begin(), R.col.end(), i) - R.col.begin()) - 1;
-        char buf[160];
-        if (per_row) snprintf(buf, sizeof buf, "table %d row %lld", R.table[u], (long long)R.row[u]);
-        else snprintf(buf, sizeof buf, "table %d row %lld column %lld (%lld lookups)", R.table[u], (long long)R.row[u], (long long)(i - R.col[u]),
-                      (long long)R.count[u]);
-        return std::string(buf);
-    };
-    auto check_values = [&](const char* name, const float* got, const float* refv, const float* tol, int64_t n, bool per_row) {
-        if (n == 0) { printf("  %-16s ok    (no row was looked up)\n", name); return true; }
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(
-            d_stats, [&] { embedding_bag_backward_compare<<<embedding_bag_backward_helper_grid(n), 256>>>(got, refv, tol, n, d_stats); });
-        const float max_abs = embedding_bag_backward_bits_float(s.max_abs_bits), max_rel = embedding_bag_backward_bits_float(s.max_rel_bits);
-        if (s.bad == 0) {
-            printf("  %-16s ok    (%lld elements, max abs err %.3g, max rel err %.3g; tolerance per element: the propagated fp32 bound)\n", name,
-                   (long long)n, max_abs, max_rel);
-            return true;
-        }
-        float g, r, t;
-        cudaCheck(cudaMemcpy(&g, got + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&r, refv + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&t, tol + s.first_bad, 4, cudaMemcpyDeviceToHost));
-        printf("  %-16s FAIL  %llu of %lld elements (%llu non-finite), max abs err %.3g, max rel err %.3g\n", name, s.bad, (long long)n,
-               s.nonfinite, max_abs, max_rel);
-        printf("    first at %s: got %.9g expected %.9g (tolerance %.3g)\n", where((int64_t)s.first_bad, per_row).c_str(), g, r, t);
-        return false;
-    };
-    // rows not looked up: bit-identical to the pristine copy (ref == nullptr: zero)
-    auto check_untouched = [&](const char* name, const void* cur, const void* refp, bool half, const uint8_t* mask, bool unit,
-                               int64_t rows) {
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
-            const unsigned grid = embedding_bag_backward_helper_grid(rows * 32);
-            if (half)
-                embedding_bag_backward_untouched<unsigned short><<<grid, 256>>>((const unsigned short*)cur, (const unsigned short*)refp, mask,
-                                                                                 a.weights_offsets, a.D_offsets, a.hash_offsets, a.T, rows,
-                                                                                 unit, d_stats);
-            else
-                embedding_bag_backward_untouched<unsigned><<<grid, 256>>>((const unsigned*)cur, (const unsigned*)refp, mask, a.weights_offsets,
-                                                                           a.D_offsets, a.hash_offsets, a.T, rows, unit, d_stats);
-        });
-        if (s.bad == 0) {
-            printf("  %-16s ok    (%s)\n", name, mask ? "every row not looked up is bit-identical" : "bit-identical everywhere");
-            return true;
-        }
-        const int t = embedding_bag_backward_table_of(in.hash_offsets.data(), in.T, (int64_t)s.first_bad);
-        printf("  %-16s FAIL  %llu elements differ; the first in table %d row %lld\n", name, s.bad, t,
-               (long long)((int64_t)s.first_bad - in.hash_offsets[t]));
-        return false;
-    };
-    auto check_rest = [&]() {
-        bool ok = true;
-        const bool half = sizeof(floatX) == 2;
-        ok = check_untouched(dense ? "weights (all)" : "weights (rest)", W, W0, half, dense ? nullptr : d_mask, false, num_rows) && ok;
-        if (rowwise) ok = check_untouched("state (rest)", M, M0, false, d_mask, true, num_rows) && ok;
-        if (adagrad) ok = check_untouched("state (rest)", M, M0, false, d_mask, false, num_rows) && ok;
-        if (dense) ok = check_untouched("dense grad (rest)", Gd, nullptr, false, d_mask, false, num_rows) && ok;
-        return ok;
-    };
-    auto check_all = [&]() {
-        bool ok = true;
-        gather();
-        if (dense) ok = check_values("dense grad", d_cw, d_ref_g, d_tol_g, C, false) && ok;
-        else ok = check_values("weights", d_cw, d_ref_w, d_tol_w, C, false) && ok;
-        if (n_m) ok = check_values("state", d_cm, d_ref_m, d_tol_m, n_m, rowwise) && ok;
-        return check_rest() && ok;
-    };
-    auto same_bits = [&](const char* name, const float* x, const float* y, int64_t n, bool per_row) {
-        EmbeddingBagBackwardStats s = embedding_bag_backward_stats(d_stats, [&] {
-            embedding_bag_backward_bitdiff<<<embedding_bag_backward_helper_grid(n), 256>>>((const unsigned*)x, (const unsigned*)y, n, d_stats);
-        });
-        if (s.bad == 0) { printf("  %-16s ok    (a CUDA-graph replay of the step gave the same bits)\n", name); return true; }
-        printf("  %-16s FAIL  the graph replay differs from the first run in %llu of %lld elements (first: %s)\n", name, s.bad, (long long)n,
-               where((int64_t)s.first_bad, per_row).c_str());
-        return false;
-    };
+    const EmbeddingBagBackwardReference ref = embedding_bag_backward_cpu(in, prm, w0, m0);
+    embedding_bag_backward_describe(cfg, in, prm, ref);
+    EmbeddingBagBackwardRun s;
+    embedding_bag_backward_setup(s, in, ref, prm, seed, cli.kernels);
 
     char shape[600];
-    snprintf(shape, sizeof shape, "%s,%s", embedding_bag_shape(cfg).c_str(), EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)opt]);
+    snprintf(shape, sizeof shape, "%s,%s", embedding_bag_shape(cfg).c_str(), EMBEDDING_BAG_BACKWARD_OPT_NAMES[(int)prm.opt]);
     OpRunner r;
     r.op = "embedding_bag_backward";
     r.shape = shape;
-    r.bytes = embedding_bag_backward_bytes(in, R, opt);
-    r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, max_D, num_rows); };
+    r.bytes = embedding_bag_backward_bytes(in, ref.rows, prm.opt, wbytes);
+    r.skip_reason = [&](int k) { return embedding_bag_backward_skip_reason(k, in.max_D(), in.num_rows()); };
     r.blocks_for = [&](int k) { return embedding_bag_backward_blocks(k); };
-    // before a checked run: the tables and state from the pristine copy, the dense gradient zeroed with its
-    // looked-up rows poisoned (the contract: the buffer arrives zeroed, the step writes those rows), every
-    // scratch buffer poisoned
-    r.prepare_check = [&] {
-        cudaCheck(cudaMemcpy(W, W0, (size_t)num_weights * sizeof(floatX), cudaMemcpyDeviceToDevice));
-        if (n_state) cudaCheck(cudaMemcpy(M, M0, (size_t)n_state * sizeof(float), cudaMemcpyDeviceToDevice));
-        if (dense) {
-            cudaCheck(cudaMemset(Gd, 0, (size_t)num_weights * sizeof(float)));
-            embedding_bag_backward_poison_rows<<<row_grid, 256>>>(Gd, d_src, d_col, U);
-            cudaCheck(cudaGetLastError());
-        }
-        for (auto& p : ws.scratch) poison(p.first, p.second);
-    };
-    // timing: every sample starts from the same tables (the looked-up rows restored, untimed)
-    r.prepare_timing = [&] {
-        if (!dense) embedding_bag_backward_copy_rows<floatX><<<row_grid, 256>>>(W, W0, d_src, d_col, U);
-        if (rowwise) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_lin, d_iota, U);
-        if (adagrad) embedding_bag_backward_copy_rows<float><<<row_grid, 256>>>(M, M0, d_src, d_col, U);
-    };
-    r.launch = [&](int k, int block) { embedding_bag_backward(k, a, ws, block, 0); };
-    r.check = [&](int k, int block) {
-        bool ok = check_all();
-        if (k == 1) {   // version 1 must leave its accumulator and flags zero for the next step
-            ok = check_untouched("v1 accumulator", ws.acc, nullptr, false, nullptr, false, num_rows) && ok;
-            ok = check_untouched("v1 flags", ws.flags, nullptr, false, nullptr, true, num_rows) && ok;
-        }
-        if (N == 0) {
-            printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
-            return ok;
-        }
-        // the same step again, captured in a CUDA graph (global capture mode: a host synchronization or an
-        // allocation inside the step would fail the capture) and replayed
-        cudaCheck(cudaMemcpy(d_fw, d_cw, (size_t)C * sizeof(float), cudaMemcpyDeviceToDevice));
-        if (n_m) cudaCheck(cudaMemcpy(d_fm, d_cm, (size_t)n_m * sizeof(float), cudaMemcpyDeviceToDevice));
-        r.prepare_check();
-        cudaCheck(cudaDeviceSynchronize());
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        cudaCheck(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeGlobal));
-        embedding_bag_backward(k, a, ws, block, capture_stream);
-        cudaCheck(cudaStreamEndCapture(capture_stream, &graph));
-        cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-        cudaCheck(cudaGraphLaunch(exec, capture_stream));
-        cudaCheck(cudaStreamSynchronize(capture_stream));
-        cudaCheck(cudaGraphExecDestroy(exec));
-        cudaCheck(cudaGraphDestroy(graph));
-        if (k == 1) {
-            printf("  graph replay (version 1: float atomics add in a different order each run, so its bits are not compared; "
-                   "the replay is checked against the reference)\n");
-            ok = check_all() && ok;
-        } else {
-            printf("  graph replay, compared bit for bit with the first run:\n");
-            gather();
-            ok = same_bits(dense ? "dense grad" : "weights", d_cw, d_fw, C, false) && ok;
-            if (n_m) ok = same_bits("state", d_cm, d_fm, n_m, rowwise) && ok;
-            ok = check_rest() && ok;
-        }
-        return ok;
-    };
-    const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L);
+    r.prepare_check = [&] { embedding_bag_backward_prepare_check(s); };
+    r.prepare_timing = [&] { embedding_bag_backward_prepare_timing(s); };
+    r.launch = [&](int k, int block) { embedding_bag_backward(k, s.a, s.ws, block, 0); };
+    r.check = [&](int k, int block) { return embedding_bag_backward_check(s, k, block); };
+    const double rw = embedding_bag_backward_fbgemm_rw(in, cfg.L, wbytes);
     r.extra = [&](int, int, double ms) {
         char buf[96];
-        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)U);
+        snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f unique_rows=%lld", 2.0 * rw / (ms * 1e-3) / 1e9, (long long)s.U);
         return std::string(buf);
     };
     int rc = run_versions(cli, r);
-
-    if (!cli.dump_dir.empty()) {
-        if (num_weights > ((int64_t)1 << 26)) {
-            printf("--dump skipped: the tables hold %lld elements (the dump is for small sizes, at most 2^26)\n", (long long)num_weights);
-        } else {
-            const std::string& dir = cli.dump_dir;
-            const std::string p = "embedding_bag_backward_";
-            embedding_bag_backward_dump(dir, cfg, in);
-            std::vector<float> before = to_float_vec(device_download(W0, (size_t)num_weights));
-            std::vector<float> after = to_float_vec(device_download(W, (size_t)num_weights));
-            std::vector<float> wref = before;
-            if (!dense)
-                for (int64_t u = 0; u < U; u++)
-                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) wref[h_src[u] + d] = ref.w[R.col[u] + d];
-            write_npy(dir, p + "weights_before", before.data(), {num_weights});
-            write_npy(dir, p + "weights_after", after.data(), {num_weights});
-            write_npy(dir, p + "weights_ref", wref.data(), {num_weights});
-            if (n_state) {
-                std::vector<float> sb = device_download(M0, (size_t)n_state), sa = device_download(M, (size_t)n_state), sr = sb;
-                for (int64_t u = 0; u < U; u++) {
-                    if (rowwise) sr[R.linear[u]] = ref.m[u];
-                    else for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) sr[h_src[u] + d] = ref.m[R.col[u] + d];
-                }
-                write_npy(dir, p + "state_before", sb.data(), {n_state});
-                write_npy(dir, p + "state_after", sa.data(), {n_state});
-                write_npy(dir, p + "state_ref", sr.data(), {n_state});
-            }
-            if (dense) {
-                std::vector<float> ga = device_download(Gd, (size_t)num_weights), gr((size_t)num_weights, 0.0f);
-                for (int64_t u = 0; u < U; u++)
-                    for (int64_t d = 0; d < R.col[u + 1] - R.col[u]; d++) gr[h_src[u] + d] = ref.grad[R.col[u] + d];
-                write_npy(dir, p + "grad", ga.data(), {num_weights});
-                write_npy(dir, p + "grad_ref", gr.data(), {num_weights});
-            }
-            printf("dumped %s*.npy (inputs, weights/state before, after the last version's step, and the reference) to %s\n", p.c_str(),
-                   dir.c_str());
-        }
-    }
-
-    embedding_bag_backward_free(ws);
-    cudaCheck(cudaStreamDestroy(capture_stream));
-    for (const void* ptr : std::initializer_list<const void*>{a.weights_offsets, a.D_offsets, a.hash_offsets, a.indices, a.offsets,
-                                                         a.per_sample_weights, a.grad_output, W0, W, M0, M, Gd, d_src, d_col, d_lin, d_iota,
-                                                         d_mask, d_ref_w, d_tol_w, d_ref_m, d_tol_m, d_ref_g, d_tol_g, d_cw, d_cm, d_fw,
-                                                         d_fm, d_stats})
-        if (ptr) cudaCheck(cudaFree(const_cast<void*>(ptr)));
+    if (!cli.dump_dir.empty()) embedding_bag_backward_dump_results(s, cfg, cli.dump_dir);
+    embedding_bag_backward_release(s);
     return rc;
 }
 #endif

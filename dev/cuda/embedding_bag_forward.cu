@@ -5,8 +5,9 @@ averaged) into one D_t-wide slice of the bag's output row; --pooling none (FBGEM
 embeddings) writes each lookup's row as its own output row instead.
 
 Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs):
-  weights          one flat floatX array; table t (E_t rows of D_t elements, D_t % 4 == 0, dims may
-                   differ) starts at weights_offsets[t] (int64, a multiple of 4: 16-byte aligned rows)
+  weights          one flat array of fp32, fp16 or bf16 (--weights; w bytes each); table t (E_t rows of
+                   D_t elements, D_t % 4 == 0, dims may differ) starts at weights_offsets[t] (int64, a
+                   multiple of 4: 16-byte aligned rows)
   D_offsets[T+1]   int32 running sum of D_t; total_D = D_offsets[T]
   indices[total_L] int64 row ids; offsets[T*B+1] int64, table-major: bag (t, b) is
                    indices[offsets[t*B + b] .. offsets[t*B + b + 1]); bags may be empty
@@ -15,15 +16,16 @@ Layout (FBGEMM's; the backward, embedding_bag_backward.cu, takes the same inputs
                    (w_l = 1 unweighted; scale = 1/L_bag for MEAN, 1 for SUM; an empty bag gives 0)
   nobag            out[N][D] fp32, out[l] = W_t[indices[l]]: one D for every table (FBGEMM's nobag layout;
                    mixed dims exit 2) and no per-sample weights (FBGEMM's nobag kernels take none)
-Accumulation and the output are fp32 in both builds; the _bf16 build stores the weights in bf16.
+Accumulation and the output are fp32; every version is templated on the weights' type (half rows are
+8-byte vectors: half the bytes). The _bf16 build defaults to --weights bf16.
 
 Fewest bytes (every looked-up row read once per lookup: nothing deduplicates without a sort):
-  bytes = sum_t L_t * D_t * sizeof(floatX) + 8 * total_L + 8 * (T*B + 1) + 4 * B * total_D
+  bytes = sum_t L_t * D_t * w + 8 * total_L + 8 * (T*B + 1) + 4 * B * total_D
         + 4 * total_L (weighted) + 4 * (T+1) + 8 * T
   = 178.9 MB at FBGEMM's default size (T=32 E=1e5 D=128 B=512 L=20, fp32), 1124.6 MB at the large size
   (T=1 E=1e6 D=128 B=65536 L=32). Zipf inputs re-read hot rows from L2, so they pass 100% by this count.
-  FBGEMM's benchmark figure, rw = 4*B*sum(D_t) + sizeof(floatX)*B*sum(D_t)*L over the time, is printed
-  as `fbgemm_gbps=`. nobag: N * D * (sizeof(floatX) + 4) + 8 * N + 8 * (T+1) + 4 * (T+1) + 8 * T
+  FBGEMM's benchmark figure, rw = 4*B*sum(D_t) + w*B*sum(D_t)*L over the time, is printed
+  as `fbgemm_gbps=`. nobag: N * D * (w + 4) + 8 * N + 8 * (T+1) + 4 * (T+1) + 8 * T
   = 338.2 MB at the default size (only the table boundaries of the offsets are read); FBGEMM's rw has the
   output L times larger.
 
@@ -51,7 +53,7 @@ Lessons:
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
-  make embedding_bag_forward_bf16  && ./embedding_bag_forward_bf16 all --T 4 --Ds 4,12,132,260 --B 37 --L 13
+  ./embedding_bag_forward all --weights fp16 --T 4 --Ds 4,12,132,260 --B 37 --L 13     (half rows)
   ./embedding_bag_forward all --T 1 --E 1000000 --D 128 --B 65536 --L 32 --alpha 0     (the large size)
   ./embedding_bag_forward --pooling none                                   (version 7, one row per lookup)
 */
@@ -60,26 +62,41 @@ Compile and run:
 // Tolerances: the GPU sums in fp32 (in bag order per lane or row slot), the reference in double. The
 // error of an fp32 sum of L terms is at most about L * 2^-24 * sum|terms| and in practice ~sqrt(L) of
 // that; the CPU test runs the fp32 orders of versions 1-5 against these at the GPU cases' sizes. The
-// output is fp32 in both builds and the reference reads the same (bf16-rounded) weights, so the
-// tolerances are the same for bf16.
+// output is fp32 whatever the weights and the reference reads the same (rounded) half weights, so the
+// tolerances are the same for fp16 and bf16.
 static const float EMBEDDING_BAG_FORWARD_ATOL = 5e-5f, EMBEDDING_BAG_FORWARD_RTOL = 2e-5f;
 
 // ----------------------------------------------------------------------------------------------
 // inputs: embedding_bag.h (shared with the backward); here the tables' weights, the forward's own
 // validation, bytes
 
-// The tables' weights, uniform in [-1, 1) on a grid of 2^-23 (exact in fp32), rounded once to floatX.
-// Two weights per 64-bit draw (24 bits each): the default size has 410M weights, the dense case 704M.
-inline std::vector<floatX> embedding_bag_forward_make_weights(const EmbeddingBagInputs& in, uint64_t seed) {
+// The tables' weights, uniform in [-1, 1) on a grid of 2^-23 (exact in fp32), rounded once to the weights'
+// type (to nearest; held as the fp32 values, which the reference reads). Two weights per 64-bit draw (24
+// bits each): the default size has 410M weights, the dense case 704M.
+inline void embedding_bag_forward_round_weights(std::vector<float>& w, EmbeddingBagWeights wt) {
+    if (wt != EmbeddingBagWeights::fp32)
+        for (float& x : w) x = embedding_bag_half_to_float(embedding_bag_half_bits(x, wt, false), wt);
+}
+inline std::vector<float> embedding_bag_forward_make_weights(const EmbeddingBagInputs& in, uint64_t seed,
+                                                             EmbeddingBagWeights wt = EmbeddingBagWeights::fp32) {
     Rng rng(seed ^ 0x5EED0F0E1647ull);
-    std::vector<floatX> w((size_t)in.num_weights);
+    std::vector<float> w((size_t)in.num_weights);
     const size_t n = w.size();
     for (size_t i = 0; i < n; i += 2) {
         const uint64_t r = rng.next();
-        w[i] = from_float<floatX>((float)(r >> 40) * 0x1p-23f - 1.0f);
-        if (i + 1 < n) w[i + 1] = from_float<floatX>((float)((r >> 16) & 0xFFFFFF) * 0x1p-23f - 1.0f);
+        w[i] = (float)(r >> 40) * 0x1p-23f - 1.0f;
+        if (i + 1 < n) w[i + 1] = (float)((r >> 16) & 0xFFFFFF) * 0x1p-23f - 1.0f;
     }
+    embedding_bag_forward_round_weights(w, wt);
     return w;
+}
+
+// the tables on the device in their type (the values are exact in it)
+inline void* embedding_bag_forward_upload_weights(const std::vector<float>& w, EmbeddingBagWeights wt) {
+    if (wt == EmbeddingBagWeights::fp32) return device_upload(w);
+    std::vector<uint16_t> h(w.size());
+    for (size_t i = 0; i < w.size(); i++) h[i] = embedding_bag_half_bits(w[i], wt, false);
+    return device_upload(h);
 }
 
 // embedding_bag_validate, and: versions 4 and 5 carry row ids in 32 bits. "" when fine.
@@ -91,11 +108,11 @@ inline std::string embedding_bag_forward_validate(const EmbeddingBagInputs& in) 
 }
 
 // the fewest bytes of one call (the header's formula)
-inline double embedding_bag_forward_bytes(const EmbeddingBagInputs& in) {
+inline double embedding_bag_forward_bytes(const EmbeddingBagInputs& in, int wbytes = 4) {
     double bytes = 0.0;
     for (int t = 0; t < in.T; t++) {
         int64_t L_t = in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B];
-        bytes += (double)L_t * in.D(t) * sizeof(floatX);
+        bytes += (double)L_t * in.D(t) * wbytes;
     }
     const double total_L = (double)in.indices.size();
     bytes += 8.0 * total_L + 8.0 * (in.nobag ? in.T + 1.0 : (double)in.T * in.B + 1);   // nobag: table boundaries only
@@ -107,20 +124,20 @@ inline double embedding_bag_forward_bytes(const EmbeddingBagInputs& in) {
 
 // FBGEMM benchmark's figure: output + B * sum(D) * L parameters at the nominal bag length L (nobag: the
 // output is L times larger too)
-inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagInputs& in, int L) {
-    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)sizeof(floatX) * in.B * in.total_D() * L;
+inline double embedding_bag_forward_fbgemm_bytes(const EmbeddingBagInputs& in, int L, int wbytes = 4) {
+    return 4.0 * in.B * in.total_D() * (in.nobag ? L : 1) + (double)wbytes * in.B * in.total_D() * L;
 }
 
 // ----------------------------------------------------------------------------------------------
 // CPU reference: plain loops, sums in double
 
-void embedding_bag_forward_cpu(float* out, const EmbeddingBagInputs& in, const floatX* weights) {
+void embedding_bag_forward_cpu(float* out, const EmbeddingBagInputs& in, const float* weights) {
     const int total_D = in.total_D();
     if (in.nobag) {                          // out[l] = lookup l's row (one D for all tables)
         const int D = in.D(0);
         for (int t = 0; t < in.T; t++)
             for (int64_t l = in.offsets[(int64_t)t * in.B]; l < in.offsets[(int64_t)(t + 1) * in.B]; l++)
-                for (int d = 0; d < D; d++) out[l * D + d] = to_float(weights[in.weights_offsets[t] + in.indices[l] * D + d]);
+                for (int d = 0; d < D; d++) out[l * D + d] = weights[in.weights_offsets[t] + in.indices[l] * D + d];
         return;
     }
     std::vector<double> acc;
@@ -132,8 +149,8 @@ void embedding_bag_forward_cpu(float* out, const EmbeddingBagInputs& in, const f
             std::fill(acc.begin(), acc.end(), 0.0);
             for (int64_t l = start; l < end; l++) {
                 const double w = in.per_sample_weights.empty() ? 1.0 : in.per_sample_weights[l];
-                const floatX* row = weights + in.weights_offsets[t] + in.indices[l] * D;
-                for (int d = 0; d < D; d++) acc[d] += w * to_float(row[d]);
+                const float* row = weights + in.weights_offsets[t] + in.indices[l] * D;
+                for (int d = 0; d < D; d++) acc[d] += w * row[d];
             }
             const double scale = (in.mean && end > start) ? 1.0 / (double)(end - start) : 1.0;
             float* o = out + (int64_t)b * total_D + in.D_offsets[t];
@@ -154,7 +171,8 @@ constexpr int EMBEDDING_BAG_FORWARD_CLASS_NV[EMBEDDING_BAG_FORWARD_CLASSES] = {1
 // what every version gets: device pointers, sizes, and (host-made, see _plan) the tables ordered by
 // class with each class's first position; max_D sizes the grid of version 3
 struct EmbeddingBagForwardArgs {
-    const floatX* weights;
+    const void* weights;                                 // wtype elements (the kernels are templated on it)
+    EmbeddingBagWeights wtype;
     const int64_t* weights_offsets;
     const int* D_offsets;
     const int64_t* indices;
@@ -234,33 +252,36 @@ inline unsigned embedding_bag_forward_grid_x_groups(int B, int max_D, int block_
     return grid_x(ceil_div<int64_t>(B, bags_per_block), "embedding_bag_forward version 3");
 }
 
-// four consecutive weights as fp32: one 16-byte load in fp32, one 8-byte load in bf16 (bf16 is the top
-// half of an fp32, so the conversion is a shift). Read-only path, default caching: hot rows (Zipf, the
-// one-row input) should stay in L1/L2.
-__device__ __forceinline__ float4 embedding_bag_forward_load4(const floatX* p) {
-#ifdef ENABLE_BF16
+// four consecutive weights as fp32: one 16-byte load in fp32, one 8-byte load for half weights (bf16 is the
+// top half of an fp32, so its conversion is a shift; fp16 converts two at a time). Read-only path, default
+// caching: hot rows (Zipf, the one-row input) should stay in L1/L2.
+__device__ __forceinline__ float4 embedding_bag_forward_halves4(uint32_t x, uint32_t y, const __nv_bfloat16*) {
+    return make_float4(__uint_as_float(x << 16), __uint_as_float(x & 0xFFFF0000u), __uint_as_float(y << 16), __uint_as_float(y & 0xFFFF0000u));
+}
+__device__ __forceinline__ float4 embedding_bag_forward_halves4(uint32_t x, uint32_t y, const __half*) {
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ float4 embedding_bag_forward_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+template <class WT>
+__device__ __forceinline__ float4 embedding_bag_forward_load4(const WT* p) {
     const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
-    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u),
-                       __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
-#else
-    return __ldg(reinterpret_cast<const float4*>(p));
-#endif
+    return embedding_bag_forward_halves4(r.x, r.y, p);
 }
 
 // Version 6's row load: the same, with PTX's L2::256B prefetch-size hint, so a miss makes L2 fetch the
 // 256-byte block around the vector from DRAM instead of its 32-byte sectors one request at a time. A row of
 // D = 128 fp32 is two such blocks, read by the warp in one instruction.
-__device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const floatX* p) {
-#ifdef ENABLE_BF16
-    unsigned x, y;
-    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p));
-    return make_float4(__uint_as_float(x << 16), __uint_as_float(x & 0xFFFF0000u), __uint_as_float(y << 16),
-                       __uint_as_float(y & 0xFFFF0000u));
-#else
+__device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const float* p) {
     float4 r;
     asm("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
     return r;
-#endif
+}
+template <class WT>
+__device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const WT* p) {
+    unsigned x, y;
+    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p));
+    return embedding_bag_forward_halves4(x, y, p);
 }
 
 // indices and per-sample weights are read once: streaming (evict-first) loads
@@ -276,6 +297,7 @@ __device__ __forceinline__ void embedding_bag_forward_fma4(float4& acc, float w,
 // over D_offsets; the thread walks the bag with 4-byte loads. Consecutive threads read consecutive
 // columns of the same row (coalesced), but every thread re-reads the bag's offsets and indices and each
 // row costs one load instruction per column.
+template <class WT>
 __global__ void embedding_bag_forward_kernel1(EmbeddingBagForwardArgs a) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)a.B * a.total_D) return;
@@ -285,11 +307,11 @@ __global__ void embedding_bag_forward_kernel1(EmbeddingBagForwardArgs a) {
     const int D = a.D_offsets[t + 1] - a.D_offsets[t], d = c - a.D_offsets[t];
     const int64_t bag = (int64_t)t * a.B + b;
     const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const floatX* W = a.weights + a.weights_offsets[t] + d;
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t] + d;
     float sum = 0.0f;
     for (int64_t l = start; l < end; l++) {
         const float w = a.per_sample_weights ? a.per_sample_weights[l] : 1.0f;
-        sum = fmaf(w, to_float(W[a.indices[l] * D]), sum);
+        sum = fmaf(w, embedding_bag_to_float(W[a.indices[l] * D]), sum);
     }
     if (a.mean && end > start) sum /= (float)(end - start);
     a.out[i] = sum;
@@ -299,6 +321,7 @@ __global__ void embedding_bag_forward_kernel1(EmbeddingBagForwardArgs a) {
 // and each lane owns 4 consecutive columns: one 16-byte load per row (fp32), a warp covers 128 columns
 // of a row with 512 contiguous bytes. D > 128 loops over column blocks of 128 (re-reading the indices);
 // D < 128 leaves lanes idle (version 3 fixes that).
+template <class WT>
 __global__ void embedding_bag_forward_kernel2(EmbeddingBagForwardArgs a) {
     const int lane = threadIdx.x % 32;
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -307,7 +330,7 @@ __global__ void embedding_bag_forward_kernel2(EmbeddingBagForwardArgs a) {
     const int64_t b = bag - (int64_t)t * a.B;
     const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
     const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const floatX* W = a.weights + a.weights_offsets[t];
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
     float* out = a.out + b * a.total_D + D0;
     const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
     for (int v = lane; v < Dv; v += 32) {
@@ -325,6 +348,7 @@ __global__ void embedding_bag_forward_kernel2(EmbeddingBagForwardArgs a) {
 // columns. The table is blockIdx.y, so G is the same in the whole block; grid x is sized for the table
 // with the largest G, and blocks a smaller-G table does not need exit at once. Otherwise version 2:
 // each lane loads the index itself (groups of a warp read different indices in one instruction).
+template <class WT>
 __global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
     const int t = blockIdx.y;
     const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
@@ -334,7 +358,7 @@ __global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
     const int g = (int)(threadIdx.x % 32) % G;
     const int64_t bag = (int64_t)t * a.B + b;
     const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const floatX* W = a.weights + a.weights_offsets[t];
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
     float* out = a.out + b * a.total_D + D0;
     const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
     for (int v = g; v < Dv; v += G) {
@@ -356,7 +380,7 @@ __global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
 // with shuffles, issues all ROWS*NV row loads, and only then accumulates. With the ids already in
 // registers the rows of a batch are independent loads, so a warp has 8 (G >= 8) row vectors per lane in
 // flight instead of one.
-template <int G, int NV>
+template <int G, int NV, class WT>
 __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagForwardArgs& a, int t, int64_t b, int g, unsigned mask) {
     constexpr int ROWS = EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT / NV;       // rows per batch: 8, 4 or 2
     constexpr int IPL_MIN = ROWS / G > 1 ? ROWS / G : 1;                  // a chunk holds at least a batch
@@ -367,7 +391,7 @@ __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagFor
     const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
     const int64_t bag = (int64_t)t * a.B + b;
     const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const floatX* W = a.weights + a.weights_offsets[t];
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
     const float* psw = a.per_sample_weights;
     float* out = a.out + b * a.total_D + D0;
     const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
@@ -388,7 +412,7 @@ __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagFor
 #pragma unroll
             for (int j0 = 0; j0 < CHUNK; j0 += ROWS) {
                 if (j0 >= n) break;
-                const floatX* row[ROWS];
+                const WT* row[ROWS];
                 float w[ROWS];
 #pragma unroll
                 for (int u = 0; u < ROWS; u++) {
@@ -424,14 +448,14 @@ __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagFor
 // count (ptxas, nvcc 13: 60 for G = 32, NV = 1, where one kernel switching over every class takes 80,
 // i.e. 24 instead of 32 resident warps per SM); blockIdx.y walks the tables of the class
 // (EmbeddingBagForwardPlan). One launch when all tables have one D.
-template <int G, int NV>
+template <int G, int NV, class WT>
 __global__ void __launch_bounds__(512) embedding_bag_forward_kernel4(EmbeddingBagForwardArgs a, int first) {
     const int t = a.table_order[first + blockIdx.y];
     const int64_t b = embedding_bag_forward_bag_of_thread(blockIdx.x, threadIdx.x, blockDim.x, G);
     if (b >= a.B) return;                    // whole groups leave: the shuffles name only their group
     const int lane = threadIdx.x % 32, g = lane % G;
     const unsigned mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1u) << (lane - g);
-    embedding_bag_forward_bag4<G, NV>(a, t, b, g, mask);
+    embedding_bag_forward_bag4<G, NV, WT>(a, t, b, g, mask);
 }
 
 // Version 5, one bag per warp for every D. A row still takes G lanes, and the warp's S = 32/G row slots
@@ -440,7 +464,7 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel4(EmbeddingBa
 // (every lane active: full mask). At the end the slots' partial sums meet in log2(S) xor shuffles, in a
 // fixed order, and slot 0 stores. For G = 32 this is version 4; for small D a bag's rows go S at a time,
 // so a bag takes fewer round trips to memory and the grid has S times more warps.
-template <int G, int NV, bool WIDE>
+template <int G, int NV, bool WIDE, class WT>
 __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagForwardArgs& a, int t, int64_t b, int lane) {
     constexpr int S = 32 / G;                                             // row slots
     constexpr int ROWS_MAX = EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT / NV;
@@ -452,7 +476,7 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
     const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
     const int64_t bag = (int64_t)t * a.B + b;
     const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const floatX* W = a.weights + a.weights_offsets[t];
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
     const float* psw = a.per_sample_weights;
     float* out = a.out + b * a.total_D + D0;
     const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
@@ -467,7 +491,7 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
 #pragma unroll
             for (int j0 = 0; j0 < 32; j0 += BATCH) {
                 if (j0 >= n) break;
-                const floatX* row[ROWS];
+                const WT* row[ROWS];
                 float w[ROWS];
                 bool live[ROWS];
 #pragma unroll
@@ -512,12 +536,12 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
     }
 }
 
-template <int G, int NV, bool WIDE>
+template <int G, int NV, bool WIDE, class WT>
 __global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBagForwardArgs a, int first) {
     const int t = a.table_order[first + blockIdx.y];
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= a.B) return;                    // the whole warp
-    embedding_bag_forward_bag5<G, NV, WIDE>(a, t, b, threadIdx.x % 32);
+    embedding_bag_forward_bag5<G, NV, WIDE, WT>(a, t, b, threadIdx.x % 32);
 }
 
 // Version 7 (--pooling none only): the gather. Nothing is summed: each lookup's row is copied to its own
@@ -530,7 +554,7 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel5(EmbeddingBa
 // more take version 6's L2::256B hint, smaller rows the plain load (the hint would fetch unused bytes).
 constexpr int EMBEDDING_BAG_FORWARD_GATHER_ROWS = 4;
 
-template <int ROWS>
+template <int ROWS, class WT>
 __global__ void __launch_bounds__(512) embedding_bag_forward_kernel7(EmbeddingBagForwardArgs a) {
     const int t = blockIdx.y;
     const int64_t begin = a.offsets[(int64_t)t * a.B], n = a.offsets[(int64_t)(t + 1) * a.B] - begin;
@@ -538,9 +562,9 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel7(EmbeddingBa
     const int G = embedding_bag_forward_lanes_per_row(D), g = (int)(threadIdx.x % G);
     const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G * ROWS;
     if (j0 >= n) return;                     // whole groups (G divides 32): no shuffles here anyway
-    const bool wide = D * (int)sizeof(floatX) >= 256;
-    const floatX* W = a.weights + a.weights_offsets[t];
-    const floatX* row[ROWS];
+    const bool wide = D * (int)sizeof(WT) >= 256;
+    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
+    const WT* row[ROWS];
 #pragma unroll
     for (int u = 0; u < ROWS; u++)           // the G lanes load the same id: one broadcast transaction
         row[u] = j0 + u < n ? W + embedding_bag_forward_load_index(a.indices + begin + j0 + u) * D : nullptr;
@@ -560,62 +584,66 @@ __global__ void __launch_bounds__(512) embedding_bag_forward_kernel7(EmbeddingBa
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher (block sizes are multiples of 32: main requires it)
 
+template <class WT>
 void embedding_bag_forward1(const EmbeddingBagForwardArgs& a, int block_size) {
     const int64_t n = (int64_t)a.B * a.total_D;
-    embedding_bag_forward_kernel1<<<grid_x(ceil_div<int64_t>(n, block_size), "embedding_bag_forward version 1"), block_size>>>(a);
+    embedding_bag_forward_kernel1<WT><<<grid_x(ceil_div<int64_t>(n, block_size), "embedding_bag_forward version 1"), block_size>>>(a);
 }
 
+template <class WT>
 void embedding_bag_forward2(const EmbeddingBagForwardArgs& a, int block_size) {
     const int64_t bags = (int64_t)a.T * a.B;
-    embedding_bag_forward_kernel2<<<grid_x(ceil_div<int64_t>(bags, block_size / 32), "embedding_bag_forward version 2"), block_size>>>(a);
+    embedding_bag_forward_kernel2<WT><<<grid_x(ceil_div<int64_t>(bags, block_size / 32), "embedding_bag_forward version 2"), block_size>>>(a);
 }
 
+template <class WT>
 void embedding_bag_forward3(const EmbeddingBagForwardArgs& a, int block_size) {
     dim3 grid(embedding_bag_forward_grid_x_groups(a.B, a.max_D, block_size), grid_y(a.T, "embedding_bag_forward version 3"));
-    embedding_bag_forward_kernel3<<<grid, block_size>>>(a);
+    embedding_bag_forward_kernel3<WT><<<grid, block_size>>>(a);
 }
 
 // versions 4-6: one launch per class of tables present, grid y = the class's tables
-template <int c>
+template <int c, class WT>
 void embedding_bag_forward4_class(const EmbeddingBagForwardArgs& a, int block_size) {
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
     const int n = a.class_begin[c + 1] - a.class_begin[c];
     if (n == 0) return;
     dim3 grid(grid_x(ceil_div<int64_t>(a.B, (int64_t)(block_size / 32) * (32 / G)), "embedding_bag_forward version 4"), grid_y(n, "embedding_bag_forward version 4"));
-    embedding_bag_forward_kernel4<G, NV><<<grid, block_size>>>(a, a.class_begin[c]);
+    embedding_bag_forward_kernel4<G, NV, WT><<<grid, block_size>>>(a, a.class_begin[c]);
 }
 
+template <class WT>
 void embedding_bag_forward4(const EmbeddingBagForwardArgs& a, int block_size) {
-    embedding_bag_forward4_class<0>(a, block_size);
-    embedding_bag_forward4_class<1>(a, block_size);
-    embedding_bag_forward4_class<2>(a, block_size);
-    embedding_bag_forward4_class<3>(a, block_size);
-    embedding_bag_forward4_class<4>(a, block_size);
-    embedding_bag_forward4_class<5>(a, block_size);
-    embedding_bag_forward4_class<6>(a, block_size);
-    embedding_bag_forward4_class<7>(a, block_size);
+    embedding_bag_forward4_class<0, WT>(a, block_size);
+    embedding_bag_forward4_class<1, WT>(a, block_size);
+    embedding_bag_forward4_class<2, WT>(a, block_size);
+    embedding_bag_forward4_class<3, WT>(a, block_size);
+    embedding_bag_forward4_class<4, WT>(a, block_size);
+    embedding_bag_forward4_class<5, WT>(a, block_size);
+    embedding_bag_forward4_class<6, WT>(a, block_size);
+    embedding_bag_forward4_class<7, WT>(a, block_size);
 }
 
-template <int c, bool WIDE>
+template <int c, bool WIDE, class WT>
 void embedding_bag_forward5_class(const EmbeddingBagForwardArgs& a, int block_size) {
     constexpr int G = EMBEDDING_BAG_FORWARD_CLASS_G[c], NV = EMBEDDING_BAG_FORWARD_CLASS_NV[c];
     const int n = a.class_begin[c + 1] - a.class_begin[c];
     if (n == 0) return;
     dim3 grid(grid_x(ceil_div<int64_t>(a.B, block_size / 32), "embedding_bag_forward versions 5-6"), grid_y(n, "embedding_bag_forward versions 5-6"));
-    embedding_bag_forward_kernel5<G, NV, WIDE><<<grid, block_size>>>(a, a.class_begin[c]);
+    embedding_bag_forward_kernel5<G, NV, WIDE, WT><<<grid, block_size>>>(a, a.class_begin[c]);
 }
 
 // versions 5 and 6 (WIDE: the L2::256B row loads)
-template <bool WIDE>
+template <bool WIDE, class WT>
 void embedding_bag_forward5(const EmbeddingBagForwardArgs& a, int block_size) {
-    embedding_bag_forward5_class<0, WIDE>(a, block_size);
-    embedding_bag_forward5_class<1, WIDE>(a, block_size);
-    embedding_bag_forward5_class<2, WIDE>(a, block_size);
-    embedding_bag_forward5_class<3, WIDE>(a, block_size);
-    embedding_bag_forward5_class<4, WIDE>(a, block_size);
-    embedding_bag_forward5_class<5, WIDE>(a, block_size);
-    embedding_bag_forward5_class<6, WIDE>(a, block_size);
-    embedding_bag_forward5_class<7, WIDE>(a, block_size);
+    embedding_bag_forward5_class<0, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<1, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<2, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<3, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<4, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<5, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<6, WIDE, WT>(a, block_size);
+    embedding_bag_forward5_class<7, WIDE, WT>(a, block_size);
 }
 
 // version 7's grid x: groups of G lanes (nobag: one D) taking ROWS lookups each, for the longest table
@@ -624,22 +652,33 @@ inline int64_t embedding_bag_forward_grid_x7(int64_t max_lookups, int D, int blo
     return std::max<int64_t>(1, ceil_div<int64_t>(groups, block_size / embedding_bag_forward_lanes_per_row(D)));
 }
 
+template <class WT>
 void embedding_bag_forward7(const EmbeddingBagForwardArgs& a, int block_size) {
     dim3 grid(grid_x(embedding_bag_forward_grid_x7(a.max_lookups, a.max_D, block_size), "embedding_bag_forward version 7"),
               grid_y(a.T, "embedding_bag_forward version 7"));
-    embedding_bag_forward_kernel7<EMBEDDING_BAG_FORWARD_GATHER_ROWS><<<grid, block_size>>>(a);
+    embedding_bag_forward_kernel7<EMBEDDING_BAG_FORWARD_GATHER_ROWS, WT><<<grid, block_size>>>(a);
+}
+
+// every version is compiled for the three weight types (WT: float, __half, __nv_bfloat16)
+template <class WT>
+void embedding_bag_forward_typed(int kernel_num, const EmbeddingBagForwardArgs& a, int block_size) {
+    switch (kernel_num) {
+        case 1: embedding_bag_forward1<WT>(a, block_size); break;
+        case 2: embedding_bag_forward2<WT>(a, block_size); break;
+        case 3: embedding_bag_forward3<WT>(a, block_size); break;
+        case 4: embedding_bag_forward4<WT>(a, block_size); break;
+        case 5: embedding_bag_forward5<false, WT>(a, block_size); break;
+        case 6: embedding_bag_forward5<true, WT>(a, block_size); break;
+        case 7: embedding_bag_forward7<WT>(a, block_size); break;
+        default: fail_args("embedding_bag_forward has no version %d", kernel_num);
+    }
 }
 
 void embedding_bag_forward(int kernel_num, const EmbeddingBagForwardArgs& a, int block_size) {
-    switch (kernel_num) {
-        case 1: embedding_bag_forward1(a, block_size); break;
-        case 2: embedding_bag_forward2(a, block_size); break;
-        case 3: embedding_bag_forward3(a, block_size); break;
-        case 4: embedding_bag_forward4(a, block_size); break;
-        case 5: embedding_bag_forward5<false>(a, block_size); break;
-        case 6: embedding_bag_forward5<true>(a, block_size); break;
-        case 7: embedding_bag_forward7(a, block_size); break;
-        default: fail_args("embedding_bag_forward has no version %d", kernel_num);
+    switch (a.wtype) {
+        case EmbeddingBagWeights::fp16: embedding_bag_forward_typed<__half>(kernel_num, a, block_size); break;
+        case EmbeddingBagWeights::bf16: embedding_bag_forward_typed<__nv_bfloat16>(kernel_num, a, block_size); break;
+        default: embedding_bag_forward_typed<float>(kernel_num, a, block_size); break;
     }
 }
 
@@ -676,7 +715,7 @@ inline EmbeddingBagInputs embedding_bag_forward_inputs(const Cli& cli, Embedding
             require(embedding_bag_table_E(cfg, t) <= INT32_MAX, "E of table %d (%lld) must be 1..2^31-1 (row ids travel as 32-bit in versions 4, 5)",
                     t, (long long)embedding_bag_table_E(cfg, t));
         }
-        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + (double)embedding_bag_num_weights(cfg) * sizeof(floatX) +
+        require_host_memory(embedding_bag_inputs_host_bytes(cfg) + (double)embedding_bag_num_weights(cfg) * 6.0 +
                                 4.0 * (double)cfg.B * total_D * (cfg.nobag ? cfg.L : 1) * (cli.dump_dir.empty() ? 1 : 2),
                             "embedding_bag_forward (inputs, tables, reference)");
         in = embedding_bag_make_inputs(cfg, cli.seed);
@@ -688,7 +727,8 @@ inline EmbeddingBagInputs embedding_bag_forward_inputs(const Cli& cli, Embedding
 }
 
 // the table weights: the dump's embedding_bag_forward_weights.npy when --load has one, else from the seed
-inline std::vector<floatX> embedding_bag_forward_weights(const Cli& cli, const EmbeddingBagInputs& in) {
+// (fp32 values: main rounds them to the weights' type)
+inline std::vector<float> embedding_bag_forward_weights(const Cli& cli, const EmbeddingBagInputs& in) {
     std::vector<float> w;
     std::vector<int64_t> sh;
     if (cli.load_dir.empty() || !read_npy(cli.load_dir, "embedding_bag_forward_weights", w, sh, 1, true))
@@ -697,23 +737,22 @@ inline std::vector<floatX> embedding_bag_forward_weights(const Cli& cli, const E
             (long long)in.num_weights);
     for (size_t i = 0; i < w.size(); i++)
         require(std::isfinite(w[i]), "--load: embedding_bag_forward_weights[%zu] is %g: the weights must be finite", i, w[i]);
-    return to_floatX(w);
+    return w;
 }
 
 // device bytes of a run: tables, ids, offsets, per-sample weights, output, the plan
-inline double embedding_bag_forward_device_bytes(const EmbeddingBagInputs& in) {
-    return (double)in.num_weights * sizeof(floatX) + 8.0 * in.N() + 8.0 * in.offsets.size() + 4.0 * in.per_sample_weights.size() +
+inline double embedding_bag_forward_device_bytes(const EmbeddingBagInputs& in, int wbytes) {
+    return (double)in.num_weights * wbytes + 8.0 * in.N() + 8.0 * in.offsets.size() + 4.0 * in.per_sample_weights.size() +
            4.0 * (double)in.out_rows() * in.out_cols() + 24.0 * (in.T + 1);
 }
 
 inline void embedding_bag_forward_dump(const std::string& dir, const EmbeddingBagConfig& cfg, const EmbeddingBagInputs& in,
-                                       const std::vector<floatX>& weights, const float* ref, const float* got, const std::string& shape) {
+                                       const std::vector<float>& weights, const float* ref, const float* got, const std::string& shape) {
     embedding_bag_dump_inputs(dir, "embedding_bag_forward_", in, cfg.L);
     write_npy(dir, "embedding_bag_forward_out_ref", ref, {in.out_rows(), in.out_cols()});
     write_npy(dir, "embedding_bag_forward_out", got, {in.out_rows(), in.out_cols()});
     if (in.num_weights <= ((int64_t)64 << 20)) {
-        std::vector<float> wf = to_float_vec(weights);
-        write_npy(dir, "embedding_bag_forward_weights", wf.data(), {in.num_weights});
+        write_npy(dir, "embedding_bag_forward_weights", weights.data(), {in.num_weights});
     } else {
         printf("weights (%lld elements) not dumped: over 64M elements; the peer makes its own of the same shape\n", (long long)in.num_weights);
     }
@@ -742,22 +781,26 @@ int main(int argc, char** argv) {
     EmbeddingBagInputs in = embedding_bag_forward_inputs(cli, cfg, flags);
     nobag = in.nobag;
     select_versions(cli, skip, false);      // again: a --load may have said nobag
+    embedding_bag_set_precision(cfg, flags);
+    const int wbytes = embedding_bag_weight_bytes(cfg.weights);
 
     cuda_init();
-    require_device_memory(embedding_bag_forward_device_bytes(in), "embedding_bag_forward", !cli.check_only);
+    require_device_memory(embedding_bag_forward_device_bytes(in, wbytes), "embedding_bag_forward", !cli.check_only);
     const int total_D = in.total_D(), max_D = in.max_D();
-    printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB\n", in.T, in.B, total_D, max_D, in.indices.size(),
+    printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB of %s\n", in.T, in.B, total_D, max_D, in.indices.size(),
            !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")),
            embedding_bag_pooling_name(in.mean, in.nobag),
-           cfg.weighted ? ", weighted" : "", (double)in.num_weights * sizeof(floatX) / 1e9);
+           cfg.weighted ? ", weighted" : "", (double)in.num_weights * wbytes / 1e9, EMBEDDING_BAG_WEIGHTS_NAMES[(int)cfg.weights]);
 
-    std::vector<floatX> weights = embedding_bag_forward_weights(cli, in);
+    std::vector<float> weights = embedding_bag_forward_weights(cli, in);
+    embedding_bag_forward_round_weights(weights, cfg.weights);
     const size_t n_out = (size_t)(in.out_rows() * in.out_cols());
     std::vector<float> ref(n_out);
     embedding_bag_forward_cpu(ref.data(), in, weights.data());
 
     EmbeddingBagForwardArgs a;
-    a.weights = device_upload(weights);
+    a.weights = embedding_bag_forward_upload_weights(weights, cfg.weights);
+    a.wtype = cfg.weights;
     a.weights_offsets = device_upload(in.weights_offsets);
     a.D_offsets = device_upload(in.D_offsets);
     a.indices = device_upload(in.indices);
@@ -771,11 +814,11 @@ int main(int argc, char** argv) {
     a.max_lookups = 0;
     for (int t = 0; t < in.T; t++) a.max_lookups = std::max(a.max_lookups, in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B]);
 
-    const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L);
+    const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L, wbytes);
     OpRunner r;
     r.op = "embedding_bag_forward";
     r.shape = embedding_bag_shape(cfg);
-    r.bytes = embedding_bag_forward_bytes(in);
+    r.bytes = embedding_bag_forward_bytes(in, wbytes);
     r.blocks_for = [](int k) { return embedding_bag_forward_blocks(k); };
     r.skip_reason = skip;
     r.prepare_check = [&] { poison(a.out, n_out * sizeof(float)); };
