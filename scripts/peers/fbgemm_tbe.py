@@ -10,7 +10,8 @@ the forward, and the backward with its fused EXACT_SGD and EXACT_ROWWISE_ADAGRAD
 The row ids and offsets are the ones the op writes with --dump (same seed and recipe as its RESULT lines);
 the weights are FBGEMM's own random initialisation (the time does not depend on their values). The backward's
 kernel time is the profile of forward + backward less the profile of the forward alone.
-PEER lines carry the op's RESULT shape (the backward's with the optimizer appended) and dtype=fp32|fp16.
+PEER lines carry the op's RESULT shape for the same flags (with --weights fp16 it ends in ",fp16,stochastic";
+the backward's has the optimizer appended), so each sits beside our version's line in results/.
 Skips with a message where fbgemm_gpu does not import.
 """
 import os
@@ -80,10 +81,10 @@ def kernel_ms(fn, setup=None):
     return (prof_of(True) - prof_of(False)) / PROFILE_ITERS / 1e3
 
 
-def dumped_inputs(nobag, args):
+def dumped_inputs(nobag, weights, args):
     """Row ids, offsets and the RESULT shape that embedding_bag_forward writes for these flags (version 1 pools,
     version 7 gathers)."""
-    with pu.dumped_run(result, "embedding_bag_forward", ["7" if nobag else "1", "--check-only"] + args) as d:
+    with pu.dumped_run(result, "embedding_bag_forward", ["7" if nobag else "1", "--check-only", "--weights", weights] + args) as d:
         if d is None:
             return None
         meta = pu.load(d, "embedding_bag_forward_meta").tolist()    # T, B, total_D, mean, weighted, L
@@ -106,17 +107,17 @@ def tbe(x, nobag, weights, optimizer):
 
 
 def line(op, what, shape, weights, kernel, events):
-    pu.peer_line(op, f"fbgemm_{what}_kernels", shape, (kernel, kernel, kernel), f"dtype={weights} note=profiler_sum")
-    pu.peer_line(op, f"fbgemm_{what}_events", shape, events, f"dtype={weights} note=cuda_events")
+    pu.peer_line(op, f"fbgemm_{what}_kernels", shape, (kernel, kernel, kernel), f"weights={weights} note=profiler_sum")
+    pu.peer_line(op, f"fbgemm_{what}_events", shape, events, f"weights={weights} note=cuda_events")
 
 
 for alpha in ALPHAS:
     for nobag in NOBAG:
-        x = dumped_inputs(nobag, ["--alpha", alpha] + (["--pooling", "none"] if nobag else []))
-        if x is None:
-            continue
-        ids, offs = x["indices"], x["offsets"]
         for weights in ["fp32", "fp16"]:
+            x = dumped_inputs(nobag, weights, ["--alpha", alpha] + (["--pooling", "none"] if nobag else []))
+            if x is None:
+                continue
+            ids, offs = x["indices"], x["offsets"]
             for opt_name, opt in [("rowwise_adagrad", EmbOptimType.EXACT_ROWWISE_ADAGRAD), ("sgd", EmbOptimType.EXACT_SGD)]:
                 emb = tbe(x, nobag, weights, opt)
                 out = emb(ids, offs)
