@@ -168,6 +168,11 @@ HEADLINE = [  # (op, dtype, shape, [(peer op, peer impl, sign)], what the peer t
 ] + [
     ("embedding_bag_forward", "fp32", _BAG.format(a=a, pool="none"), [], "") for a in ("0", "1.15")
 ] + [
+    ("embedding_bag_forward", "fp32", _BAG.format(a=a, pool="sum") + ",fp16,stochastic", [], "") for a in ("0", "1.15")
+] + [
+    ("embedding_bag_backward", "fp32", _BAG.format(a=a, pool="sum") + ",fp16,stochastic,rowwise_adagrad", [], "")
+    for a in ("0", "1.15")
+] + [
     ("embedding_bag_backward", "fp32", _BAG.format(a=a, pool=pool) + ",rowwise_adagrad",
      [("embedding_bag_backward", "pytorch_fwd_bwd_adagrad_step", 1), ("embedding_bag_backward", "pytorch_forward", -1)]
      if pool == "sum" else [], "backward + Adagrad step") for pool in ("sum", "none") for a in ("0", "1.15")
