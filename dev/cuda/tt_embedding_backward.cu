@@ -2685,6 +2685,291 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 #endif
 }
 
+// ---- version 8: every product as a GEMM over the lookups of one slice (any T, q and rank) ----
+
+// Version 8 in one paragraph. Versions 6-7 hold one pivot slice in shared memory and pay for it at rank 64-128 (a
+// 128 x 4 x 128 slice is 256 KB). Here each product of FBTT's chain is one GEMM over the lookups of ONE slice:
+// for core t, mp = m_{t-1} rows per lookup (1 at t = 0), and the lookups n of slice G_t[g] stacked,
+//   F (t = 1..T-2):  P_t[n]      = P_{t-1}[n] . G_t[g]             (mp x R_t) . (R_t x n_t), a row block per lookup
+//   D (t = T-1..1):  dM_{t-1}[n] = dM_t[n] . G_t[g]^T             (mp x n_t) . (n_t x R_t)
+//   G (t = T-1..0):  dG_t[g]     = sum_n P_{t-1}[n]^T . dM_t[n]    (R_t x mp) . (mp x n_t), K = mp x lookups
+// with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
+// block, K in steps of 16 through shared memory, 4 x 4 outputs per thread): F and D tile the stacked rows (a slice's
+// lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t and splits a long slice's K into parts of
+// at most 1024 rows, each part written once (no float atomics). P_t and dM_t stay in global memory between the
+// launches ([nnz, m_t R_{t+1}] each); a last kernel sums each slice's parts in order and applies the optimizer.
+// The grouping is version 6's (its prep and list kernels: every slice's lookups in lookup order, no sort).
+static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
+static const int TT_EMBEDDING_BACKWARD8_BLOCK = 256;          // 16 x 16 threads, 4 x 4 outputs each (the tiling assumes it)
+static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part, at most
+static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
+static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
+static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
+enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2 };
+
+struct TtEmbeddingBackward8Plan {
+    int mp[TT_EMBEDDING_BACKWARD_MAX_T];                  // m_{t-1} (1 at t = 0): rows per lookup in core t's products
+    int lpp[TT_EMBEDDING_BACKWARD_MAX_T];                 // G: lookups per part of core t
+    int64_t P_off[TT_EMBEDDING_BACKWARD_MAX_T];           // in X: P_t (t = 1..T-2), [nnz][m_t R_{t+1}]
+    int64_t dM_off[TT_EMBEDDING_BACKWARD_MAX_T];          // in X: dM_t (t = 0..T-2), [nnz][m_t R_{t+1}]; X[0] = 1.0f
+    int64_t X_floats;
+    int64_t part_off[TT_EMBEDDING_BACKWARD_MAX_T];        // in partial: core t's parts, [max_pt[t]][S_t]
+    int64_t partial_floats;
+    int rt_off[TT_EMBEDDING_BACKWARD_MAX_T], max_rt[TT_EMBEDDING_BACKWARD_MAX_T];   // F/D row tiles (slice, tile) of core t: where, how many at most
+    int pt_off[TT_EMBEDDING_BACKWARD_MAX_T], max_pt[TT_EMBEDDING_BACKWARD_MAX_T];   // G parts (slice, part) of core t
+    int rt_total, pt_total, max_red_y;
+};
+
+// "" when the plan fits 32-bit grids, else why not
+inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackward8Plan& P) {
+    memset(&P, 0, sizeof P);
+    const int64_t nnz = std::max(s.nnz, 1);
+    int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
+    for (int t = 0; t < s.T; t++) {
+        P.mp[t] = t ? s.m[t - 1] : 1;
+        P.lpp[t] = std::max(1, TT_EMBEDDING_BACKWARD8_KPART / P.mp[t]);
+        const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
+        if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
+        if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
+        const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD8_BM) + slices : 0;
+        const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
+        if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+        P.rt_off[t] = (int)rt; P.max_rt[t] = (int)mrt; rt += mrt;
+        P.pt_off[t] = (int)pt; P.max_pt[t] = (int)mpt; pt += mpt;
+        P.part_off[t] = part; part += mpt * s.S[t];
+        maxS = std::max<int64_t>(maxS, s.S[t]);
+    }
+    if (rt >= INT32_MAX / 4 || pt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+    P.X_floats = X; P.partial_floats = part; P.rt_total = (int)rt; P.pt_total = (int)pt;
+    P.max_red_y = (int)ceil_div<int64_t>(maxS, TT_EMBEDDING_BACKWARD8_RED_CW);
+    return "";
+}
+
+// what the kernels of version 8 read and write (keys, bag_of, start, list: version 6's workspace)
+struct TtEmbeddingBackward8Io {
+    const float *cores, *dY;
+    float *X, *partial;
+    const int *keys, *bag_of, *start, *list;
+    int key_stride;
+    int *rt_items, *pt_items, *first_part, *totals;   // totals[2t]: core t's row tiles, [2t+1]: its parts
+};
+
+// The items kernel's block program: per core, a block scan over its slices turns the counts into the list of F/D
+// row tiles (slice, tile) and of G parts (slice, part), and each slice's first part.
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                  const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
+    const int nt = ex.nt;
+    for (int t = 0; t < s.T; t++)
+        for (int kind = t == 0 ? 1 : 0; kind < 2; kind++) {
+            const int kb = s.key_base[t], K = s.key_base[t + 1] - kb, per = (K + nt - 1) / nt;
+            auto n_of = [&](int k) {
+                const int64_t c = counts[kb + k];
+                return (int)(kind == 0 ? (c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM : (c + P.lpp[t] - 1) / P.lpp[t]);
+            };
+            ex.phase([&](int tid) {
+                const int k0 = min(tid * per, K), k1 = min(k0 + per, K);
+                int c = 0;
+                for (int k = k0; k < k1; k++) c += n_of(k);
+                scan[tid] = c;
+                scan[nt + tid] = c;
+            });
+            const int* incl = tt_embedding_backward6_scan(ex, scan);
+            ex.phase([&](int tid) {
+                const int k0 = min(tid * per, K), k1 = min(k0 + per, K);
+                int off = incl[tid] - scan[tid];
+                int* items = kind == 0 ? io.rt_items + 2 * (int64_t)P.rt_off[t] : io.pt_items + 2 * (int64_t)P.pt_off[t];
+                for (int k = k0; k < k1; k++) {
+                    const int n = n_of(k);
+                    if (kind == 1) io.first_part[kb + k] = off;
+                    for (int i = 0; i < n; i++) {
+                        items[2 * (int64_t)(off + i)] = k;
+                        items[2 * (int64_t)(off + i) + 1] = i;
+                    }
+                    off += n;
+                }
+                if (tid == nt - 1) io.totals[2 * t + kind] = incl[tid];
+                if (tid == 0 && t == 0) io.X[0] = 1.0f;   // P_{-1}
+            });
+        }
+}
+
+// a block's shared memory: the K-step's A and B tiles (k-major, pitch +1: the transposing stores hit distinct
+// banks), and the pointer tables of the tile's rows (F, D) or of the K-step's rows (G)
+struct TtEmbeddingBackward8Smem {
+    float As[TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_BM + 1];
+    float Bs[TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_BN + 1];
+    const float* rowA[TT_EMBEDDING_BACKWARD8_BM];   // F, D: row r's A row (null past the slice's rows)
+    float* rowC[TT_EMBEDDING_BACKWARD8_BM];         // F, D: row r's output row
+    const float* kA[TT_EMBEDDING_BACKWARD8_BK];     // G: K row k's A row (P_{t-1} row; null past the part)
+    const float* kB[TT_EMBEDDING_BACKWARD8_BK];     // G: K row k's B row (dM_t row)
+};
+
+// lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
+__host__ __device__ inline const float* tt_embedding_backward8_prefix(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                      const TtEmbeddingBackward8Io& io, int t, int n) {
+    if (t == 0) return io.X;
+    if (t == 1) return io.cores + s.core_off[0] + (int64_t)io.keys[n] * s.S[0];
+    return io.X + P.P_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
+}
+__host__ __device__ inline const float* tt_embedding_backward8_grad(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                    const TtEmbeddingBackward8Io& io, int t, int n) {
+    if (t == s.T - 1) return io.dY + (int64_t)io.bag_of[n] * s.D;
+    return io.X + P.dM_off[t] + (int64_t)n * s.m[t] * s.R[t + 1];
+}
+
+// One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
+// acc(tid) is the thread's 16 accumulators; thread (ty, tx) = (tid / 16, tid % 16) owns rows ty + 16a and
+// columns tx + 16b of the tile, so a warp reads two A values and 16 consecutive B values per k.
+template <int KIND, class Exec, class Acc>
+__host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
+                                                                 const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
+                                                                 int bx, int by, TtEmbeddingBackward8Smem& sm) {
+    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
+    const bool G_ = KIND == TT_EMBEDDING_BACKWARD8_G;
+    if (bx >= io.totals[2 * t + (G_ ? 1 : 0)]) return;
+    const int* item = (G_ ? io.pt_items + 2 * (int64_t)P.pt_off[t] : io.rt_items + 2 * (int64_t)P.rt_off[t]) + 2 * (int64_t)bx;
+    const int k_sl = item[0], sub = item[1], g = s.key_base[t] + k_sl;
+    const int* lst = io.list + io.start[g];
+    const int cnt = io.start[g + 1] - io.start[g], mp = P.mp[t], Rt = s.R[t], nt_ = s.n[t];
+    const float* Gs = io.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
+    int M, N, K, m0, n0, j0 = 0;
+    if (G_) {
+        const int ntn = (nt_ + BN - 1) / BN;
+        m0 = by / ntn * BM; n0 = by % ntn * BN;
+        if (m0 >= Rt) return;
+        j0 = sub * P.lpp[t];
+        M = Rt; N = nt_; K = min(P.lpp[t], cnt - j0) * mp;
+    } else {
+        m0 = sub * BM; n0 = by * BN;
+        M = cnt * mp;
+        N = KIND == TT_EMBEDDING_BACKWARD8_F ? nt_ : Rt;
+        K = KIND == TT_EMBEDDING_BACKWARD8_F ? Rt : nt_;
+        if (n0 >= N) return;
+    }
+    // row tables (F, D) or the first K-step's (G); accumulators to 0
+    auto ktable = [&](int tid, int k0) {
+        if (tid >= BK) return;
+        const int kk = k0 + tid;
+        if (kk >= K) { sm.kA[tid] = nullptr; sm.kB[tid] = nullptr; return; }
+        const int j = kk / mp, i = kk - j * mp, n = lst[j0 + j];
+        sm.kA[tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+        sm.kB[tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+    };
+    ex.phase([&](int tid) {
+        float* a = acc(tid);
+        for (int e = 0; e < 16; e++) a[e] = 0.0f;
+        if (G_) { ktable(tid, 0); return; }
+        if (tid >= BM) return;
+        const int r = m0 + tid;
+        if (r >= M) { sm.rowA[tid] = nullptr; sm.rowC[tid] = nullptr; return; }
+        const int j = r / mp, i = r - j * mp, n = lst[j];
+        if (KIND == TT_EMBEDDING_BACKWARD8_F) {
+            sm.rowA[tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+            sm.rowC[tid] = io.X + P.P_off[t] + (int64_t)n * s.m[t] * s.R[t + 1] + (int64_t)i * nt_;
+        } else {
+            sm.rowA[tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+            sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
+        }
+    });
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        ex.phase([&](int tid) {   // the K-step's tiles: 4 elements of A and 4 of B per thread, coalesced along the contiguous index
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int q = 0; q < 4; q++) {
+                const int e = tid + 256 * q;
+                if (G_) {                             // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
+                    const int m = e % BM, k = e / BM;
+                    const float* pa = sm.kA[k];
+                    sm.As[k][m] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
+                    const float* pb = sm.kB[k];
+                    sm.Bs[k][m] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
+                } else {                              // A(r, k) = rowA[r][k]
+                    const int r = e / BK, k = e % BK;
+                    const float* pa = sm.rowA[r];
+                    sm.As[k][r] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
+                    if (KIND == TT_EMBEDDING_BACKWARD8_F) {   // B(k, c) = G[k][c]
+                        const int c = e % BN, kk = e / BN;
+                        sm.Bs[kk][c] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
+                    } else {                                  // B(k, c) = G[c][k] (G^T)
+                        const int c = e / BK, kk = e % BK;
+                        sm.Bs[kk][c] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
+                    }
+                }
+            }
+        });
+        ex.phase([&](int tid) {
+            const int ty = tid / 16, tx = tid % 16;
+            float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int k = 0; k < BK; k++) {
+                float av[4], bv[4];
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int q = 0; q < 4; q++) { av[q] = sm.As[k][ty + 16 * q]; bv[q] = sm.Bs[k][tx + 16 * q]; }
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int r = 0; r < 4; r++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                    for (int c = 0; c < 4; c++) a[r * 4 + c] = fmaf(av[r], bv[c], a[r * 4 + c]);
+            }
+            if (G_) ktable(tid, k0 + BK);             // (the next step's table: read only by the next load phase)
+        });
+    }
+    ex.phase([&](int tid) {
+        const int ty = tid / 16, tx = tid % 16;
+        const float* a = acc(tid);
+        for (int r = 0; r < 4; r++) {
+            const int m = ty + 16 * r;
+            float* dst = G_ ? (m0 + m < M ? io.partial + P.part_off[t] + (int64_t)bx * s.S[t] + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
+            if (!dst) continue;
+            for (int c = 0; c < 4; c++) {
+                const int col = n0 + tx + 16 * c;
+                if (col < N) dst[col] = a[r * 4 + c];
+            }
+        }
+    });
+}
+
+// The reduce kernel's work for slice key g, elements [e0, e1) of it: its parts summed in order, then the optimizer.
+__host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                              const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
+                                                              int e, int counts_g) {
+    int t = 0;
+    while (g >= s.key_base[t + 1]) t++;
+    if (counts_g == 0 || e >= s.S[t]) return;
+    const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g];
+    const float* src = io.partial + P.part_off[t] + (int64_t)fp * s.S[t] + e;
+    float sum = src[0];
+    for (int p = 1; p < np; p++) sum += src[(int64_t)p * s.S[t]];
+    tt_embedding_backward_apply(o.opt, o.lr, o.eps, o.cores, o.state, o.dG, s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e, sum);
+}
+
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK)
+tt_embedding_backward8_items_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                    const int* counts, const __grid_constant__ TtEmbeddingBackward8Io io) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK];
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    tt_embedding_backward8_items_block(ex, s, P, counts, io, scan);
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_BLOCK)
+tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                   const __grid_constant__ TtEmbeddingBackward8Io io, int t) {
+    __shared__ TtEmbeddingBackward8Smem sm;
+    float regs[16];
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    auto acc = [&](int) -> float* { return regs; };
+    tt_embedding_backward8_gemm_block<KIND>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+}
+
+__global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                                     const __grid_constant__ TtEmbeddingBackward8Io io, const int* counts,
+                                                     const __grid_constant__ TtEmbeddingBackwardIo o) {
+    const int g = blockIdx.x, cg = counts[g];
+    if (cg == 0) return;
+    const int e1 = (blockIdx.y + 1) * TT_EMBEDDING_BACKWARD8_RED_CW;
+    for (int e = blockIdx.y * TT_EMBEDDING_BACKWARD8_RED_CW + threadIdx.x; e < e1; e += blockDim.x) tt_embedding_backward8_reduce(s, P, io, o, g, e, cg);
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -2708,6 +2993,9 @@ struct TtEmbeddingBackwardArgs {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];
     TtEmbeddingBackwardWorkspace ws;
     int* bucket;
+    // version 8: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists
+    float *X8, *partial8;
+    int *items8, *first8, *totals8;
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
@@ -2856,6 +3144,35 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }
+// version 8: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items kernel,
+// the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
+void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (s.nnz == 0) return;
+    const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackward8Plan P;
+    tt_embedding_backward8_make_plan(s, P);
+    cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
+    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P6, a.offsets,
+                                                                                                                                  a.indices, a.ws);
+    tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
+                                          tt_embedding_backward6_list_stage(P6) * sizeof(int)>>>(s, P6, a.ws);
+    const TtEmbeddingBackward8Io io = {a.cores, a.dY, a.X8, a.partial8, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
+                                       a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8};
+    tt_embedding_backward8_items_kernel<<<1, TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK>>>(s, P, a.ws.counts, io);
+    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
+    for (int t = 1; t <= s.T - 2; t++)
+        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
+    for (int t = s.T - 1; t >= 0; t--) {
+        if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
+        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G><<<dim3(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN)), nb>>>(
+            s, P, io, t);
+    }
+    const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    tt_embedding_backward8_reduce_kernel<<<dim3(s.key_base[s.T], P.max_red_y), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(s, P, io, a.ws.counts, o);
+}
+
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
@@ -2874,6 +3191,7 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 3: tt_embedding_backward3(a, block_size); break;
         case 6: tt_embedding_backward6(a, block_size); break;
         case 7: tt_embedding_backward7(a, block_size); break;
+        case 8: tt_embedding_backward8(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
 }
@@ -2891,6 +3209,14 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
         }
     }
     if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
+    if (k == 8) {
+        if (block && block != TT_EMBEDDING_BACKWARD8_BLOCK) {
+            snprintf(buf, sizeof buf, "it is compiled for %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD8_BLOCK, block);
+            return buf;
+        }
+        TtEmbeddingBackward8Plan P8;
+        return tt_embedding_backward8_make_plan(s, P8);
+    }
     if (k >= 3 && block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
         return buf;
@@ -2956,6 +3282,13 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
     buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD7_BUCKET);
+    TtEmbeddingBackward8Plan P8;                                                 // version 8
+    tt_embedding_backward8_make_plan(s, P8);
+    buf(&a.X8, 4 * (size_t)P8.X_floats);
+    buf(&a.partial8, 4 * (size_t)P8.partial_floats);
+    buf(&a.items8, 8 * ((size_t)P8.rt_total + P8.pt_total));
+    buf(&a.first8, 4 * K);
+    buf(&a.totals8, 8 * TT_EMBEDDING_BACKWARD_MAX_T);
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
@@ -3095,7 +3428,7 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            7, 7);
+            8, 7);
     cli.add_int_list("p", &p, "rows of each core (T = number of entries, 2..6)");
     cli.add_int_list("q", &q, "embedding factor of each core (D = prod q)");
     cli.add_int_list("ranks", &ranks, "inner TT ranks R_1..R_{T-1}");
@@ -3189,7 +3522,7 @@ int main(int argc, char** argv) {
               (opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * C : 0.0);
     r.blocks_for = [&](int k) -> std::vector<int> {
         if (k == 1) return {64, 128, 256, 512};
-        if (k == 2) return {256};
+        if (k == 2 || k == 8) return {256};
         if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
         return {128, 256, 512};
     };
