@@ -1046,12 +1046,13 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
     report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
-    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
-    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 4,4,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
-    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
-           "default version: cuBLAS pipeline at T = 6, rank 128 (other slices beyond a block)");
-    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
+    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM,
+           "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at --block 1024");
     report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }

@@ -26,18 +26,20 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
   6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
-  7  the default: version 6's grouping with the three pivot products on tensor cores
-     (3xTF32) where compiled (T = 3, q 4,4,4, ranks 32,32), and a dispatcher for every other
-     shape: version 6's kernels (G_h and dG_h in global memory where they do not fit in
-     shared memory: ranks 64-128), else version 2's pipeline (T >= 4 at rank 128)             0.0656 29.2%
+  7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
+     where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
+     pivot slice fits in shared memory, else version 8                                          0.0656 29.2%
+  8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
+     tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.445   4.3%
   Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; ranks 64,64 0.610; T = 4 (p
-  40,50,55,60, q 4,4,2,4) 0.703; EL-Rec q 2,2,4 ranks 128 B 4096 L 20 18.8. Zipf 1.15: 7 0.0973, 6 0.192.
+  40,50,55,60, q 4,4,2,4) 0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 at EL-Rec's shapes (B 4096, ranks 128,128):
+  q 2,2,4 L 20 3.10 ms (18.6%; version 6 took 18.8), L 1 0.332 (1.70), q 4,4,4 L 20 9.89 (23.4%; 18.4).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
 Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
   first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
-  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-7 run twice, same bits.
+  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-8 run twice, same bits.
 
 Lessons:
   - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
@@ -46,8 +48,9 @@ Lessons:
   - On tensor cores in 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions):
     cvt.rna splits were 11.3M of version 7's first 24.6M warp instructions.
   - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
-  - Rank 64-128 at T = 3: the pivot slice (64-256 KB) crowds out the batch in shared memory; version 6 then keeps
-    dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
+  - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
+    GEMM per product (version 8) reads each slice once per 64 rows from L2 and needs no shared slice: 6x faster at
+    EL-Rec's q 2,2,4. At B 512 and rank <= 64 its ten launches and serial K-steps lose to version 6 (0.45 ms).
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "common.h"
@@ -3019,20 +3022,23 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 }
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
-// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels (any
-// T, q and rank whose block fits in shared memory: up to rank 128 at T = 3 with G_h read from global memory);
-// else version 2's pipeline, which streams every slice through cuBLAS and so runs any shape.
-enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7 };
+// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
+// their pivot slice G_h fits in shared memory (ranks up to 64); else version 8's per-slice GEMMs, which run any
+// shape (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at EL-Rec's q 2,2,4, B 4096, L 20). At another
+// block size than 256 version 6 runs wherever its block fits (version 8 is compiled for 256 threads).
+enum { TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7, TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
-    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
-    return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
+    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
+        (block != TT_EMBEDDING_BACKWARD8_BLOCK || !tt_embedding_backward6_make_plan(s, W_off, block).gh_global))
+        return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
+    return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
 }
 inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
-           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED ? "version 6's grouped kernels (general shape)"
-                                           : "version 2's cuBLAS pipeline (the block of version 6 does not fit)";
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED ? "version 6's grouped kernels (the pivot slice in shared memory)"
+                                                          : "version 8's per-slice GEMMs (the general path)";
 }
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -3178,7 +3184,7 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
-        default: tt_embedding_backward2(a, block_size); break;
+        default: tt_embedding_backward8(a, block_size); break;
     }
 }
 static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
@@ -3395,7 +3401,7 @@ void tt_embedding_backward_drop_retired(Cli& cli) {
     for (int k : cli.kernels)
         if (!cli.all && (k == 4 || k == 5))
             fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
-                      "tt_embedding_backward.cu); versions 1, 2, 3, 6 and 7 run", k);
+                      "tt_embedding_backward.cu); versions 1, 2, 3, 6, 7 and 8 run", k);
     cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
 }
 
@@ -3444,9 +3450,10 @@ int main(int argc, char** argv) {
     cli.constraints =
         "  T = len(p) in 2..6; len(q) = T; len(ranks) = T-1; entries >= 1; E <= prod p; D = prod q <= 2^20;\n"
         "  tables * B < 2^31; tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
-        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 1 only\n"
-        "  while its explicit sums stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at\n"
-        "  most 512 threads per block (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
+        "  Versions 4 and 5 are retired (see the header). Versions 7 (the default) and 8 run every shape (8 at 256\n"
+        "  threads per block only); version 1 only while its explicit sums stay under 4e9 terms; versions 3 and 6 need\n"
+        "  their block's shared memory and at most 512 threads per block (asked for by number where it cannot run:\n"
+        "  exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
@@ -3534,7 +3541,7 @@ int main(int argc, char** argv) {
     r.check = [&](int k, int block) {
         download(c, st, g);
         bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
+        if (k >= 6)   // (no float atomics in versions 6-8 nor in what version 7 routes to)
             pass = tt_embedding_backward_rerun_same(r, k, block, download, c, st, g) && pass;
         return pass;
     };
