@@ -514,7 +514,7 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     const int K_total = s.key_base[s.T];
     Poisoned keys((size_t)s.T * P6.key_stride), bag_of(s.nnz), chunk_desc((size_t)P6.max_chunks * 4), choff(s.tables * s.p[P6.h] + 1),
         totals6(2), item_desc((size_t)P6.max_items * 4), start(K_total + 1), list((size_t)s.T * s.nnz), X(P.X_floats),
-        partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total), totals(2 * TT_EMBEDDING_BACKWARD_MAX_T);
+        partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total), totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
     std::vector<int> zeroed((size_t)K_total + 1 + P6.max_items, 0);   // the launcher's memset
     TtEmbeddingBackwardWorkspace ws;
     memset(&ws, 0, sizeof ws);
@@ -561,9 +561,10 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
         info->plan = P;
         bool within = true;
         for (int t = 0; t < s.T; t++) {
-            within = within && io.totals[2 * t + 1] <= P.max_pt[t] && (t == 0 || io.totals[2 * t] <= P.max_rt[t]);
-            info->tiles += t ? io.totals[2 * t] : 0;
-            info->parts += io.totals[2 * t + 1];
+            const int tiles = io.totals[t + 1] - io.totals[t], parts = io.totals[s.T + 2 + t] - io.totals[s.T + 1 + t];
+            within = within && tiles >= 0 && tiles <= P.max_rt[t] && parts >= 0 && parts <= P.max_pt[t] && (t > 0 || tiles == 0);
+            info->tiles += tiles;
+            info->parts += parts;
             for (int k = 0; k < s.tables * s.p[t]; k++) info->multi_part_slices += ws.counts[s.key_base[t] + k] > P.lpp[t];
         }
         info->within_bounds = within;

@@ -2704,7 +2704,7 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 // The grouping is version 6's (its prep and list kernels: every slice's lookups in lookup order, no sort).
 static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
 static const int TT_EMBEDDING_BACKWARD8_BLOCK = 256;          // 16 x 16 threads, 4 x 4 outputs each (the tiling assumes it)
-static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part, at most
+static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
 static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
 static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
@@ -2718,8 +2718,7 @@ struct TtEmbeddingBackward8Plan {
     int64_t X_floats;
     int64_t part_off[TT_EMBEDDING_BACKWARD_MAX_T];        // in partial: core t's parts, [max_pt[t]][S_t]
     int64_t partial_floats;
-    int rt_off[TT_EMBEDDING_BACKWARD_MAX_T], max_rt[TT_EMBEDDING_BACKWARD_MAX_T];   // F/D row tiles (slice, tile) of core t: where, how many at most
-    int pt_off[TT_EMBEDDING_BACKWARD_MAX_T], max_pt[TT_EMBEDDING_BACKWARD_MAX_T];   // G parts (slice, part) of core t
+    int max_rt[TT_EMBEDDING_BACKWARD_MAX_T], max_pt[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's F/D row tiles and G parts, at most (grids)
     int rt_total, pt_total, max_red_y;
 };
 
@@ -2730,15 +2729,18 @@ inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardSha
     int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
     for (int t = 0; t < s.T; t++) {
         P.mp[t] = t ? s.m[t - 1] : 1;
-        P.lpp[t] = std::max(1, TT_EMBEDDING_BACKWARD8_KPART / P.mp[t]);
+        // a part's K rows: fewer for a small slice gradient (more blocks, each with fewer serial K-steps; its
+        // parts cost S_t floats each to write and sum)
+        const int kpart = (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD8_KPART, std::max<int64_t>(64, s.S[t] / 4));
+        P.lpp[t] = std::max(1, kpart / P.mp[t]);
         const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
         if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
         const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD8_BM) + slices : 0;
         const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
         if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
-        P.rt_off[t] = (int)rt; P.max_rt[t] = (int)mrt; rt += mrt;
-        P.pt_off[t] = (int)pt; P.max_pt[t] = (int)mpt; pt += mpt;
+        P.max_rt[t] = (int)mrt; rt += mrt;
+        P.max_pt[t] = (int)mpt; pt += mpt;
         P.part_off[t] = part; part += mpt * s.S[t];
         maxS = std::max<int64_t>(maxS, s.S[t]);
     }
@@ -2754,58 +2756,64 @@ struct TtEmbeddingBackward8Io {
     float *X, *partial;
     const int *keys, *bag_of, *start, *list;
     int key_stride;
-    int *rt_items, *pt_items, *first_part, *totals;   // totals[2t]: core t's row tiles, [2t+1]: its parts
+    int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
+    int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all)
 };
 
-// The items kernel's block program: per core, a block scan over its slices turns the counts into the list of F/D
-// row tiles (slice, tile) and of G parts (slice, part), and each slice's first part.
+// The items kernel's block program: two block scans over every slice key g (all cores, key order) turn the counts
+// into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries are contiguous from
+// totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                                   const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
-    const int nt = ex.nt;
-    for (int t = 0; t < s.T; t++)
-        for (int kind = t == 0 ? 1 : 0; kind < 2; kind++) {
-            const int kb = s.key_base[t], K = s.key_base[t + 1] - kb, per = (K + nt - 1) / nt;
-            auto n_of = [&](int k) {
-                const int64_t c = counts[kb + k];
-                return (int)(kind == 0 ? (c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM : (c + P.lpp[t] - 1) / P.lpp[t]);
-            };
-            ex.phase([&](int tid) {
-                const int k0 = min(tid * per, K), k1 = min(k0 + per, K);
-                int c = 0;
-                for (int k = k0; k < k1; k++) c += n_of(k);
-                scan[tid] = c;
-                scan[nt + tid] = c;
-            });
-            const int* incl = tt_embedding_backward6_scan(ex, scan);
-            ex.phase([&](int tid) {
-                const int k0 = min(tid * per, K), k1 = min(k0 + per, K);
-                int off = incl[tid] - scan[tid];
-                int* items = kind == 0 ? io.rt_items + 2 * (int64_t)P.rt_off[t] : io.pt_items + 2 * (int64_t)P.pt_off[t];
-                for (int k = k0; k < k1; k++) {
-                    const int n = n_of(k);
-                    if (kind == 1) io.first_part[kb + k] = off;
-                    for (int i = 0; i < n; i++) {
-                        items[2 * (int64_t)(off + i)] = k;
-                        items[2 * (int64_t)(off + i) + 1] = i;
-                    }
-                    off += n;
+    const int nt = ex.nt, K = s.key_base[s.T], per = (K + nt - 1) / nt;
+    for (int kind = 0; kind < 2; kind++) {
+        auto n_of = [&](int g, int& t) {
+            t = 0;
+            while (g >= s.key_base[t + 1]) t++;
+            const int64_t c = counts[g];
+            if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
+            return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
+        };
+        ex.phase([&](int tid) {
+            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+            int c = 0, t;
+            for (int g = g0; g < g1; g++) c += n_of(g, t);
+            scan[tid] = c;
+            scan[nt + tid] = c;
+        });
+        const int* incl = tt_embedding_backward6_scan(ex, scan);
+        ex.phase([&](int tid) {
+            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+            int off = incl[tid] - scan[tid], t;
+            int* items = kind == 0 ? io.rt_items : io.pt_items;
+            int* begin = io.totals + kind * (s.T + 1);
+            for (int g = g0; g < g1; g++) {
+                const int n = n_of(g, t);
+                if (g == s.key_base[t]) begin[t] = off;
+                if (kind == 1) io.first_part[g] = off;
+                for (int i = 0; i < n; i++) {
+                    items[2 * (int64_t)(off + i)] = g;
+                    items[2 * (int64_t)(off + i) + 1] = i;
                 }
-                if (tid == nt - 1) io.totals[2 * t + kind] = incl[tid];
-                if (tid == 0 && t == 0) io.X[0] = 1.0f;   // P_{-1}
-            });
-        }
+                off += n;
+            }
+            if (tid == nt - 1) begin[s.T] = incl[tid];
+            if (tid == 0 && kind == 0) io.X[0] = 1.0f;   // P_{-1}
+        });
+    }
 }
 
-// a block's shared memory: the K-step's A and B tiles (k-major, pitch +1: the transposing stores hit distinct
-// banks), and the pointer tables of the tile's rows (F, D) or of the K-step's rows (G)
-struct TtEmbeddingBackward8Smem {
-    float As[TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_BM + 1];
-    float Bs[TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_BN + 1];
-    const float* rowA[TT_EMBEDDING_BACKWARD8_BM];   // F, D: row r's A row (null past the slice's rows)
-    float* rowC[TT_EMBEDDING_BACKWARD8_BM];         // F, D: row r's output row
-    const float* kA[TT_EMBEDDING_BACKWARD8_BK];     // G: K row k's A row (P_{t-1} row; null past the part)
-    const float* kB[TT_EMBEDDING_BACKWARD8_BK];     // G: K row k's B row (dM_t row)
+// a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 68 keeps the float4 reads of
+// the compute aligned), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
+static const int TT_EMBEDDING_BACKWARD8_PITCH = TT_EMBEDDING_BACKWARD8_BM + 4;
+struct __align__(16) TtEmbeddingBackward8Smem {
+    float As[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+    float Bs[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+    const float* rowA[TT_EMBEDDING_BACKWARD8_BM];    // F, D: row r's A row (null past the slice's rows)
+    float* rowC[TT_EMBEDDING_BACKWARD8_BM];          // F, D: row r's output row
+    const float* kA[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
+    const float* kB[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's B row (a dM_t row)
 };
 
 // lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
@@ -2822,17 +2830,20 @@ __host__ __device__ inline const float* tt_embedding_backward8_grad(const TtEmbe
 }
 
 // One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
-// acc(tid) is the thread's 16 accumulators; thread (ty, tx) = (tid / 16, tid % 16) owns rows ty + 16a and
-// columns tx + 16b of the tile, so a warp reads two A values and 16 consecutive B values per k.
+// acc(tid) is the thread's 16 accumulators: thread (ty, tx) = (tid / 16, tid % 16) owns rows 4 ty .. 4 ty + 3 and
+// columns 4 tx .. 4 tx + 3 of the tile (two float4 shared loads per k). One barrier per K-step: the step's global
+// loads are issued before the products of the step before and stored into the other buffer after them.
 template <int KIND, class Exec, class Acc>
 __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
                                                                  const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
                                                                  int bx, int by, TtEmbeddingBackward8Smem& sm) {
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
     const bool G_ = KIND == TT_EMBEDDING_BACKWARD8_G;
-    if (bx >= io.totals[2 * t + (G_ ? 1 : 0)]) return;
-    const int* item = (G_ ? io.pt_items + 2 * (int64_t)P.pt_off[t] : io.rt_items + 2 * (int64_t)P.rt_off[t]) + 2 * (int64_t)bx;
-    const int k_sl = item[0], sub = item[1], g = s.key_base[t] + k_sl;
+    const int* begin = io.totals + (G_ ? s.T + 1 : 0);
+    const int it = begin[t] + bx;
+    if (it >= begin[t + 1]) return;
+    const int* item = (G_ ? io.pt_items : io.rt_items) + 2 * (int64_t)it;
+    const int g = item[0], sub = item[1], k_sl = g - s.key_base[t];
     const int* lst = io.list + io.start[g];
     const int cnt = io.start[g + 1] - io.start[g], mp = P.mp[t], Rt = s.R[t], nt_ = s.n[t];
     const float* Gs = io.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
@@ -2850,17 +2861,61 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
         K = KIND == TT_EMBEDDING_BACKWARD8_F ? Rt : nt_;
         if (n0 >= N) return;
     }
-    // row tables (F, D) or the first K-step's (G); accumulators to 0
-    auto ktable = [&](int tid, int k0) {
-        if (tid >= BK) return;
-        const int kk = k0 + tid;
-        if (kk >= K) { sm.kA[tid] = nullptr; sm.kB[tid] = nullptr; return; }
+    const int steps = (K + BK - 1) / BK;
+    // G: the rows of K-step `step` into table buffer step % 2 (threads < BK)
+    auto ktable = [&](int tid, int step) {
+        if (tid >= BK || step >= steps) return;
+        const int kk = step * BK + tid, b = step & 1;
+        if (kk >= K) { sm.kA[b][tid] = nullptr; sm.kB[b][tid] = nullptr; return; }
         const int j = kk / mp, i = kk - j * mp, n = lst[j0 + j];
-        sm.kA[tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
-        sm.kB[tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+        sm.kA[b][tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+        sm.kB[b][tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
     };
+    // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores
+    auto fetch = [&](int tid, int step, float (&va)[4], float (&vb)[4]) {
+        const int k0 = step * BK, b = step & 1;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
+                const int m = e % BM, k = e / BM;
+                const float* pa = sm.kA[b][k];
+                va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
+                const float* pb = sm.kB[b][k];
+                vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
+            } else {
+                const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
+                const float* pa = sm.rowA[r];
+                va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
+                if (KIND == TT_EMBEDDING_BACKWARD8_F) {   // B(k, c) = G[k][c]
+                    const int c = e % BN, kk = e / BN;
+                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
+                } else {                                  // B(k, c) = G[c][k] (G^T)
+                    const int c = e / BK, kk = e % BK;
+                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
+                }
+            }
+        }
+    };
+    auto store = [&](int tid, int step, const float (&va)[4], const float (&vb)[4]) {
+        const int b = step & 1;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {
+                sm.As[b][e / BM][e % BM] = va[q];
+                sm.Bs[b][e / BM][e % BM] = vb[q];
+            } else {
+                sm.As[b][e % BK][e / BK] = va[q];
+                if (KIND == TT_EMBEDDING_BACKWARD8_F) sm.Bs[b][e / BN][e % BN] = vb[q];
+                else sm.Bs[b][e % BK][e / BK] = vb[q];
+            }
+        }
+    };
+    // row tables (F, D) or K-step 0's (G); accumulators to 0
     ex.phase([&](int tid) {
         float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int e = 0; e < 16; e++) a[e] = 0.0f;
         if (G_) { ktable(tid, 0); return; }
         if (tid >= BM) return;
@@ -2875,70 +2930,64 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
             sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
         }
     });
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        ex.phase([&](int tid) {   // the K-step's tiles: 4 elements of A and 4 of B per thread, coalesced along the contiguous index
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int q = 0; q < 4; q++) {
-                const int e = tid + 256 * q;
-                if (G_) {                             // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
-                    const int m = e % BM, k = e / BM;
-                    const float* pa = sm.kA[k];
-                    sm.As[k][m] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
-                    const float* pb = sm.kB[k];
-                    sm.Bs[k][m] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
-                } else {                              // A(r, k) = rowA[r][k]
-                    const int r = e / BK, k = e % BK;
-                    const float* pa = sm.rowA[r];
-                    sm.As[k][r] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
-                    if (KIND == TT_EMBEDDING_BACKWARD8_F) {   // B(k, c) = G[k][c]
-                        const int c = e % BN, kk = e / BN;
-                        sm.Bs[kk][c] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
-                    } else {                                  // B(k, c) = G[c][k] (G^T)
-                        const int c = e / BK, kk = e % BK;
-                        sm.Bs[kk][c] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
-                    }
-                }
-            }
-        });
+    ex.phase([&](int tid) {   // K-step 0 into buffer 0; G: K-step 1's table
+        float va[4], vb[4];
+        fetch(tid, 0, va, vb);
+        store(tid, 0, va, vb);
+        if (G_) ktable(tid, 1);
+    });
+    for (int step = 0; step < steps; step++) {
         ex.phase([&](int tid) {
-            const int ty = tid / 16, tx = tid % 16;
+            float va[4], vb[4];
+            if (step + 1 < steps) fetch(tid, step + 1, va, vb);   // (reads table (step + 1) % 2, written a phase ago)
+            const int ty = tid / 16, tx = tid % 16, b = step & 1;
             float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int k = 0; k < BK; k++) {
                 float av[4], bv[4];
-TT_EMBEDDING_BACKWARD_UNROLL
-                for (int q = 0; q < 4; q++) { av[q] = sm.As[k][ty + 16 * q]; bv[q] = sm.Bs[k][tx + 16 * q]; }
+#ifdef __CUDA_ARCH__
+                const float4 a4 = *reinterpret_cast<const float4*>(&sm.As[b][k][4 * ty]);
+                const float4 b4 = *reinterpret_cast<const float4*>(&sm.Bs[b][k][4 * tx]);
+                av[0] = a4.x; av[1] = a4.y; av[2] = a4.z; av[3] = a4.w;
+                bv[0] = b4.x; bv[1] = b4.y; bv[2] = b4.z; bv[3] = b4.w;
+#else
+                for (int q = 0; q < 4; q++) { av[q] = sm.As[b][k][4 * ty + q]; bv[q] = sm.Bs[b][k][4 * tx + q]; }
+#endif
 TT_EMBEDDING_BACKWARD_UNROLL
                 for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
                     for (int c = 0; c < 4; c++) a[r * 4 + c] = fmaf(av[r], bv[c], a[r * 4 + c]);
             }
-            if (G_) ktable(tid, k0 + BK);             // (the next step's table: read only by the next load phase)
+            if (step + 1 < steps) store(tid, step + 1, va, vb);   // the other buffer: read by no thread in this phase
+            if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
         });
     }
     ex.phase([&](int tid) {
         const int ty = tid / 16, tx = tid % 16;
         const float* a = acc(tid);
+        const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
+TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++) {
-            const int m = ty + 16 * r;
-            float* dst = G_ ? (m0 + m < M ? io.partial + P.part_off[t] + (int64_t)bx * s.S[t] + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
+            const int m = 4 * ty + r;
+            float* dst = G_ ? (m0 + m < M ? io.partial + prow + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
             if (!dst) continue;
+TT_EMBEDDING_BACKWARD_UNROLL
             for (int c = 0; c < 4; c++) {
-                const int col = n0 + tx + 16 * c;
+                const int col = n0 + 4 * tx + c;
                 if (col < N) dst[col] = a[r * 4 + c];
             }
         }
     });
 }
 
-// The reduce kernel's work for slice key g, elements [e0, e1) of it: its parts summed in order, then the optimizer.
+// The reduce kernel's work on element e of slice key g (counts_g lookups): its parts summed in order, then the optimizer.
 __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                               const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
                                                               int e, int counts_g) {
     int t = 0;
     while (g >= s.key_base[t + 1]) t++;
     if (counts_g == 0 || e >= s.S[t]) return;
-    const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g];
+    const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g] - io.totals[s.T + 1 + t];
     const float* src = io.partial + P.part_off[t] + (int64_t)fp * s.S[t] + e;
     float sum = src[0];
     for (int p = 1; p < np; p++) sum += src[(int64_t)p * s.S[t]];
@@ -3294,7 +3343,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&a.partial8, 4 * (size_t)P8.partial_floats);
     buf(&a.items8, 8 * ((size_t)P8.rt_total + P8.pt_total));
     buf(&a.first8, 4 * K);
-    buf(&a.totals8, 8 * TT_EMBEDDING_BACKWARD_MAX_T);
+    buf(&a.totals8, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
