@@ -546,10 +546,12 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_F>;
     using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_D>;
     using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G>;
+    using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G_NARROW>;
     for (int t = 1; t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
     for (int t = s.T - 1; t >= 0; t--) {
         if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
-        launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+        if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+        else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
     }
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     for (int gi = 0; gi < K_total; gi++) {

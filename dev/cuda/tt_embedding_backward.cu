@@ -2708,7 +2708,9 @@ static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows
 static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
 static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
-enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2 };
+// G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, the K-step's
+// 16 rows split over 4 thread groups (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
+enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2, TT_EMBEDDING_BACKWARD8_G_NARROW = 3 };
 
 struct TtEmbeddingBackward8Plan {
     int mp[TT_EMBEDDING_BACKWARD_MAX_T];                  // m_{t-1} (1 at t = 0): rows per lookup in core t's products
@@ -2808,8 +2810,13 @@ __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, con
 // the compute aligned), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
 static const int TT_EMBEDDING_BACKWARD8_PITCH = TT_EMBEDDING_BACKWARD8_BM + 4;
 struct __align__(16) TtEmbeddingBackward8Smem {
-    float As[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
-    float Bs[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+    union {
+        struct {
+            float As[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+            float Bs[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+        } ab;
+        float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // G_NARROW: the 4 groups' sums, added in group order at the end
+    };
     const float* rowA[TT_EMBEDDING_BACKWARD8_BM];    // F, D: row r's A row (null past the slice's rows)
     float* rowC[TT_EMBEDDING_BACKWARD8_BM];          // F, D: row r's output row
     const float* kA[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
@@ -2838,7 +2845,7 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
                                                                  const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
                                                                  int bx, int by, TtEmbeddingBackward8Smem& sm) {
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
-    const bool G_ = KIND == TT_EMBEDDING_BACKWARD8_G;
+    const bool G_ = KIND >= TT_EMBEDDING_BACKWARD8_G, NARROW = KIND == TT_EMBEDDING_BACKWARD8_G_NARROW;
     const int* begin = io.totals + (G_ ? s.T + 1 : 0);
     const int it = begin[t] + bx;
     if (it >= begin[t + 1]) return;
@@ -2860,6 +2867,23 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
         N = KIND == TT_EMBEDDING_BACKWARD8_F ? nt_ : Rt;
         K = KIND == TT_EMBEDDING_BACKWARD8_F ? Rt : nt_;
         if (n0 >= N) return;
+    }
+    if (G_ && t == 0) {   // core 0 (M = R_0 = 1): the part's dM_0 rows summed, 4 groups of 64 threads over its lookups
+        const int nl = K;     // (mp = 1)
+        ex.phase([&](int tid) {
+            const int grp = tid / 64, col = n0 + tid % 64;
+            float v = 0.0f;
+            if (col < N)
+                for (int j = grp; j < nl; j += 4) v += io.X[P.dM_off[0] + (int64_t)lst[j0 + j] * nt_ + col];
+            sm.red[grp][tid % 64][0] = v;
+        });
+        ex.phase([&](int tid) {
+            const int col = n0 + tid;
+            if (tid < 64 && col < N)
+                io.partial[P.part_off[0] + (int64_t)(it - begin[0]) * s.S[0] + col] =
+                    ((sm.red[0][tid][0] + sm.red[1][tid][0]) + sm.red[2][tid][0]) + sm.red[3][tid][0];
+        });
+        return;
     }
     const int steps = (K + BK - 1) / BK;
     // G: the rows of K-step `step` into table buffer step % 2 (threads < BK)
@@ -2903,12 +2927,12 @@ TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) {
             const int e = tid + 256 * q;
             if (G_) {
-                sm.As[b][e / BM][e % BM] = va[q];
-                sm.Bs[b][e / BM][e % BM] = vb[q];
+                sm.ab.As[b][e / BM][e % BM] = va[q];
+                sm.ab.Bs[b][e / BM][e % BM] = vb[q];
             } else {
-                sm.As[b][e % BK][e / BK] = va[q];
-                if (KIND == TT_EMBEDDING_BACKWARD8_F) sm.Bs[b][e / BN][e % BN] = vb[q];
-                else sm.Bs[b][e % BK][e / BK] = vb[q];
+                sm.ab.As[b][e % BK][e / BK] = va[q];
+                if (KIND == TT_EMBEDDING_BACKWARD8_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
+                else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
             }
         }
     };
@@ -2940,18 +2964,21 @@ TT_EMBEDDING_BACKWARD_UNROLL
         ex.phase([&](int tid) {
             float va[4], vb[4];
             if (step + 1 < steps) fetch(tid, step + 1, va, vb);   // (reads table (step + 1) % 2, written a phase ago)
-            const int ty = tid / 16, tx = tid % 16, b = step & 1;
+            // wide: (ty, tx) = (tid / 16, tid % 16), every k of the step; narrow: (ty, tx) = ((tid % 64) / 4, tid % 4),
+            // the step's k in 4 groups of 4 (group tid / 64)
+            const int ty = NARROW ? tid % 64 / 4 : tid / 16, tx = NARROW ? tid % 4 : tid % 16, b = step & 1;
+            const int kl = NARROW ? tid / 64 * (BK / 4) : 0, kh = NARROW ? kl + BK / 4 : BK;
             float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int k = 0; k < BK; k++) {
+            for (int k = kl; k < kh; k++) {
                 float av[4], bv[4];
 #ifdef __CUDA_ARCH__
-                const float4 a4 = *reinterpret_cast<const float4*>(&sm.As[b][k][4 * ty]);
-                const float4 b4 = *reinterpret_cast<const float4*>(&sm.Bs[b][k][4 * tx]);
+                const float4 a4 = *reinterpret_cast<const float4*>(&sm.ab.As[b][k][4 * ty]);
+                const float4 b4 = *reinterpret_cast<const float4*>(&sm.ab.Bs[b][k][4 * tx]);
                 av[0] = a4.x; av[1] = a4.y; av[2] = a4.z; av[3] = a4.w;
                 bv[0] = b4.x; bv[1] = b4.y; bv[2] = b4.z; bv[3] = b4.w;
 #else
-                for (int q = 0; q < 4; q++) { av[q] = sm.As[b][k][4 * ty + q]; bv[q] = sm.Bs[b][k][4 * tx + q]; }
+                for (int q = 0; q < 4; q++) { av[q] = sm.ab.As[b][k][4 * ty + q]; bv[q] = sm.ab.Bs[b][k][4 * tx + q]; }
 #endif
 TT_EMBEDDING_BACKWARD_UNROLL
                 for (int r = 0; r < 4; r++)
@@ -2962,10 +2989,28 @@ TT_EMBEDDING_BACKWARD_UNROLL
             if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
         });
     }
+    const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
+    if (NARROW) {
+        ex.phase([&](int tid) {
+            const int ty = tid % 64 / 4, tx = tid % 4;
+            const float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int r = 0; r < 4; r++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int c = 0; c < 4; c++) sm.red[tid / 64][4 * ty + r][4 * tx + c] = a[r * 4 + c];
+        });
+        ex.phase([&](int tid) {
+            for (int o = tid; o < BM * 16; o += 256) {
+                const int m = o / 16, c = o % 16;
+                if (m0 + m >= M || c >= N) continue;
+                io.partial[prow + (int64_t)(m0 + m) * nt_ + c] = ((sm.red[0][m][c] + sm.red[1][m][c]) + sm.red[2][m][c]) + sm.red[3][m][c];
+            }
+        });
+        return;
+    }
     ex.phase([&](int tid) {
         const int ty = tid / 16, tx = tid % 16;
         const float* a = acc(tid);
-        const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++) {
             const int m = 4 * ty + r;
@@ -3221,8 +3266,9 @@ void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) {
         tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
     for (int t = s.T - 1; t >= 0; t--) {
         if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
-        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G><<<dim3(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN)), nb>>>(
-            s, P, io, t);
+        const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+        if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW><<<grid, nb>>>(s, P, io, t);
+        else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G><<<grid, nb>>>(s, P, io, t);
     }
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     tt_embedding_backward8_reduce_kernel<<<dim3(s.key_base[s.T], P.max_red_y), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(s, P, io, a.ws.counts, o);
