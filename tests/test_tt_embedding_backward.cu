@@ -466,7 +466,7 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
             const TtEmbeddingBackward6Plan& P = info.plan;
-            const int mode = P.gh_global ? 2 : P.acc_global ? 1 : 0;   // where G_h and dG_h live (make_plan6)
+            const int mode = P.acc_global ? 1 : 0;   // where dG_h lives (make_plan6)
             const bool fast_ok = (!expect_fast || (P.fastI && P.fastII + P.fastIII >= 1)) && (want_mode < 0 || mode == want_mode);
             char name[160], why[400];
             snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
@@ -1051,7 +1051,7 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
     report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 4,4,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 2,2,4");
-    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, --block 128");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM,
            "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
@@ -1111,12 +1111,11 @@ int main() {
     test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
     test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);
     test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
-    // ranks 64 and 128: dG_h accumulated in global memory (mode 1), and G_h read from global memory too (mode 2),
-    // at q 4,4,4 and EL-Rec's q 2,2,4, with split slices (Zipf) and several tables
+    // ranks 64 and 128: dG_h in four register tiles per thread (mode 0) or accumulated in global memory (mode 1; at
+    // EL-Rec's q 2,2,4 and rank 128 beside a 128 KB pivot slice, split slices and several tables)
     test_v6({"rank64_acc4", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, true, 0, 0);
     test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, D}, {512}, false, 0, 1);
-    test_v6({"rank128_q444_gh_global", {2, 3, 2}, {4, 4, 4}, {128, 128}, 2, 20, 4, 1.2, true, 17}, {S, D}, {256}, false, 0, 2);
-    test_v6({"rank128_q224_gh_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 1, 40, 3, 1.2, false, 18}, {A}, {256, 128}, false, 0, 2);
+    test_v6({"rank128_q224_acc_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 40, 3, 1.2, true, 18}, {A, D}, {128}, false, 0, 1);
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);

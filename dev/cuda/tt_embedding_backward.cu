@@ -1106,8 +1106,8 @@ struct TtEmbeddingBackward6Plan {
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
     int fastY, fastL;             // ... and of Y and L_h
     int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
-    int gh_global;          // G_h read from the cores in global memory (its slice does not fit beside NB >= 1 lookups)
     int acc_global;         // dG_h (acc == 0) accumulated in the chunk's row of `partial`, not in shared memory
+    int roomy;              // the block fits the 110 KB target (two per SM); else only the largest block, at NB = 1
     int w[TT_EMBEDDING_BACKWARD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
     int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
@@ -1167,20 +1167,20 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     P.LB = (int)std::min<int64_t>(cur, INT32_MAX / 64);
     P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
     // The block's part: [G_h: R_h x PH][dG_h (acc == 0)][1.0f]. mode 0 keeps G_h and dG_h in shared memory; mode 1
-    // accumulates dG_h in the chunk's row of `partial` instead; mode 2 also reads G_h from the cores (rank 128:
-    // a 128 x 4 x 128 slice is 256 KB). The first mode whose block fits the target with some NB wins (NB as large
-    // as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    // accumulates dG_h in the chunk's row of `partial` instead. The first mode whose block fits the target with some
+    // NB wins (NB as large as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    // (A mode 2 read G_h from the cores where it does not fit, at rank 128; version 8 runs those shapes 6x faster;
+    // its code: git show 55765c2:dev/cuda/tt_embedding_backward.cu.)
     auto layout = [&](int mode, int nb) {
-        P.gh_global = mode >= 2;
         P.acc_global = mode >= 1 && P.acc == 0;
         // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
         // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
         // (III) is absent or runs its own float4 tiles.
         P.PH = nh;
-        if (!P.gh_global && (h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
+        if ((h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
         int64_t c = 0;
         P.gh_off = 0;
-        if (!P.gh_global) c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
+        c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
         P.acc_off = (int)c;
         if (P.acc == 0 && !P.acc_global) c += tt_embedding_backward_round4((int64_t)Rh * nh);
         P.one_off = (int)c;
@@ -1194,10 +1194,11 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
         return (size_t)P.total_floats * sizeof(float);
     };
     bool placed = false;
-    for (int mode = 0; mode < 3 && !placed; mode++)
+    for (int mode = 0; mode < 2 && !placed; mode++)
         for (int nb = TT_EMBEDDING_BACKWARD6_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET;
-    for (int mode = 0; mode < 3 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
-    if (!placed) layout(2, 1);   // too large for any block: the skip reason reports it
+    P.roomy = placed;
+    for (int mode = 0; mode < 2 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
+    if (!placed) layout(1, 1);   // too large for any block: the skip reason reports it
     const int Kc = s.tables * s.p[h];
     P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
     int64_t items = 0;
@@ -1909,9 +1910,9 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
     const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
     const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
     int* ints = (int*)(sm + P.ints_off);
-    // G_h and dG_h's accumulator: in shared memory, or (P.gh_global, P.acc_global) the slice in the cores and the
-    // chunk's row of `partial` (only this block writes either, and only after its last read of G_h)
-    const float* gh = P.gh_global ? io.cores + slice_off : sm + P.gh_off;
+    // G_h in shared memory; dG_h's accumulator there too, or (P.acc_global) in the chunk's row of `partial` (only
+    // this block writes it)
+    const float* gh = sm + P.gh_off;
     float* accp = P.acc_global ? ws.partial + (int64_t)block * Sh : sm + P.acc_off;
     // the chunk's lookups (ranks lo .. hi of the slice's list) with their bags and slice rows; G_h's slice
     // (rows padded to PH); the accumulator's zeros
@@ -1926,7 +1927,7 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
         }
         for (int e = tid; e < Sh; e += nt) {
             const int r = e / nh;
-            if (!P.gh_global) sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+            sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
             if (ACC == 0) accp[e] = 0.0f;
         }
         if (tid == 0) sm[P.one_off] = 1.0f;
@@ -3106,9 +3107,8 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
     for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
         const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
         if (tt_embedding_backward6_smem_bytes(P) > smem_limit) {
-            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = 1, G_h in global memory: "
-                     "the other cores' slices of one lookup), more than the %zu a block can have", nt, tt_embedding_backward6_smem_bytes(P),
-                     smem_limit);
+            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (the pivot slice and NB = 1 lookup), "
+                     "more than the %zu a block can have; version 8 runs this shape", nt, tt_embedding_backward6_smem_bytes(P), smem_limit);
             return buf;
         }
     }
@@ -3117,15 +3117,15 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
-// their pivot slice G_h fits in shared memory (ranks up to 64); else version 8's per-slice GEMMs, which run any
-// shape (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at EL-Rec's q 2,2,4, B 4096, L 20). At another
-// block size than 256 version 6 runs wherever its block fits (version 8 is compiled for 256 threads).
+// their block with the pivot slice G_h fits in 110 KB (ranks up to 64); else version 8's per-slice GEMMs, which run
+// any shape (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at EL-Rec's q 2,2,4, B 4096, L 20). At
+// another block size than 256 version 6 runs wherever its block fits (version 8 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7, TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
-        (block != TT_EMBEDDING_BACKWARD8_BLOCK || !tt_embedding_backward6_make_plan(s, W_off, block).gh_global))
+        (block != TT_EMBEDDING_BACKWARD8_BLOCK || tt_embedding_backward6_make_plan(s, W_off, block).roomy))
         return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
     return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
 }
