@@ -26,11 +26,13 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
   6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
+     (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
      where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
-     pivot slice fits in shared memory, else version 8                                          0.0656 29.2%
+     block with the pivot slice fits in 110 KB (rank <= 64), else version 8                     0.0656 29.2%
   8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
      tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.445   4.3%
+     (measured at commit cbc3825; the double-buffered K-steps and narrow tiles since: not yet)
   Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; ranks 64,64 0.610; T = 4 (p
   40,50,55,60, q 4,4,2,4) 0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 at EL-Rec's shapes (B 4096, ranks 128,128):
   q 2,2,4 L 20 3.10 ms (18.6%; version 6 took 18.8), L 1 0.332 (1.70), q 4,4,4 L 20 9.89 (23.4%; 18.4).
@@ -2698,9 +2700,10 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 //   D (t = T-1..1):  dM_{t-1}[n] = dM_t[n] . G_t[g]^T             (mp x n_t) . (n_t x R_t)
 //   G (t = T-1..0):  dG_t[g]     = sum_n P_{t-1}[n]^T . dM_t[n]    (R_t x mp) . (mp x n_t), K = mp x lookups
 // with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
-// block, K in steps of 16 through shared memory, 4 x 4 outputs per thread): F and D tile the stacked rows (a slice's
-// lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t and splits a long slice's K into parts of
-// at most 1024 rows, each part written once (no float atomics). P_t and dM_t stay in global memory between the
+// block, K in double-buffered steps of 16 through shared memory, 4 x 4 outputs per thread): F and D tile the stacked
+// rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
+// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
+// rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
 // launches ([nnz, m_t R_{t+1}] each); a last kernel sums each slice's parts in order and applies the optimizer.
 // The grouping is version 6's (its prep and list kernels: every slice's lookups in lookup order, no sort).
 static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
