@@ -1056,6 +1056,8 @@ static void test_v7_filter() {
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM,
            "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at --block 1024");
+    report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
+           "default version: cuBLAS pipeline where version 8's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
     report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }

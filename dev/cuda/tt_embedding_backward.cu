@@ -2712,6 +2712,7 @@ static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows
 static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
 static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
+static const double TT_EMBEDDING_BACKWARD8_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 8 skips (version 7: version 2)
 // G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, the K-step's
 // 16 rows split over 4 thread groups (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
 enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2, TT_EMBEDDING_BACKWARD8_G_NARROW = 3 };
@@ -2744,13 +2745,20 @@ inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardSha
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
         const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD8_BM) + slices : 0;
         const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
-        if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+        if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4 || nnz * P.mp[t] >= INT32_MAX) return "its work lists would pass 2^29 items";
         P.max_rt[t] = (int)mrt; rt += mrt;
         P.max_pt[t] = (int)mpt; pt += mpt;
         P.part_off[t] = part; part += mpt * s.S[t];
         maxS = std::max<int64_t>(maxS, s.S[t]);
     }
     if (rt >= INT32_MAX / 4 || pt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+    const double gb = 4.0 * (double)(X + part) / 1e9;
+    if (gb > TT_EMBEDDING_BACKWARD8_MAX_GB) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "its per-lookup products and gradient parts would take %.3g GB (it allocates at most %.0f)", gb,
+                 TT_EMBEDDING_BACKWARD8_MAX_GB);
+        return buf;
+    }
     P.X_floats = X; P.partial_floats = part; P.rt_total = (int)rt; P.pt_total = (int)pt;
     P.max_red_y = (int)ceil_div<int64_t>(maxS, TT_EMBEDDING_BACKWARD8_RED_CW);
     return "";
@@ -3121,21 +3129,26 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
 // their block with the pivot slice G_h fits in 110 KB (ranks up to 64); else version 8's per-slice GEMMs, which run
-// any shape (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at EL-Rec's q 2,2,4, B 4096, L 20). At
-// another block size than 256 version 6 runs wherever its block fits (version 8 runs at its own 256 threads).
-enum { TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7, TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
+// any shape whose per-lookup buffers fit 32 GB (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at
+// EL-Rec's q 2,2,4, B 4096, L 20); else version 2's pipeline. At another block size than 256 version 6 runs
+// wherever its block fits (version 8 runs at its own 256 threads).
+enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
         (block != TT_EMBEDDING_BACKWARD8_BLOCK || tt_embedding_backward6_make_plan(s, W_off, block).roomy))
         return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
-    return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
+    TtEmbeddingBackward8Plan P8;
+    if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
+    return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
 }
 inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
-           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED ? "version 6's grouped kernels (the pivot slice in shared memory)"
-                                                          : "version 8's per-slice GEMMs (the general path)";
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM ? "version 8's per-slice GEMMs (the general path)"
+                                                             : "version 2's cuBLAS pipeline (version 8's buffers would be too large)";
 }
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -3282,7 +3295,8 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
-        default: tt_embedding_backward8(a, block_size); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM: tt_embedding_backward8(a, block_size); break;
+        default: tt_embedding_backward2(a, block_size); break;
     }
 }
 static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
@@ -3386,8 +3400,8 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
     buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD7_BUCKET);
-    TtEmbeddingBackward8Plan P8;                                                 // version 8
-    tt_embedding_backward8_make_plan(s, P8);
+    TtEmbeddingBackward8Plan P8;                                                 // version 8 (none where it skips)
+    if (!tt_embedding_backward8_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
     buf(&a.X8, 4 * (size_t)P8.X_floats);
     buf(&a.partial8, 4 * (size_t)P8.partial_floats);
     buf(&a.items8, 8 * ((size_t)P8.rt_total + P8.pt_total));
@@ -3548,10 +3562,10 @@ int main(int argc, char** argv) {
     cli.constraints =
         "  T = len(p) in 2..6; len(q) = T; len(ranks) = T-1; entries >= 1; E <= prod p; D = prod q <= 2^20;\n"
         "  tables * B < 2^31; tables * sum(p) < 2^31; T * tables * B * L < 2^31; Zipf (alpha > 1) needs E >= L; eps > 0.\n"
-        "  Versions 4 and 5 are retired (see the header). Versions 7 (the default) and 8 run every shape (8 at 256\n"
-        "  threads per block only); version 1 only while its explicit sums stay under 4e9 terms; versions 3 and 6 need\n"
-        "  their block's shared memory and at most 512 threads per block (asked for by number where it cannot run:\n"
-        "  exit 2; `all` skips it with the reason).";
+        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 8 every\n"
+        "  shape whose per-lookup buffers fit 32 GB, at 256 threads per block; version 1 only while its explicit sums\n"
+        "  stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at most 512 threads per block\n"
+        "  (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
@@ -3639,7 +3653,7 @@ int main(int argc, char** argv) {
     r.check = [&](int k, int block) {
         download(c, st, g);
         bool pass = tt_embedding_backward_check(s, opt, a.lr, a.eps, ref, cores.data(), state.data(), c.data(), st.data(), g.data());
-        if (k >= 6)   // (no float atomics in versions 6-8 nor in what version 7 routes to)
+        if (k >= 6 && (k != 7 || tt_embedding_backward_route(s, a.W_off, a.smem_limit, block) != TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS))
             pass = tt_embedding_backward_rerun_same(r, k, block, download, c, st, g) && pass;
         return pass;
     };
