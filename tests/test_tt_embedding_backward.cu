@@ -310,6 +310,32 @@ struct Emu6Info {
     bool lists_ok = false;       // every slice's list holds exactly its lookups, in increasing order
 };
 
+// a step's outputs before the kernels: the cores and state as made, dG poisoned (zeros in dense mode: the launchers' memset)
+static StepOut start_step(const Problem& pr, int opt) {
+    StepOut o;
+    o.cores = pr.cores;
+    o.state = pr.state;
+    o.dG.assign((size_t)pr.s.core_off[pr.s.T], opt == TT_EMBEDDING_BACKWARD_DENSE ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+    return o;
+}
+
+// version 6's workspace (versions 6 and 8 group by its prep and list kernels), poisoned, its counters zeroed
+struct Grouping6 {
+    Poisoned keys, bag_of, chunk_desc, choff, totals, item_desc, start, list;
+    std::vector<int> zeroed;   // the launcher's memset
+    TtEmbeddingBackwardWorkspace ws;
+    Grouping6(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P)
+        : keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(s.tables * s.p[P.h] + 1),
+          totals(2), item_desc((size_t)P.max_items * 4), start(s.key_base[s.T] + 1), list((size_t)s.T * s.nnz),
+          zeroed((size_t)s.key_base[s.T] + 1 + P.max_items, 0) {
+        memset(&ws, 0, sizeof ws);
+        ws.keys = keys.i(); ws.bag_of = bag_of.i();
+        ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + s.key_base[s.T]; ws.ctr = ws.done + 1;
+        ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
+        ws.start = start.i(); ws.list = list.i();
+    }
+};
+
 // version 6's kernel 1 (prep, and the plan of its last block) and list kernel, emulated (versions 6 and 8 group by them)
 static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
                               int tile) {
@@ -343,12 +369,7 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan&
 static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt, bool reverse, Emu6Info* info = nullptr,
                         int tile = 0) {
     const TtEmbeddingBackwardShape& s = pr.s;
-    const int64_t C = s.core_off[s.T];
-    StepOut o;
-    o.cores = pr.cores;
-    o.state = pr.state;
-    o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());
-    if (opt == TT_EMBEDDING_BACKWARD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
+    StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     // W as main lays it out
     const int pivot = tt_embedding_backward_pick_pivot(s);
@@ -359,16 +380,10 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
     }
     const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
     const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
-    Poisoned keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(Kc + 1), totals(2),
-        item_desc((size_t)P.max_items * 4), W(W_total), partial((size_t)P.max_chunks * s.S[h]),
-        partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW), start(K_total + 1), list((size_t)s.T * s.nnz);
-    std::vector<int> zeroed((size_t)K_total + 1 + P.max_items, 0);   // the launcher's memset
-    TtEmbeddingBackwardWorkspace ws;
-    memset(&ws, 0, sizeof ws);
-    ws.keys = keys.i(); ws.bag_of = bag_of.i();
-    ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
-    ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
-    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f(); ws.start = start.i(); ws.list = list.i();
+    Grouping6 gr(s, P);
+    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
+    TtEmbeddingBackwardWorkspace& ws = gr.ws;
+    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
     const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     emulate6_grouping(pr, P, ws, reverse, tile);
     // kernel 2
@@ -499,12 +514,7 @@ struct HostAcc8 {
 
 static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool reverse, Emu8Info* info = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
-    const int64_t C = s.core_off[s.T];
-    StepOut o;
-    o.cores = pr.cores;
-    o.state = pr.state;
-    o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());
-    if (opt == TT_EMBEDDING_BACKWARD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
+    StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
     const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
@@ -512,16 +522,10 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     const std::string why = tt_embedding_backward8_make_plan(s, P);
     if (!why.empty()) { printf("version 8 plan: %s\n", why.c_str()); exit(1); }
     const int K_total = s.key_base[s.T];
-    Poisoned keys((size_t)s.T * P6.key_stride), bag_of(s.nnz), chunk_desc((size_t)P6.max_chunks * 4), choff(s.tables * s.p[P6.h] + 1),
-        totals6(2), item_desc((size_t)P6.max_items * 4), start(K_total + 1), list((size_t)s.T * s.nnz), X(P.X_floats),
-        partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total), totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
-    std::vector<int> zeroed((size_t)K_total + 1 + P6.max_items, 0);   // the launcher's memset
-    TtEmbeddingBackwardWorkspace ws;
-    memset(&ws, 0, sizeof ws);
-    ws.keys = keys.i(); ws.bag_of = bag_of.i();
-    ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
-    ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals6.i(); ws.item_desc = item_desc.i();
-    ws.start = start.i(); ws.list = list.i();
+    Grouping6 gr(s, P6);
+    const TtEmbeddingBackwardWorkspace& ws = gr.ws;
+    Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
+        totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
     emulate6_grouping(pr, P6, ws, reverse, 0);
     const TtEmbeddingBackward8Io io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
                                        P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i()};
