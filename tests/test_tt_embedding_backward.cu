@@ -312,39 +312,37 @@ struct Emu6Info {
     bool lists_ok = false;       // every slice's list holds exactly its lookups, in increasing order
 };
 
-// tile > 0: the list kernel's key scans in tiles of that many keys (a multiple of 4), so that small
-// problems take the multi-tile path that only problems beyond 10,240 lookups take on the GPU
-static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt, bool reverse, Emu6Info* info = nullptr,
-                        int tile = 0) {
-    const TtEmbeddingBackwardShape& s = pr.s;
-    const int64_t C = s.core_off[s.T];
+// a step's outputs before the kernels: the cores and state as made, dG poisoned (zeros in dense mode: the launchers' memset)
+static StepOut start_step(const Problem& pr, int opt) {
     StepOut o;
     o.cores = pr.cores;
     o.state = pr.state;
-    o.dG.assign((size_t)C, std::numeric_limits<float>::quiet_NaN());
-    if (opt == TT_EMBEDDING_BACKWARD_DENSE) std::fill(o.dG.begin(), o.dG.end(), 0.0f);   // the launcher's memset
-    if (s.nnz == 0) return o;
-    // W as main lays it out
-    const int pivot = tt_embedding_backward_pick_pivot(s);
-    int64_t W_total = 0, W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
-    for (int t = 0; t < s.T; t++) {
-        W_off[t] = W_total;
-        if (t != pivot) W_total += (int64_t)s.nnz * s.S[t];
-    }
-    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
-    const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
-    Poisoned keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(Kc + 1), totals(2),
-        item_desc((size_t)P.max_items * 4), W(W_total), partial((size_t)P.max_chunks * s.S[h]),
-        partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW), start(K_total + 1), list((size_t)s.T * s.nnz);
-    std::vector<int> zeroed((size_t)K_total + 1 + P.max_items, 0);   // the launcher's memset
+    o.dG.assign((size_t)pr.s.core_off[pr.s.T], opt == TT_EMBEDDING_BACKWARD_DENSE ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+    return o;
+}
+
+// version 6's workspace (versions 6 and 8 group by its prep and list kernels), poisoned, its counters zeroed
+struct Grouping6 {
+    Poisoned keys, bag_of, chunk_desc, choff, totals, item_desc, start, list;
+    std::vector<int> zeroed;   // the launcher's memset
     TtEmbeddingBackwardWorkspace ws;
-    memset(&ws, 0, sizeof ws);
-    ws.keys = keys.i(); ws.bag_of = bag_of.i();
-    ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + K_total; ws.ctr = ws.done + 1;
-    ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
-    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f(); ws.start = start.i(); ws.list = list.i();
-    const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
-    // kernel 1
+    Grouping6(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P)
+        : keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(s.tables * s.p[P.h] + 1),
+          totals(2), item_desc((size_t)P.max_items * 4), start(s.key_base[s.T] + 1), list((size_t)s.T * s.nnz),
+          zeroed((size_t)s.key_base[s.T] + 1 + P.max_items, 0) {
+        memset(&ws, 0, sizeof ws);
+        ws.keys = keys.i(); ws.bag_of = bag_of.i();
+        ws.zeroed = zeroed.data(); ws.counts = ws.zeroed; ws.done = ws.zeroed + s.key_base[s.T]; ws.ctr = ws.done + 1;
+        ws.chunk_desc = chunk_desc.i(); ws.choff = choff.i(); ws.totals = totals.i(); ws.item_desc = item_desc.i();
+        ws.start = start.i(); ws.list = list.i();
+    }
+};
+
+// version 6's kernel 1 (prep, and the plan of its last block) and list kernel, emulated (versions 6 and 8 group by them)
+static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
+                              int tile) {
+    const TtEmbeddingBackwardShape& s = pr.s;
+    const int K_total = s.key_base[s.T];
     const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
     std::vector<int> scan1(3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
     for (int b = 0; b < nblk1; b++) {
@@ -358,17 +356,38 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
                                               ws.totals);
         }
     }
-    // list kernel
-    {
-        std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
-                                                                         : tt_embedding_backward6_list_stage(P));
-        for (int gi = 0; gi < K_total; gi++) {
-            const int g = reverse ? K_total - 1 - gi : gi;
-            std::fill(stageL.begin(), stageL.end(), -7);
-            HostExec6 ex{TT_EMBEDDING_BACKWARD6_LIST_BLOCK, reverse};
-            tt_embedding_backward6_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
-        }
+    std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
+                                                                     : tt_embedding_backward6_list_stage(P));
+    for (int gi = 0; gi < K_total; gi++) {
+        const int g = reverse ? K_total - 1 - gi : gi;
+        std::fill(stageL.begin(), stageL.end(), -7);
+        HostExec6 ex{TT_EMBEDDING_BACKWARD6_LIST_BLOCK, reverse};
+        tt_embedding_backward6_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
     }
+}
+
+// tile > 0: the list kernel's key scans in tiles of that many keys (a multiple of 4), so that small
+// problems take the multi-tile path that only problems beyond 10,240 lookups take on the GPU
+static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt, bool reverse, Emu6Info* info = nullptr,
+                        int tile = 0) {
+    const TtEmbeddingBackwardShape& s = pr.s;
+    StepOut o = start_step(pr, opt);
+    if (s.nnz == 0) return o;
+    // W as main lays it out
+    const int pivot = tt_embedding_backward_pick_pivot(s);
+    int64_t W_total = 0, W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    for (int t = 0; t < s.T; t++) {
+        W_off[t] = W_total;
+        if (t != pivot) W_total += (int64_t)s.nnz * s.S[t];
+    }
+    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
+    const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
+    Grouping6 gr(s, P);
+    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
+    TtEmbeddingBackwardWorkspace& ws = gr.ws;
+    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
+    const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
+    emulate6_grouping(pr, P, ws, reverse, tile);
     // kernel 2
     std::vector<float> sm((size_t)P.total_floats + 4), accbuf((size_t)nt * 64);
     for (int bi = 0; bi < P.max_chunks; bi++) {
@@ -464,7 +483,7 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
             const TtEmbeddingBackward6Plan& P = info.plan;
-            const int mode = P.gh_global ? 2 : P.acc_global ? 1 : 0;   // where G_h and dG_h live (make_plan6)
+            const int mode = P.acc_global ? 1 : 0;   // where dG_h lives (make_plan6)
             const bool fast_ok = (!expect_fast || (P.fastI && P.fastII + P.fastIII >= 1)) && (want_mode < 0 || mode == want_mode);
             char name[160], why[400];
             snprintf(name, sizeof name, "emulate_v6_%s_%s_nt%d%s", c.name.c_str(), opt_name(opt), nt,
@@ -477,6 +496,110 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             report(ok && same && ((info.chunks_cover && info.lists_ok) || pr.s.nnz == 0) && fast_ok, name, why);
             if (ok && same) printf("     (%s)\n", why);
         }
+}
+
+// ------------------------------------------------------------------------------------------------
+// version 8, emulated: version 6's grouping, the items block, every product launch block by block (forward or
+// reversed order, threads too) with NaN-filled shared memory and accumulators, the reduce kernel
+
+struct Emu8Info {
+    TtEmbeddingBackward8Plan plan;
+    int tiles = 0, parts = 0, multi_part_slices = 0;
+    bool within_bounds = false;   // the real item counts within the plan's grid bounds
+};
+
+// the 16 register accumulators of every emulated thread
+struct HostAcc8 {
+    float* p;
+    __host__ __device__ float* operator()(int tid) { return p + (size_t)tid * 16; }
+};
+
+static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool reverse, Emu8Info* info = nullptr) {
+    const TtEmbeddingBackwardShape& s = pr.s;
+    StepOut o = start_step(pr, opt);
+    if (s.nnz == 0) return o;
+    int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackward8Plan P;
+    const std::string why = tt_embedding_backward8_make_plan(s, P);
+    if (!why.empty()) { printf("version 8 plan: %s\n", why.c_str()); exit(1); }
+    const int K_total = s.key_base[s.T];
+    Grouping6 gr(s, P6);
+    const TtEmbeddingBackwardWorkspace& ws = gr.ws;
+    Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
+        totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
+    emulate6_grouping(pr, P6, ws, reverse, 0);
+    const TtEmbeddingBackward8Io io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
+                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i()};
+    {
+        std::vector<int> scan(3 * TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK);
+        HostExec6 ex{TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK, reverse};
+        tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan.data());
+    }
+    const int nt = TT_EMBEDDING_BACKWARD8_BLOCK, BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN;
+    std::vector<float> accbuf((size_t)nt * 16);
+    HostAcc8 acc{accbuf.data()};
+    TtEmbeddingBackward8Smem sm;
+    auto launch = [&](auto kind, int t, int gx, int gy) {
+        for (int bi = 0; bi < gx * gy; bi++) {
+            const int b = reverse ? gx * gy - 1 - bi : bi;
+            std::fill(accbuf.begin(), accbuf.end(), std::numeric_limits<float>::quiet_NaN());
+            memset((void*)&sm, 0xFF, sizeof sm);
+            HostExec6 ex{nt, reverse};
+            tt_embedding_backward8_gemm_block<decltype(kind)::value>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
+        }
+    };
+    using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_F>;
+    using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_D>;
+    using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G>;
+    using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G_NARROW>;
+    for (int t = 1; t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
+    for (int t = s.T - 1; t >= 0; t--) {
+        if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
+        if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+        else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+    }
+    const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
+    for (int gi = 0; gi < K_total; gi++) {
+        const int g = reverse ? K_total - 1 - gi : gi;
+        for (int64_t e = 0; e < (int64_t)P.max_red_y * TT_EMBEDDING_BACKWARD8_RED_CW; e++)
+            tt_embedding_backward8_reduce(s, P, io, oi, g, (int)e, ws.counts[g]);
+    }
+    if (info) {
+        info->plan = P;
+        bool within = true;
+        for (int t = 0; t < s.T; t++) {
+            const int tiles = io.totals[t + 1] - io.totals[t], parts = io.totals[s.T + 2 + t] - io.totals[s.T + 1 + t];
+            within = within && tiles >= 0 && tiles <= P.max_rt[t] && parts >= 0 && parts <= P.max_pt[t] && (t > 0 || tiles == 0);
+            info->tiles += tiles;
+            info->parts += parts;
+            for (int k = 0; k < s.tables * s.p[t]; k++) info->multi_part_slices += ws.counts[s.key_base[t] + k] > P.lpp[t];
+        }
+        info->within_bounds = within;
+    }
+    return o;
+}
+
+// Version 8 against the reference, and bit for bit the same with blocks and threads in the opposite order
+static void test_v8(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false) {
+    Problem pr = make_problem(c);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const float lr = 0.05f, eps = 1e-8f;
+    for (int opt : opts) {
+        Emu8Info info;
+        StepOut o = emulate8(pr, opt, lr, eps, false, &info);
+        const bool ok = check_step(pr, ref, opt, lr, eps, o);
+        StepOut o2 = emulate8(pr, opt, lr, eps, true);
+        const bool same = same_bits(o, o2);
+        const bool multi = !expect_multi_part || info.multi_part_slices > 0;
+        char name[160], why[300];
+        snprintf(name, sizeof name, "emulate_v8_%s_%s", c.name.c_str(), opt_name(opt));
+        snprintf(why, sizeof why, "check %d, bitwise same in reverse order %d, lists within the grid bounds %d, %d row tiles, %d parts, "
+                 "%d slices in several parts (expected some: %d)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
+                 info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part);
+        report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi, name, why);
+        if (ok && same) printf("     (%s)\n", why);
+    }
 }
 
 // The lane orders of the float4 tiles at FBTT's default: in every warp, lanes n and n^1 share one operand's
@@ -918,12 +1041,15 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
     report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
-    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 4,4,4");
-    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 4,4,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
-    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
-           "default version: cuBLAS pipeline at T = 6, rank 128 (other slices beyond a block)");
-    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS, "default version: cuBLAS pipeline at --block 1024");
+    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM,
+           "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at --block 1024");
+    report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
+           "default version: cuBLAS pipeline where version 8's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
     report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }
@@ -979,15 +1105,29 @@ int main() {
     test_v6({"five_core_small", {2, 3, 2, 3, 2}, {2, 2, 2, 2, 4}, {8, 16, 32, 64}, 2, 15, 5, 0.0, false, 13}, {A, D}, {256, 128}, true);
     test_v6({"generic_III", {3, 4, 5}, {4, 4, 2}, {8, 8}, 1, 9, 7, 0.0, false, 14}, {S}, {256}, true);
     test_v6({"zipf_default_p", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 64, 20, 1.15, false, 15}, {A}, {256}, true);
-    // ranks 64 and 128: dG_h accumulated in global memory (mode 1), and G_h read from global memory too (mode 2),
-    // at q 4,4,4 and EL-Rec's q 2,2,4, with split slices (Zipf) and several tables
+    // ranks 64 and 128: dG_h in four register tiles per thread (mode 0) or accumulated in global memory (mode 1; at
+    // EL-Rec's q 2,2,4 and rank 128 beside a 128 KB pivot slice, split slices and several tables)
     test_v6({"rank64_acc4", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, A}, {256}, true, 0, 0);
     test_v6({"rank64_acc_global", {3, 4, 5}, {4, 4, 4}, {64, 64}, 1, 8, 5, 0.0, false, 16}, {S, D}, {512}, false, 0, 1);
-    test_v6({"rank128_q444_gh_global", {2, 3, 2}, {4, 4, 4}, {128, 128}, 2, 20, 4, 1.2, true, 17}, {S, D}, {256}, false, 0, 2);
-    test_v6({"rank128_q224_gh_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 1, 40, 3, 1.2, false, 18}, {A}, {256, 128}, false, 0, 2);
+    test_v6({"rank128_q224_acc_global", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 40, 3, 1.2, true, 18}, {A, D}, {128}, false, 0, 1);
     // FBTT's default itself (10,240 lookups), uniform and Zipf 1.15: the chunk and item lists of the bench runs
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);
+
+    // version 8: T = 2..6, every optimizer, empty bags, several tables, Zipf slices longer than a part (several
+    // parts), ranks 64 and 128 with tiles and K not multiples of 64 and 16, D = 4
+    test_v8({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D});
+    test_v8({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D});
+    test_v8({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A});
+    test_v8({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {S});
+    test_v8({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 5}, {A});
+    test_v8({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A});
+    test_v8({"rank_ones", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S});
+    test_v8({"zipf_parts", {3, 20, 5}, {4, 4, 4}, {8, 8}, 1, 90, 30, 1.3, false, 11}, {S, A, D}, true);
+    test_v8({"rank128_q224_odd_p", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 18}, {A, D});
+    test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S});
+    test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A});
+    test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {S});
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
     test_v7(TT_EMBEDDING_BACKWARD7_NB);

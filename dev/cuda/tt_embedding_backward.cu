@@ -26,18 +26,22 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
   6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
-  7  the default: version 6's grouping with the three pivot products on tensor cores
-     (3xTF32) where compiled (T = 3, q 4,4,4, ranks 32,32), and a dispatcher for every other
-     shape: version 6's kernels (G_h and dG_h in global memory where they do not fit in
-     shared memory: ranks 64-128), else version 2's pipeline (T >= 4 at rank 128)             0.0656 29.2%
+     (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
+  7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
+     where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
+     block with the pivot slice fits in 110 KB (rank <= 64), else version 8                     0.0656 29.2%
+  8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
+     tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.445   4.3%
+     (measured at commit cbc3825; the double-buffered K-steps and narrow tiles since: not yet)
   Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; ranks 64,64 0.610; T = 4 (p
-  40,50,55,60, q 4,4,2,4) 0.703; EL-Rec q 2,2,4 ranks 128 B 4096 L 20 18.8. Zipf 1.15: 7 0.0973, 6 0.192.
+  40,50,55,60, q 4,4,2,4) 0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 at EL-Rec's shapes (B 4096, ranks 128,128):
+  q 2,2,4 L 20 3.10 ms (18.6%; version 6 took 18.8), L 1 0.332 (1.70), q 4,4,4 L 20 9.89 (23.4%; 18.4).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
 Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
   first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
-  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-7 run twice, same bits.
+  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-8 run twice, same bits.
 
 Lessons:
   - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
@@ -46,8 +50,9 @@ Lessons:
   - On tensor cores in 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions):
     cvt.rna splits were 11.3M of version 7's first 24.6M warp instructions.
   - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
-  - Rank 64-128 at T = 3: the pivot slice (64-256 KB) crowds out the batch in shared memory; version 6 then keeps
-    dG_h in 4 register tiles per thread (rank 64) or global memory, and G_h in L2 at rank 128: slow, next to fix.
+  - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
+    GEMM per product (version 8) reads each slice once per 64 rows from L2 and needs no shared slice: 6x faster at
+    EL-Rec's q 2,2,4. At B 512 and rank <= 64 its ten launches and serial K-steps lose to version 6 (0.45 ms).
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "tt_embedding.h"
@@ -995,8 +1000,8 @@ struct TtEmbeddingBackward6Plan {
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
     int fastY, fastL;             // ... and of Y and L_h
     int tiles_I, PH, F;     // 4x4 tiles of dG_h; row pitch of G_h in shared memory; side-chain phases
-    int gh_global;          // G_h read from the cores in global memory (its slice does not fit beside NB >= 1 lookups)
     int acc_global;         // dG_h (acc == 0) accumulated in the chunk's row of `partial`, not in shared memory
+    int roomy;              // the block fits the 110 KB target (two per SM); else only the largest block, at NB = 1
     int w[TT_EMBEDDING_BACKWARD_MAX_T + 1];       // w[t] = q_t ... q_{T-1}, w[T] = 1
     // shared memory, in floats: [G_h: R_h x PH][dG_h (acc == 0)][1.0f][NB lookup regions of LB][chunk ints]
     int gh_off, acc_off, one_off, lk_off, LB, ints_off, total_floats;
@@ -1056,20 +1061,20 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     P.LB = (int)std::min<int64_t>(cur, INT32_MAX / 64);
     P.key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
     // The block's part: [G_h: R_h x PH][dG_h (acc == 0)][1.0f]. mode 0 keeps G_h and dG_h in shared memory; mode 1
-    // accumulates dG_h in the chunk's row of `partial` instead; mode 2 also reads G_h from the cores (rank 128:
-    // a 128 x 4 x 128 slice is 256 KB). The first mode whose block fits the target with some NB wins (NB as large
-    // as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    // accumulates dG_h in the chunk's row of `partial` instead. The first mode whose block fits the target with some
+    // NB wins (NB as large as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
+    // (A mode 2 read G_h from the cores where it does not fit, at rank 128; version 8 runs those shapes 6x faster;
+    // its code: git show 55765c2:dev/cuda/tt_embedding_backward.cu.)
     auto layout = [&](int mode, int nb) {
-        P.gh_global = mode >= 2;
         P.acc_global = mode >= 1 && P.acc == 0;
         // Pad G_h's rows (PH/4 odd) so that (II)'s lanes, which read 8 consecutive rows at one column, hit 8
         // different bank groups; (III)'s generic tiles index G_h with one flat (k, a) index, so only pad when
         // (III) is absent or runs its own float4 tiles.
         P.PH = nh;
-        if (!P.gh_global && (h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
+        if ((h == T - 1 || P.fastIII) && nh % 8 == 0) P.PH = nh + 4;
         int64_t c = 0;
         P.gh_off = 0;
-        if (!P.gh_global) c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
+        c += tt_embedding_backward_round4((int64_t)Rh * P.PH);
         P.acc_off = (int)c;
         if (P.acc == 0 && !P.acc_global) c += tt_embedding_backward_round4((int64_t)Rh * nh);
         P.one_off = (int)c;
@@ -1083,10 +1088,11 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
         return (size_t)P.total_floats * sizeof(float);
     };
     bool placed = false;
-    for (int mode = 0; mode < 3 && !placed; mode++)
+    for (int mode = 0; mode < 2 && !placed; mode++)
         for (int nb = TT_EMBEDDING_BACKWARD6_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET;
-    for (int mode = 0; mode < 3 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
-    if (!placed) layout(2, 1);   // too large for any block: the skip reason reports it
+    P.roomy = placed;
+    for (int mode = 0; mode < 2 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
+    if (!placed) layout(1, 1);   // too large for any block: the skip reason reports it
     const int Kc = s.tables * s.p[h];
     P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
     int64_t items = 0;
@@ -1798,9 +1804,9 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
     const int h = P.h, nt = ex.nt, nh = s.n[h], Sh = s.S[h];
     const int64_t slice_off = s.core_off[h] + (int64_t)k * Sh;
     int* ints = (int*)(sm + P.ints_off);
-    // G_h and dG_h's accumulator: in shared memory, or (P.gh_global, P.acc_global) the slice in the cores and the
-    // chunk's row of `partial` (only this block writes either, and only after its last read of G_h)
-    const float* gh = P.gh_global ? io.cores + slice_off : sm + P.gh_off;
+    // G_h in shared memory; dG_h's accumulator there too, or (P.acc_global) in the chunk's row of `partial` (only
+    // this block writes it)
+    const float* gh = sm + P.gh_off;
     float* accp = P.acc_global ? ws.partial + (int64_t)block * Sh : sm + P.acc_off;
     // the chunk's lookups (ranks lo .. hi of the slice's list) with their bags and slice rows; G_h's slice
     // (rows padded to PH); the accumulator's zeros
@@ -1815,7 +1821,7 @@ __host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, 
         }
         for (int e = tid; e < Sh; e += nt) {
             const int r = e / nh;
-            if (!P.gh_global) sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
+            sm[P.gh_off + r * P.PH + (e - r * nh)] = io.cores[slice_off + e];
             if (ACC == 0) accp[e] = 0.0f;
         }
         if (tid == 0) sm[P.one_off] = 1.0f;
@@ -2577,6 +2583,394 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 #endif
 }
 
+// ---- version 8: every product as a GEMM over the lookups of one slice (any T, q and rank) ----
+
+// Version 8 in one paragraph. Versions 6-7 hold one pivot slice in shared memory and pay for it at rank 64-128 (a
+// 128 x 4 x 128 slice is 256 KB). Here each product of FBTT's chain is one GEMM over the lookups of ONE slice:
+// for core t, mp = m_{t-1} rows per lookup (1 at t = 0), and the lookups n of slice G_t[g] stacked,
+//   F (t = 1..T-2):  P_t[n]      = P_{t-1}[n] . G_t[g]             (mp x R_t) . (R_t x n_t), a row block per lookup
+//   D (t = T-1..1):  dM_{t-1}[n] = dM_t[n] . G_t[g]^T             (mp x n_t) . (n_t x R_t)
+//   G (t = T-1..0):  dG_t[g]     = sum_n P_{t-1}[n]^T . dM_t[n]    (R_t x mp) . (mp x n_t), K = mp x lookups
+// with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
+// block, K in double-buffered steps of 16 through shared memory, 4 x 4 outputs per thread): F and D tile the stacked
+// rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
+// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
+// rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
+// launches ([nnz, m_t R_{t+1}] each); a last kernel sums each slice's parts in order and applies the optimizer.
+// The grouping is version 6's (its prep and list kernels: every slice's lookups in lookup order, no sort).
+static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
+static const int TT_EMBEDDING_BACKWARD8_BLOCK = 256;          // 16 x 16 threads, 4 x 4 outputs each (the tiling assumes it)
+static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
+static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
+static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
+static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
+static const double TT_EMBEDDING_BACKWARD8_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 8 skips (version 7: version 2)
+// G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, the K-step's
+// 16 rows split over 4 thread groups (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
+enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2, TT_EMBEDDING_BACKWARD8_G_NARROW = 3 };
+
+struct TtEmbeddingBackward8Plan {
+    int mp[TT_EMBEDDING_BACKWARD_MAX_T];                  // m_{t-1} (1 at t = 0): rows per lookup in core t's products
+    int lpp[TT_EMBEDDING_BACKWARD_MAX_T];                 // G: lookups per part of core t
+    int64_t P_off[TT_EMBEDDING_BACKWARD_MAX_T];           // in X: P_t (t = 1..T-2), [nnz][m_t R_{t+1}]
+    int64_t dM_off[TT_EMBEDDING_BACKWARD_MAX_T];          // in X: dM_t (t = 0..T-2), [nnz][m_t R_{t+1}]; X[0] = 1.0f
+    int64_t X_floats;
+    int64_t part_off[TT_EMBEDDING_BACKWARD_MAX_T];        // in partial: core t's parts, [max_pt[t]][S_t]
+    int64_t partial_floats;
+    int max_rt[TT_EMBEDDING_BACKWARD_MAX_T], max_pt[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's F/D row tiles and G parts, at most (grids)
+    int rt_total, pt_total, max_red_y;
+};
+
+// "" when the plan fits 32-bit grids, else why not
+inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackward8Plan& P) {
+    memset(&P, 0, sizeof P);
+    const int64_t nnz = std::max(s.nnz, 1);
+    int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
+    for (int t = 0; t < s.T; t++) {
+        P.mp[t] = t ? s.m[t - 1] : 1;
+        // a part's K rows: fewer for a small slice gradient (more blocks, each with fewer serial K-steps; its
+        // parts cost S_t floats each to write and sum)
+        const int kpart = (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD8_KPART, std::max<int64_t>(64, s.S[t] / 4));
+        P.lpp[t] = std::max(1, kpart / P.mp[t]);
+        const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
+        if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
+        if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
+        const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD8_BM) + slices : 0;
+        const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
+        if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4 || nnz * P.mp[t] >= INT32_MAX) return "its work lists would pass 2^29 items";
+        P.max_rt[t] = (int)mrt; rt += mrt;
+        P.max_pt[t] = (int)mpt; pt += mpt;
+        P.part_off[t] = part; part += mpt * s.S[t];
+        maxS = std::max<int64_t>(maxS, s.S[t]);
+    }
+    if (rt >= INT32_MAX / 4 || pt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+    const double gb = 4.0 * (double)(X + part) / 1e9;
+    if (gb > TT_EMBEDDING_BACKWARD8_MAX_GB) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "its per-lookup products and gradient parts would take %.3g GB (it allocates at most %.0f)", gb,
+                 TT_EMBEDDING_BACKWARD8_MAX_GB);
+        return buf;
+    }
+    P.X_floats = X; P.partial_floats = part; P.rt_total = (int)rt; P.pt_total = (int)pt;
+    P.max_red_y = (int)ceil_div<int64_t>(maxS, TT_EMBEDDING_BACKWARD8_RED_CW);
+    return "";
+}
+
+// what the kernels of version 8 read and write (keys, bag_of, start, list: version 6's workspace)
+struct TtEmbeddingBackward8Io {
+    const float *cores, *dY;
+    float *X, *partial;
+    const int *keys, *bag_of, *start, *list;
+    int key_stride;
+    int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
+    int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all)
+};
+
+// The items kernel's block program: two block scans over every slice key g (all cores, key order) turn the counts
+// into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries are contiguous from
+// totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                  const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
+    const int nt = ex.nt, K = s.key_base[s.T], per = (K + nt - 1) / nt;
+    for (int kind = 0; kind < 2; kind++) {
+        auto n_of = [&](int g, int& t) {
+            t = 0;
+            while (g >= s.key_base[t + 1]) t++;
+            const int64_t c = counts[g];
+            if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
+            return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
+        };
+        ex.phase([&](int tid) {
+            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+            int c = 0, t;
+            for (int g = g0; g < g1; g++) c += n_of(g, t);
+            scan[tid] = c;
+            scan[nt + tid] = c;
+        });
+        const int* incl = tt_embedding_backward6_scan(ex, scan);
+        ex.phase([&](int tid) {
+            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+            int off = incl[tid] - scan[tid], t;
+            int* items = kind == 0 ? io.rt_items : io.pt_items;
+            int* begin = io.totals + kind * (s.T + 1);
+            for (int g = g0; g < g1; g++) {
+                const int n = n_of(g, t);
+                if (g == s.key_base[t]) begin[t] = off;
+                if (kind == 1) io.first_part[g] = off;
+                for (int i = 0; i < n; i++) {
+                    items[2 * (int64_t)(off + i)] = g;
+                    items[2 * (int64_t)(off + i) + 1] = i;
+                }
+                off += n;
+            }
+            if (tid == nt - 1) begin[s.T] = incl[tid];
+            if (tid == 0 && kind == 0) io.X[0] = 1.0f;   // P_{-1}
+        });
+    }
+}
+
+// a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 68 keeps the float4 reads of
+// the compute aligned), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
+static const int TT_EMBEDDING_BACKWARD8_PITCH = TT_EMBEDDING_BACKWARD8_BM + 4;
+struct __align__(16) TtEmbeddingBackward8Smem {
+    union {
+        struct {
+            float As[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+            float Bs[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+        } ab;
+        float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // G_NARROW: the 4 groups' sums, added in group order at the end
+    };
+    const float* rowA[TT_EMBEDDING_BACKWARD8_BM];    // F, D: row r's A row (null past the slice's rows)
+    float* rowC[TT_EMBEDDING_BACKWARD8_BM];          // F, D: row r's output row
+    const float* kA[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
+    const float* kB[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's B row (a dM_t row)
+};
+
+// lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
+__host__ __device__ inline const float* tt_embedding_backward8_prefix(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                      const TtEmbeddingBackward8Io& io, int t, int n) {
+    if (t == 0) return io.X;
+    if (t == 1) return io.cores + s.core_off[0] + (int64_t)io.keys[n] * s.S[0];
+    return io.X + P.P_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
+}
+__host__ __device__ inline const float* tt_embedding_backward8_grad(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                                    const TtEmbeddingBackward8Io& io, int t, int n) {
+    if (t == s.T - 1) return io.dY + (int64_t)io.bag_of[n] * s.D;
+    return io.X + P.dM_off[t] + (int64_t)n * s.m[t] * s.R[t + 1];
+}
+
+// One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
+// acc(tid) is the thread's 16 accumulators: thread (ty, tx) = (tid / 16, tid % 16) owns rows 4 ty .. 4 ty + 3 and
+// columns 4 tx .. 4 tx + 3 of the tile (two float4 shared loads per k). One barrier per K-step: the step's global
+// loads are issued before the products of the step before and stored into the other buffer after them.
+template <int KIND, class Exec, class Acc>
+__host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
+                                                                 const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
+                                                                 int bx, int by, TtEmbeddingBackward8Smem& sm) {
+    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
+    const bool G_ = KIND >= TT_EMBEDDING_BACKWARD8_G, NARROW = KIND == TT_EMBEDDING_BACKWARD8_G_NARROW;
+    const int* begin = io.totals + (G_ ? s.T + 1 : 0);
+    const int it = begin[t] + bx;
+    if (it >= begin[t + 1]) return;
+    const int* item = (G_ ? io.pt_items : io.rt_items) + 2 * (int64_t)it;
+    const int g = item[0], sub = item[1], k_sl = g - s.key_base[t];
+    const int* lst = io.list + io.start[g];
+    const int cnt = io.start[g + 1] - io.start[g], mp = P.mp[t], Rt = s.R[t], nt_ = s.n[t];
+    const float* Gs = io.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
+    int M, N, K, m0, n0, j0 = 0;
+    if (G_) {
+        const int ntn = (nt_ + BN - 1) / BN;
+        m0 = by / ntn * BM; n0 = by % ntn * BN;
+        if (m0 >= Rt) return;
+        j0 = sub * P.lpp[t];
+        M = Rt; N = nt_; K = min(P.lpp[t], cnt - j0) * mp;
+    } else {
+        m0 = sub * BM; n0 = by * BN;
+        M = cnt * mp;
+        N = KIND == TT_EMBEDDING_BACKWARD8_F ? nt_ : Rt;
+        K = KIND == TT_EMBEDDING_BACKWARD8_F ? Rt : nt_;
+        if (n0 >= N) return;
+    }
+    if (G_ && t == 0) {   // core 0 (M = R_0 = 1): the part's dM_0 rows summed, 4 groups of 64 threads over its lookups
+        const int nl = K;     // (mp = 1)
+        ex.phase([&](int tid) {
+            const int grp = tid / 64, col = n0 + tid % 64;
+            float v = 0.0f;
+            if (col < N)
+                for (int j = grp; j < nl; j += 4) v += io.X[P.dM_off[0] + (int64_t)lst[j0 + j] * nt_ + col];
+            sm.red[grp][tid % 64][0] = v;
+        });
+        ex.phase([&](int tid) {
+            const int col = n0 + tid;
+            if (tid < 64 && col < N)
+                io.partial[P.part_off[0] + (int64_t)(it - begin[0]) * s.S[0] + col] =
+                    ((sm.red[0][tid][0] + sm.red[1][tid][0]) + sm.red[2][tid][0]) + sm.red[3][tid][0];
+        });
+        return;
+    }
+    const int steps = (K + BK - 1) / BK;
+    // G: the rows of K-step `step` into table buffer step % 2 (threads < BK)
+    auto ktable = [&](int tid, int step) {
+        if (tid >= BK || step >= steps) return;
+        const int kk = step * BK + tid, b = step & 1;
+        if (kk >= K) { sm.kA[b][tid] = nullptr; sm.kB[b][tid] = nullptr; return; }
+        const int j = kk / mp, i = kk - j * mp, n = lst[j0 + j];
+        sm.kA[b][tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+        sm.kB[b][tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+    };
+    // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores
+    auto fetch = [&](int tid, int step, float (&va)[4], float (&vb)[4]) {
+        const int k0 = step * BK, b = step & 1;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
+                const int m = e % BM, k = e / BM;
+                const float* pa = sm.kA[b][k];
+                va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
+                const float* pb = sm.kB[b][k];
+                vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
+            } else {
+                const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
+                const float* pa = sm.rowA[r];
+                va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
+                if (KIND == TT_EMBEDDING_BACKWARD8_F) {   // B(k, c) = G[k][c]
+                    const int c = e % BN, kk = e / BN;
+                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
+                } else {                                  // B(k, c) = G[c][k] (G^T)
+                    const int c = e / BK, kk = e % BK;
+                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
+                }
+            }
+        }
+    };
+    auto store = [&](int tid, int step, const float (&va)[4], const float (&vb)[4]) {
+        const int b = step & 1;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {
+                sm.ab.As[b][e / BM][e % BM] = va[q];
+                sm.ab.Bs[b][e / BM][e % BM] = vb[q];
+            } else {
+                sm.ab.As[b][e % BK][e / BK] = va[q];
+                if (KIND == TT_EMBEDDING_BACKWARD8_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
+                else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
+            }
+        }
+    };
+    // row tables (F, D) or K-step 0's (G); accumulators to 0
+    ex.phase([&](int tid) {
+        float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int e = 0; e < 16; e++) a[e] = 0.0f;
+        if (G_) { ktable(tid, 0); return; }
+        if (tid >= BM) return;
+        const int r = m0 + tid;
+        if (r >= M) { sm.rowA[tid] = nullptr; sm.rowC[tid] = nullptr; return; }
+        const int j = r / mp, i = r - j * mp, n = lst[j];
+        if (KIND == TT_EMBEDDING_BACKWARD8_F) {
+            sm.rowA[tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+            sm.rowC[tid] = io.X + P.P_off[t] + (int64_t)n * s.m[t] * s.R[t + 1] + (int64_t)i * nt_;
+        } else {
+            sm.rowA[tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+            sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
+        }
+    });
+    ex.phase([&](int tid) {   // K-step 0 into buffer 0; G: K-step 1's table
+        float va[4], vb[4];
+        fetch(tid, 0, va, vb);
+        store(tid, 0, va, vb);
+        if (G_) ktable(tid, 1);
+    });
+    for (int step = 0; step < steps; step++) {
+        ex.phase([&](int tid) {
+            float va[4], vb[4];
+            if (step + 1 < steps) fetch(tid, step + 1, va, vb);   // (reads table (step + 1) % 2, written a phase ago)
+            // wide: (ty, tx) = (tid / 16, tid % 16), every k of the step; narrow: (ty, tx) = ((tid % 64) / 4, tid % 4),
+            // the step's k in 4 groups of 4 (group tid / 64)
+            const int ty = NARROW ? tid % 64 / 4 : tid / 16, tx = NARROW ? tid % 4 : tid % 16, b = step & 1;
+            const int kl = NARROW ? tid / 64 * (BK / 4) : 0, kh = NARROW ? kl + BK / 4 : BK;
+            float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int k = kl; k < kh; k++) {
+                float av[4], bv[4];
+#ifdef __CUDA_ARCH__
+                const float4 a4 = *reinterpret_cast<const float4*>(&sm.ab.As[b][k][4 * ty]);
+                const float4 b4 = *reinterpret_cast<const float4*>(&sm.ab.Bs[b][k][4 * tx]);
+                av[0] = a4.x; av[1] = a4.y; av[2] = a4.z; av[3] = a4.w;
+                bv[0] = b4.x; bv[1] = b4.y; bv[2] = b4.z; bv[3] = b4.w;
+#else
+                for (int q = 0; q < 4; q++) { av[q] = sm.ab.As[b][k][4 * ty + q]; bv[q] = sm.ab.Bs[b][k][4 * tx + q]; }
+#endif
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int r = 0; r < 4; r++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                    for (int c = 0; c < 4; c++) a[r * 4 + c] = fmaf(av[r], bv[c], a[r * 4 + c]);
+            }
+            if (step + 1 < steps) store(tid, step + 1, va, vb);   // the other buffer: read by no thread in this phase
+            if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
+        });
+    }
+    const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
+    if (NARROW) {
+        ex.phase([&](int tid) {
+            const int ty = tid % 64 / 4, tx = tid % 4;
+            const float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int r = 0; r < 4; r++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int c = 0; c < 4; c++) sm.red[tid / 64][4 * ty + r][4 * tx + c] = a[r * 4 + c];
+        });
+        ex.phase([&](int tid) {
+            for (int o = tid; o < BM * 16; o += 256) {
+                const int m = o / 16, c = o % 16;
+                if (m0 + m >= M || c >= N) continue;
+                io.partial[prow + (int64_t)(m0 + m) * nt_ + c] = ((sm.red[0][m][c] + sm.red[1][m][c]) + sm.red[2][m][c]) + sm.red[3][m][c];
+            }
+        });
+        return;
+    }
+    ex.phase([&](int tid) {
+        const int ty = tid / 16, tx = tid % 16;
+        const float* a = acc(tid);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const int m = 4 * ty + r;
+            float* dst = G_ ? (m0 + m < M ? io.partial + prow + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
+            if (!dst) continue;
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int c = 0; c < 4; c++) {
+                const int col = n0 + 4 * tx + c;
+                if (col < N) dst[col] = a[r * 4 + c];
+            }
+        }
+    });
+}
+
+// The reduce kernel's work on element e of slice key g (counts_g lookups): its parts summed in order, then the optimizer.
+__host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                              const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
+                                                              int e, int counts_g) {
+    int t = 0;
+    while (g >= s.key_base[t + 1]) t++;
+    if (counts_g == 0 || e >= s.S[t]) return;
+    const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g] - io.totals[s.T + 1 + t];
+    const float* src = io.partial + P.part_off[t] + (int64_t)fp * s.S[t] + e;
+    float sum = src[0];
+    for (int p = 1; p < np; p++) sum += src[(int64_t)p * s.S[t]];
+    tt_embedding_backward_apply(o.opt, o.lr, o.eps, o.cores, o.state, o.dG, s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e, sum);
+}
+
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK)
+tt_embedding_backward8_items_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                    const int* counts, const __grid_constant__ TtEmbeddingBackward8Io io) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK];
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    tt_embedding_backward8_items_block(ex, s, P, counts, io, scan);
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_BLOCK)
+tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                   const __grid_constant__ TtEmbeddingBackward8Io io, int t) {
+    __shared__ TtEmbeddingBackward8Smem sm;
+    float regs[16];
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    auto acc = [&](int) -> float* { return regs; };
+    tt_embedding_backward8_gemm_block<KIND>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+}
+
+__global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
+                                                     const __grid_constant__ TtEmbeddingBackward8Io io, const int* counts,
+                                                     const __grid_constant__ TtEmbeddingBackwardIo o) {
+    const int g = blockIdx.x, cg = counts[g];
+    if (cg == 0) return;
+    const int e1 = (blockIdx.y + 1) * TT_EMBEDDING_BACKWARD8_RED_CW;
+    for (int e = blockIdx.y * TT_EMBEDDING_BACKWARD8_RED_CW + threadIdx.x; e < e1; e += blockDim.x) tt_embedding_backward8_reduce(s, P, io, o, g, e, cg);
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -2600,6 +2994,9 @@ struct TtEmbeddingBackwardArgs {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];
     TtEmbeddingBackwardWorkspace ws;
     int* bucket;
+    // version 8: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists
+    float *X8, *partial8;
+    int *items8, *first8, *totals8;
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
@@ -2613,9 +3010,8 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
     for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
         const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
         if (tt_embedding_backward6_smem_bytes(P) > smem_limit) {
-            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (NB = 1, G_h in global memory: "
-                     "the other cores' slices of one lookup), more than the %zu a block can have", nt, tt_embedding_backward6_smem_bytes(P),
-                     smem_limit);
+            snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (the pivot slice and NB = 1 lookup), "
+                     "more than the %zu a block can have; version 8 runs this shape", nt, tt_embedding_backward6_smem_bytes(P), smem_limit);
             return buf;
         }
     }
@@ -2623,20 +3019,28 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 }
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
-// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels (any
-// T, q and rank whose block fits in shared memory: up to rank 128 at T = 3 with G_h read from global memory);
-// else version 2's pipeline, which streams every slice through cuBLAS and so runs any shape.
-enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7 };
+// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
+// their block with the pivot slice G_h fits in 110 KB (ranks up to 64); else version 8's per-slice GEMMs, which run
+// any shape whose per-lookup buffers fit 32 GB (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at
+// EL-Rec's q 2,2,4, B 4096, L 20); else version 2's pipeline. At another block size than 256 version 6 runs
+// wherever its block fits (version 8 runs at its own 256 threads).
+enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
-    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
+    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
+        (block != TT_EMBEDDING_BACKWARD8_BLOCK || tt_embedding_backward6_make_plan(s, W_off, block).roomy))
+        return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
+    TtEmbeddingBackward8Plan P8;
+    if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
     return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
 }
 inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
-           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED ? "version 6's grouped kernels (general shape)"
-                                           : "version 2's cuBLAS pipeline (the block of version 6 does not fit)";
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM ? "version 8's per-slice GEMMs (the general path)"
+                                                             : "version 2's cuBLAS pipeline (version 8's buffers would be too large)";
 }
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -2748,11 +3152,42 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }
+// version 8: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items kernel,
+// the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
+void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (s.nnz == 0) return;
+    const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackward8Plan P;
+    tt_embedding_backward8_make_plan(s, P);
+    cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
+    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P6, a.offsets,
+                                                                                                                                  a.indices, a.ws);
+    tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
+                                          tt_embedding_backward6_list_stage(P6) * sizeof(int)>>>(s, P6, a.ws);
+    const TtEmbeddingBackward8Io io = {a.cores, a.dY, a.X8, a.partial8, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
+                                       a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8};
+    tt_embedding_backward8_items_kernel<<<1, TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK>>>(s, P, a.ws.counts, io);
+    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
+    for (int t = 1; t <= s.T - 2; t++)
+        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
+    for (int t = s.T - 1; t >= 0; t--) {
+        if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
+        const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
+        if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW><<<grid, nb>>>(s, P, io, t);
+        else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G><<<grid, nb>>>(s, P, io, t);
+    }
+    const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    tt_embedding_backward8_reduce_kernel<<<dim3(s.key_base[s.T], P.max_red_y), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(s, P, io, a.ws.counts, o);
+}
+
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM: tt_embedding_backward8(a, block_size); break;
         default: tt_embedding_backward2(a, block_size); break;
     }
 }
@@ -2766,6 +3201,7 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 3: tt_embedding_backward3(a, block_size); break;
         case 6: tt_embedding_backward6(a, block_size); break;
         case 7: tt_embedding_backward7(a, block_size); break;
+        case 8: tt_embedding_backward8(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
 }
@@ -2783,6 +3219,14 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
         }
     }
     if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
+    if (k == 8) {
+        if (block && block != TT_EMBEDDING_BACKWARD8_BLOCK) {
+            snprintf(buf, sizeof buf, "it is compiled for %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD8_BLOCK, block);
+            return buf;
+        }
+        TtEmbeddingBackward8Plan P8;
+        return tt_embedding_backward8_make_plan(s, P8);
+    }
     if (k >= 3 && block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
         return buf;
@@ -2848,6 +3292,13 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
     buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD7_BUCKET);
+    TtEmbeddingBackward8Plan P8;                                                 // version 8 (none where it skips)
+    if (!tt_embedding_backward8_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
+    buf(&a.X8, 4 * (size_t)P8.X_floats);
+    buf(&a.partial8, 4 * (size_t)P8.partial_floats);
+    buf(&a.items8, 8 * ((size_t)P8.rt_total + P8.pt_total));
+    buf(&a.first8, 4 * K);
+    buf(&a.totals8, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
@@ -2923,7 +3374,7 @@ void tt_embedding_backward_drop_retired(Cli& cli) {
     for (int k : cli.kernels)
         if (!cli.all && (k == 4 || k == 5))
             fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
-                      "tt_embedding_backward.cu); versions 1, 2, 3, 6 and 7 run", k);
+                      "tt_embedding_backward.cu); versions 1, 2, 3, 6, 7 and 8 run", k);
     cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
 }
 
@@ -3014,7 +3465,7 @@ bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, i
 // each version's block sizes
 std::vector<int> tt_embedding_backward_blocks(int k) {
     if (k == 1) return {64, 128, 256, 512};
-    if (k == 2) return {256};
+    if (k == 2 || k == 8) return {256};
     if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
     return {128, 256, 512};
 }
@@ -3037,16 +3488,17 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            7, 7);
+            8, 7);
     tt_embedding_add_flags(cli, c, distinct);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
     cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &eps, "Adagrad epsilon");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) +
         ";\n  tables * sum(p) < 2^31; T * tables * B * L < 2^31; eps > 0.\n"
-        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 1 only\n"
-        "  while its explicit sums stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at\n"
-        "  most 512 threads per block (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
+        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 8 every\n"
+        "  shape whose per-lookup buffers fit 32 GB, at 256 threads per block; version 1 only while its explicit sums\n"
+        "  stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at most 512 threads per block\n"
+        "  (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
 #ifdef ENABLE_BF16
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
