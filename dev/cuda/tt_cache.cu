@@ -699,10 +699,12 @@ int main(int argc, char** argv) {
     if (!why.empty()) fail_args("%s", why.c_str());
     require(H >= 1, "H (%lld) must be >= 1 (or -1 for H = tables * E)", (long long)H);
     require(H < INT32_MAX, "H (%lld) must be < 2^31 (CUB sorts the slots with an int count of items)", (long long)H);
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (the kernels give a warp to each bag)", cli.block);
     require(cli.dump_dir.empty(), "--dump: tt_cache writes no dumps (its parts dump through tt_embedding_forward/backward and lfu_count)");
     const int D = t.fwd.D;
     const int opt = optimizer == "dense" ? TT_CACHE_DENSE : optimizer == "sgd" ? TT_CACHE_SGD : TT_CACHE_ADAGRAD;
-    require_host_memory(56.0 * H + 16.0 * C * D + 64.0 * nnz * (warmup + 1) + 1e8, "the host copies of the table, the cache and the bags");
+    require_host_memory(56.0 * H + 16.0 * C * D + 96.0 * nnz * (warmup + 1) + bag_indices_host_bytes((int64_t)(warmup + 1) * nbags, L, alpha) + 1e8,
+                        "the host copies of the table, the cache and the bags");
 
     // inputs: cores and their state, the bags of warmup + 1 steps (one Zipf map), dY, the cache rows' state
     Rng rng(cli.seed);
