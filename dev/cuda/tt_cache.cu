@@ -652,6 +652,77 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
 // ----------------------------------------------------------------------------------------------
 
 
+// Populate's check: the CPU populate of the counted table `pt` (replaced by its result) against the GPU's table,
+// cache_state and rows' keys, exactly; the rebuilt table's windows (lfu_count's check); rows without a key still
+// poison; the first rows against the CPU chain. Printed; pass?
+bool tt_cache_check_populate(const TtCacheTt& t, const std::vector<float>& cores, const TtCacheTable& tab, const TtCacheWorkspace& w,
+                             const float* d_cw, int64_t C, LfuCountHostTable& pt, std::vector<int>& state_ref, std::vector<int64_t>& row_key,
+                             int64_t& kept) {
+    const uint64_t H = tab.H;
+    const int64_t E = t.fwd.E;
+    const int D = t.fwd.D;
+    const int lost_ref = tt_cache_populate_cpu(pt, state_ref, C, row_key);
+    kept = 0;
+    std::unordered_map<int64_t, int64_t> kept_occ;
+    for (int64_t n = 0; n < C; n++) if (row_key[n] >= 0) kept++;
+    for (uint64_t s = 0; s < H; s++) if (pt.keys[s] >= 0) kept_occ[pt.keys[s]] = pt.counts[s];
+    std::string bad;
+    if (lost_ref || device_download(w.lost, 1)[0]) bad = "keys lost by the rebuild";
+    else if (device_download(tab.keys, H) != pt.keys || device_download(tab.counts, H) != pt.counts) bad = "table differs from the CPU populate";
+    else if (device_download(tab.state, H) != state_ref) bad = "cache_state differs from the CPU populate";
+    else if (device_download(w.row_key, C) != row_key) bad = "rows' keys differ from the CPU populate";
+    if (bad.empty()) bad = lfu_count_check_table(pt.keys.data(), pt.counts.data(), H, 0, kept_occ);
+    const std::vector<float> cw = device_download(d_cw, C * D);
+    int64_t touched = 0;
+    for (int64_t n = kept; n < C; n++)
+        for (int d = 0; d < D; d++) { uint32_t u; memcpy(&u, &cw[n * D + d], 4); touched += u != 0xFFFFFFFFu; }
+    if (bad.empty() && touched) bad = std::to_string(touched) + " values written in rows without a key";
+    printf("populate: %lld of %lld rows kept, %s\n", (long long)kept, (long long)C, bad.empty() ? "table, state and rows' keys ok" : ("FAIL " + bad).c_str());
+    const int64_t nrow = std::min<int64_t>(kept, 2048);   // the first rows against the CPU chain
+    std::vector<float> got(cw.begin(), cw.begin() + nrow * D), ref((size_t)(nrow * D));
+    for (int64_t n = 0; n < nrow; n++) {
+        const int64_t tbl = row_key[n] / E, id = row_key[n] % E;
+        TtEmbeddingForwardShape s1 = t.fwd;          // bags of tables 0..tbl, one each; only table tbl's holds the row
+        s1.tables = (int)tbl + 1;
+        s1.B = 1;
+        std::vector<int64_t> off1((size_t)tbl + 2, 0);
+        off1[tbl + 1] = 1;
+        std::vector<float> rows((size_t)(tbl + 1) * D);
+        tt_cache_tt_forward_cpu(t, cores, rows.data(), &id, off1.data(), s1);
+        std::copy(rows.begin() + tbl * D, rows.end(), ref.begin() + n * D);
+    }
+    return validate_host("rows (first)", got.data(), ref.data(), got.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL) && bad.empty();
+}
+
+// The step's split on the CPU (find and cache_state on the populated table): each lookup's row, the TT part's ids
+// and offsets (forward; backward with a sink bag per table), the cached part's rows and offsets
+struct TtCachePartitionRef {
+    std::vector<int> crow, crow_c;
+    std::vector<int64_t> off_tt, ids_tt, off_bwd, off_c;
+};
+
+TtCachePartitionRef tt_cache_partition_cpu(const LfuCountHostTable& pt, const std::vector<int>& state, const std::vector<int64_t>& ids,
+                                           const std::vector<int64_t>& offsets, int tables, int B, int64_t E) {
+    TtCachePartitionRef r;
+    const int64_t nbags = (int64_t)tables * B;
+    r.crow.resize(ids.size());
+    r.off_tt.assign(nbags + 1, 0);
+    r.off_c.assign(nbags + 1, 0);
+    for (int64_t b = 0; b < nbags; b++) {
+        for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) {
+            r.crow[n] = tt_cache_row_of(pt.keys.data(), state.data(), pt.keys.size(), (b / B) * E + ids[n]);
+            if (r.crow[n] < 0) r.ids_tt.push_back(ids[n]);
+            else r.crow_c.push_back(r.crow[n]);
+        }
+        r.off_tt[b + 1] = (int64_t)r.ids_tt.size();
+        r.off_c[b + 1] = (int64_t)r.crow_c.size();
+    }
+    for (int tb = 0; tb < tables; tb++)
+        for (int bb = 0; bb <= B; bb++) r.off_bwd.push_back(r.off_tt[(int64_t)tb * B + bb]);
+    r.off_bwd.push_back(r.off_tt[nbags]);
+    return r;
+}
+
 #ifdef TT_CACHE_MAIN
 int main(int argc, char** argv) {
     TtCacheTt t;
@@ -765,40 +836,8 @@ int main(int argc, char** argv) {
     LfuCountHostTable pt = counted;
     std::vector<int> state_ref;
     std::vector<int64_t> row_key;
-    const int lost_ref = tt_cache_populate_cpu(pt, state_ref, C, row_key);
     int64_t kept = 0;
-    std::unordered_map<int64_t, int64_t> kept_occ;
-    for (int64_t n = 0; n < C; n++) if (row_key[n] >= 0) kept++;
-    for (uint64_t s = 0; s < (uint64_t)H; s++) if (pt.keys[s] >= 0) kept_occ[pt.keys[s]] = pt.counts[s];
-    {
-        std::string bad;
-        if (lost_ref || device_download(w.lost, 1)[0]) bad = "keys lost by the rebuild";
-        else if (device_download(tab.keys, H) != pt.keys || device_download(tab.counts, H) != pt.counts) bad = "table differs from the CPU populate";
-        else if (device_download(tab.state, H) != state_ref) bad = "cache_state differs from the CPU populate";
-        else if (device_download(w.row_key, C) != row_key) bad = "rows' keys differ from the CPU populate";
-        if (bad.empty()) bad = lfu_count_check_table(pt.keys.data(), pt.counts.data(), H, 0, kept_occ);
-        const std::vector<float> cw = device_download(cs.w, C * D);
-        int64_t touched = 0;
-        for (int64_t n = kept; n < C; n++)
-            for (int d = 0; d < D; d++) { uint32_t u; memcpy(&u, &cw[n * D + d], 4); touched += u != 0xFFFFFFFFu; }
-        if (bad.empty() && touched) bad = std::to_string(touched) + " values written in rows without a key";
-        printf("populate: %lld of %lld rows kept, %s\n", (long long)kept, (long long)C, bad.empty() ? "table, state and rows' keys ok" : ("FAIL " + bad).c_str());
-        pass = pass && bad.empty();
-        const int64_t nrow = std::min<int64_t>(kept, 2048);   // the first rows against the CPU chain
-        std::vector<float> got(cw.begin(), cw.begin() + nrow * D), ref((size_t)(nrow * D));
-        for (int64_t n = 0; n < nrow; n++) {
-            const int64_t tbl = row_key[n] / E, id = row_key[n] % E;
-            TtEmbeddingForwardShape s1 = t.fwd;          // bags of tables 0..tbl, one each; only table tbl's holds the row
-            s1.tables = (int)tbl + 1;
-            s1.B = 1;
-            std::vector<int64_t> off1((size_t)tbl + 2, 0);
-            off1[tbl + 1] = 1;
-            std::vector<float> rows((size_t)(tbl + 1) * D);
-            tt_cache_tt_forward_cpu(t, cores, rows.data(), &id, off1.data(), s1);
-            std::copy(rows.begin() + tbl * D, rows.end(), ref.begin() + n * D);
-        }
-        pass = validate_host("rows (first)", got.data(), ref.data(), got.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL) && pass;
-    }
+    pass = tt_cache_check_populate(t, cores, tab, w, cs.w, C, pt, state_ref, row_key, kept) && pass;
     char shape[320];
     auto join = [](const std::vector<int>& v) { std::string r; for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]); return r; };
     snprintf(shape, sizeof shape, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d,alpha%g,C%lld,H%lld,%s", t.fwd.T, join(t.p).c_str(), join(t.q).c_str(),
@@ -822,30 +861,16 @@ int main(int argc, char** argv) {
     const std::vector<float> cw0_h = device_download(cw0, C * D);
 
     // the step's references: the CPU partition, the whole batch's TT forward, the TT part's backward, the cached backward
-    std::vector<int> crow_ref((size_t)nnz);
-    std::vector<int64_t> off_tt(nbags + 1, 0), ids_tt, off_bwd, off_c(nbags + 1, 0), ids_c;
-    std::vector<int> crow_c;
-    for (int64_t b = 0; b < nbags; b++) {
-        for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) {
-            crow_ref[n] = tt_cache_row_of(pt.keys.data(), state_ref.data(), (uint64_t)H, (b / B) * E + ids[n]);
-            if (crow_ref[n] < 0) ids_tt.push_back(ids[n]);
-            else crow_c.push_back(crow_ref[n]);
-        }
-        off_tt[b + 1] = (int64_t)ids_tt.size();
-        off_c[b + 1] = (int64_t)crow_c.size();
-    }
-    for (int tb = 0; tb < tables; tb++)
-        for (int bb = 0; bb <= B; bb++) off_bwd.push_back(off_tt[(int64_t)tb * B + bb]);
-    off_bwd.push_back(off_tt[nbags]);
-    const int64_t m = (int64_t)ids_tt.size();
+    const TtCachePartitionRef pr = tt_cache_partition_cpu(pt, state_ref, ids, offsets, tables, B, E);
+    const int64_t m = (int64_t)pr.ids_tt.size();
     const double hit = 1.0 - (double)m / (double)nnz;
     std::vector<float> out_ref((size_t)(nbags * D)), W_ref = cw0_h, st_ref = cache_st0, dW_ref((size_t)(C * D));
     memset(dW_ref.data(), 0xFF, dW_ref.size() * 4);
     std::vector<char> row_hit((size_t)C, 0);
-    for (int c : crow_c) row_hit[c] = 1;
+    for (int c : pr.crow_c) row_hit[c] = 1;
     if (!cli.no_check) {
         tt_cache_tt_forward_cpu(t, cores, out_ref.data(), ids.data(), offsets.data(), t.fwd);
-        tt_cache_backward_cpu(opt, (float)lr, (float)eps, W_ref.data(), st_ref.data(), dW_ref.data(), crow_ref.data(), offsets.data(), nbags,
+        tt_cache_backward_cpu(opt, (float)lr, (float)eps, W_ref.data(), st_ref.data(), dW_ref.data(), pr.crow.data(), offsets.data(), nbags,
                               dY.data(), D, C);
     }
     printf("step: %lld lookups, %lld cached (hit rate %.4f), %lld through the TT chain; cache rows read: %lld distinct\n", (long long)nnz,
@@ -900,16 +925,16 @@ int main(int argc, char** argv) {
         bool ok = true;
         {   // the partition
             std::vector<int64_t> g_tt = device_download(w.o.off_fwd, nbags + 1), g_ids = device_download(w.o.ids_tt, m);
-            std::vector<int64_t> g_bwd = device_download(w.o.off_bwd, off_bwd.size()), g_c = device_download(w.o.off_c, nbags + 1);
+            std::vector<int64_t> g_bwd = device_download(w.o.off_bwd, pr.off_bwd.size()), g_c = device_download(w.o.off_c, nbags + 1);
             std::vector<int> g_crow = device_download(w.o.crow_c, nnz - m);
-            const bool same = g_tt == off_tt && g_ids == ids_tt && g_bwd == off_bwd && g_c == off_c && g_crow == crow_c;
+            const bool same = g_tt == pr.off_tt && g_ids == pr.ids_tt && g_bwd == pr.off_bwd && g_c == pr.off_c && g_crow == pr.crow_c;
             printf("  partition        %s (%lld TT lookups, %lld cached, in order; offsets of both parts)\n", same ? "ok  " : "FAIL",
                    (long long)m, (long long)(nnz - m));
             ok = same;
         }
         if (cli.no_check) return ok;
         ok = validate_device("out", out, out_ref.data(), out_ref.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL) && ok;
-        ok = tt_cache_tt_check(t, t.part, cores, tt_state, off_tt, ids_tt, dY) && ok;
+        ok = tt_cache_tt_check(t, t.part, cores, tt_state, pr.off_tt, pr.ids_tt, dY) && ok;
         const std::vector<float> gw = device_download(cs.w, C * D), gst = device_download(cs.st, C), gdw = device_download(cs.dw, C * D);
         std::vector<float> a, b2;   // the kept rows, their state; dense: the rows hit (others must stay poison)
         int64_t wrong_bits = 0;
