@@ -1,0 +1,989 @@
+/*
+tt_cache: the LFU row cache of a tensor-train embedding (FBTT-Embedding's cache; docs/tt_cache.md). Rows counted
+during warm-up steps (lfu_count.cu) are ranked; the top C are rebuilt once by the TT forward into a dense cache
+[C, D] fp32; then every step splits its lookups into cached ones (a row of the cache) and TT ones (the chain).
+  table   : lfu_count's keys/counts int64[H] plus cache_state int32[H] (cache row, -1 none); key = tbl * E + row
+  populate: slots sorted by count, descending (CUB SortPairsDescending, stable: ties in slot order); sorted
+            position n < C holding a key -> cache row n, built by the TT forward; the table is then REBUILT (cleared,
+            the kept keys re-inserted cluster by cluster in slot order, so none moves past its window); no row
+            for positions without a key
+  step    : per lookup find (stops at an empty slot), cached if cache_state >= 0; the TT part (order kept) goes
+            to tt_embedding_forward/backward's default versions with offsets rebuilt on the device; out += the
+            SUM of cache rows; cache backward grouped per row (CUB radix sort, stable): SGD, dense, rowwise Adagrad
+            applied occurrence by occurrence in lookup order, bitwise the sequential reference (no race)
+  no host round trip in a step; any number of tables (one table of tables * E keys, one cache)
+Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row found + 4 D per cached lookup
+  (rows read) + 4 D (1 + w) per cached row updated (w: 1 sgd, 2 adagrad); the step is latency-bound (launches).
+
+Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward;
+H200, times to be measured; bench line below). Both share the TT calls and the cached kernels:
+  1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
+     two DevicePartition::Flagged (TT ids, cache rows)                                    (to be measured)
+  2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)
+                                                                                          (to be measured)
+Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
+(op tt_cache_tt_alone) in the same run; each version's line carries hit_rate, tt_alone_ms, vs_tt_alone
+(time / TT alone) and target (1 - hit_rate / 2, the issue's bar).
+
+The TT part keeps the batch's nnz on the host (the TT ops size grids by it) and gets the real count through its
+offsets: positions past offsets[last] hold valid ids (the cached ones) that no bag reads. The TT backward gets
+tables x (B+1) bags with a zero-gradient sink bag per table: its general kernels give positions past the last
+offset to the last bag, the sink.
+
+Check: partition against the CPU (find + cache_state on the CPU-populated table); out against the TT forward
+reference of the whole batch (cache rows are TT rows); cores against the TT backward reference of the TT part;
+cache rows, Adagrad state and dense rows bitwise-close to the sequential per-lookup reference. Populate: the
+rebuilt table (every kept key in its window, no empty slot before it, its count, its row), rows without a key
+untouched (still poison), the first rows against the CPU chain.
+
+Compile and run:
+  make tt_cache && ./tt_cache all                       (FBTT's default: p 200,220,250 q 4,4,4 ranks 32,32,
+                                                         B 512 L 20, Zipf 1.15, cache 10% of E, 4 warm-up steps)
+Lessons: to be written from the first measurements (results/notes/tt_cache.md).
+*/
+#ifndef NO_MAIN
+#define NO_MAIN
+#define TT_CACHE_MAIN
+#endif
+#include "lfu_count.cu"
+#include "tt_embedding_backward.cu"
+#include "tt_embedding_forward.cu"
+
+#include <cub/device/device_partition.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+enum { TT_CACHE_DENSE = 0, TT_CACHE_SGD = 1, TT_CACHE_ADAGRAD = 2 };
+static const char* TT_CACHE_OPT_NAMES[3] = {"dense", "sgd", "adagrad"};
+static const int TT_CACHE_EPL = 4;   // cached backward: elements of a row per lane at a time
+
+// ----------------------------------------------------------------------------------------------
+// populate's arithmetic, shared by the CPU reference and the kernels
+
+__host__ __device__ inline bool tt_cache_cluster_start(const int64_t* keys, uint64_t H, uint64_t s) {
+    return keys[s] != LFU_COUNT_EMPTY && keys[s == 0 ? H - 1 : s - 1] == LFU_COUNT_EMPTY;
+}
+
+// Re-inserts the kept keys (rank >= 0) of the old table's cluster that starts at s (a run of occupied slots after
+// an empty one) into the cleared table, in slot order. Each lands at or before its old slot: every key placed
+// before it came from an earlier slot and sits at or before that one, so its old slot is still free, and the
+// slots between its home and there were occupied in the old table by keys of this cluster. So no kept key is
+// lost and clusters never meet (each thread owns its cluster's span). Returns the keys lost (0; checked).
+__host__ __device__ inline int tt_cache_rebuild_cluster(const int64_t* old_keys, const int64_t* old_counts, const int* rank, uint64_t H,
+                                                        uint64_t s, int64_t* keys, int64_t* counts, int* state) {
+    int lost = 0;
+    for (uint64_t j = s, walked = 0; old_keys[j] != LFU_COUNT_EMPTY && walked < H; j = lfu_count_next(j, H), walked++) {
+        if (rank[j] < 0) continue;
+        uint64_t t = lfu_count_slot(old_keys[j], H);
+        int p = 0;
+        while (p < LFU_COUNT_MAX_PROBES && keys[t] != LFU_COUNT_EMPTY) { t = lfu_count_next(t, H); p++; }
+        if (p == LFU_COUNT_MAX_PROBES) { lost++; continue; }
+        keys[t] = old_keys[j];
+        counts[t] = old_counts[j];
+        state[t] = rank[j];
+    }
+    return lost;
+}
+
+// cache row of a key: its slot's cache_state, or -1 (not in the table, or not cached)
+__host__ __device__ inline int tt_cache_row_of(const int64_t* keys, const int* state, uint64_t H, int64_t key) {
+    const int64_t s = lfu_count_find(keys, H, key);
+    return s < 0 ? -1 : state[s];
+}
+
+// the rowwise Adagrad increment of a bag: the mean of its gradient's squares (fmaf in order: same bits on both sides)
+__host__ __device__ inline float tt_cache_mean_square(const float* g, int D) {
+    float ss = 0.0f;
+    for (int d = 0; d < D; d++) ss = fmaf(g[d], g[d], ss);
+    return ss / (float)D;
+}
+
+// All occurrences of one cache row, in lookup order (their bags in bags[0..count)), on the elements d = lane +
+// lanes * i of the row: per occurrence, SGD w -= lr g; rowwise Adagrad s += msq[bag], w -= g lr / (sqrt(s) + eps);
+// dense dw = the sum of g. The arithmetic of the sequential reference, operation for operation. Returns the row's
+// new Adagrad state `st` (every lane computes it; the caller stores it once).
+__host__ __device__ inline float tt_cache_update_row(int opt, float lr, float eps, float* w, float* dw, float st, const int* bags, int count,
+                                                     const float* dY, const float* msq, int D, int lane, int lanes) {
+    float s_end = st;
+    for (int d0 = 0; d0 < D; d0 += lanes * TT_CACHE_EPL) {
+        float x[TT_CACHE_EPL];
+        for (int e = 0; e < TT_CACHE_EPL; e++) {
+            const int d = d0 + e * lanes + lane;
+            x[e] = (d < D && opt != TT_CACHE_DENSE) ? w[d] : 0.0f;
+        }
+        float s = st;
+        for (int o = 0; o < count; o++) {
+            const float* g = dY + (int64_t)bags[o] * D;
+            float mult = lr;
+            if (opt == TT_CACHE_ADAGRAD) {
+                s += msq[bags[o]];
+                mult = lr / (sqrtf(s) + eps);
+            }
+            for (int e = 0; e < TT_CACHE_EPL; e++) {
+                const int d = d0 + e * lanes + lane;
+                if (d < D) x[e] = opt == TT_CACHE_DENSE ? x[e] + g[d] : fmaf(-mult, g[d], x[e]);
+            }
+        }
+        for (int e = 0; e < TT_CACHE_EPL; e++) {
+            const int d = d0 + e * lanes + lane;
+            if (d < D) (opt == TT_CACHE_DENSE ? dw : w)[d] = x[e];
+        }
+        s_end = s;
+    }
+    return s_end;
+}
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference
+
+// sorted position of each slot when n < C and the slot holds a key, else -1 (stable: ties in slot order)
+std::vector<int> tt_cache_rank_cpu(const int64_t* keys, const int64_t* counts, uint64_t H, int64_t C) {
+    std::vector<int64_t> order(H);
+    for (uint64_t s = 0; s < H; s++) order[s] = (int64_t)s;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+    std::vector<int> rank(H, -1);
+    for (int64_t n = 0; n < std::min<int64_t>(C, (int64_t)H); n++)
+        if (keys[order[n]] != LFU_COUNT_EMPTY) rank[order[n]] = (int)n;
+    return rank;
+}
+
+// Populate on the host table (keys, counts; state resized to H): row_key[n] = the key of cache row n, -1 where
+// no key was ranked n (nothing is built there). Returns the keys lost by the rebuild (0).
+int tt_cache_populate_cpu(LfuCountHostTable& t, std::vector<int>& state, int64_t C, std::vector<int64_t>& row_key) {
+    const uint64_t H = t.keys.size();
+    const std::vector<int> rank = tt_cache_rank_cpu(t.keys.data(), t.counts.data(), H, C);
+    const std::vector<int64_t> old_keys = t.keys, old_counts = t.counts;
+    row_key.assign((size_t)C, -1);
+    for (uint64_t s = 0; s < H; s++)
+        if (rank[s] >= 0) row_key[rank[s]] = old_keys[s];
+    std::fill(t.keys.begin(), t.keys.end(), LFU_COUNT_EMPTY);
+    std::fill(t.counts.begin(), t.counts.end(), 0);
+    state.assign(H, -1);
+    int lost = 0;
+    for (uint64_t s = 0; s < H; s++)
+        if (tt_cache_cluster_start(old_keys.data(), H, s))
+            lost += tt_cache_rebuild_cluster(old_keys.data(), old_counts.data(), rank.data(), H, s, t.keys.data(), t.counts.data(), state.data());
+    return lost;
+}
+
+// the cached backward, one lookup after another (bags in order, lookups in bag order)
+void tt_cache_backward_cpu(int opt, float lr, float eps, float* W, float* st, float* dW, const int* crow, const int64_t* offsets,
+                           int64_t nbags, const float* dY, int D, int64_t C) {
+    std::vector<char> seen((size_t)C, 0);
+    for (int64_t b = 0; b < nbags; b++) {
+        const float* g = dY + b * D;
+        const float msq = tt_cache_mean_square(g, D);
+        for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) {
+            const int c = crow[n];
+            if (c < 0) continue;
+            float* w = W + (int64_t)c * D;
+            if (opt == TT_CACHE_DENSE) {
+                float* dw = dW + (int64_t)c * D;
+                if (!seen[c]) std::fill(dw, dw + D, 0.0f);
+                for (int d = 0; d < D; d++) dw[d] += g[d];
+            } else if (opt == TT_CACHE_SGD) {
+                for (int d = 0; d < D; d++) w[d] = fmaf(-lr, g[d], w[d]);
+            } else {
+                st[c] += msq;
+                const float mult = lr / (sqrtf(st[c]) + eps);
+                for (int d = 0; d < D; d++) w[d] = fmaf(-mult, g[d], w[d]);
+            }
+            seen[c] = 1;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels: populate
+
+struct TtCacheTable {
+    int64_t *keys, *counts;
+    int* state;
+    uint64_t H;
+};
+
+__global__ void tt_cache_rank_kernel(const int* __restrict__ sorted_slots, const int64_t* __restrict__ old_keys, int64_t n_ranked,
+                                     int* __restrict__ rank, int64_t* __restrict__ row_key) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= n_ranked) return;
+    const int slot = sorted_slots[n];
+    const int64_t k = old_keys[slot];
+    row_key[n] = k;
+    if (k != LFU_COUNT_EMPTY) rank[slot] = (int)n;
+}
+
+__global__ void tt_cache_rebuild_kernel(const int64_t* __restrict__ old_keys, const int64_t* __restrict__ old_counts,
+                                        const int* __restrict__ rank, TtCacheTable t, int* __restrict__ lost) {
+    for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < t.H; s += (uint64_t)gridDim.x * blockDim.x)
+        if (tt_cache_cluster_start(old_keys, t.H, s)) {
+            const int l = tt_cache_rebuild_cluster(old_keys, old_counts, rank, t.H, s, t.keys, t.counts, t.state);
+            if (l) atomicAdd(lost, l);
+        }
+}
+
+// the rows to build as bags of the TT forward: bag (tbl, n) holds the key of row n when it belongs to table tbl
+__global__ void tt_cache_present_kernel(const int64_t* __restrict__ row_key, int64_t C, int tables, int64_t E, int64_t* __restrict__ present) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i > (int64_t)tables * C) return;
+    if (i == (int64_t)tables * C) { present[i] = 0; return; }
+    const int64_t k = row_key[i % C];
+    present[i] = k >= 0 && k / E == i / C;
+}
+
+__global__ void tt_cache_build_ids_kernel(const int64_t* __restrict__ row_key, int64_t C, int64_t E, const int64_t* __restrict__ mat_off,
+                                          int64_t* __restrict__ mat_ids) {
+    const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= C || row_key[n] < 0) return;
+    mat_ids[mat_off[(row_key[n] / E) * C + n]] = row_key[n] % E;
+}
+
+__global__ void tt_cache_store_rows_kernel(const int64_t* __restrict__ row_key, int64_t C, int64_t E, int D, const floatX* __restrict__ built,
+                                           float* __restrict__ cache_w) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C * D) return;
+    const int64_t n = i / D, k = row_key[n];
+    if (k >= 0) cache_w[i] = to_float(built[((k / E) * C + n) * D + i % D]);
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU kernels: the step
+
+struct TtCacheBatch {            // a step's bags (device) and sizes
+    const int64_t *ids, *offsets;
+    int64_t nbags, nnz, E;
+    int B, tables;
+};
+
+struct TtCacheStepBufs {         // what a step writes (device)
+    int *crow, *crow_key, *bag_of, *crow_c, *num_sel, *sorted_crow, *sorted_bag;
+    char* flag_c;                // version 1: 1 for a cached lookup (DevicePartition's flags)
+    int64_t *flag_tt, *pos_tt, *ids_tt, *off_fwd, *off_bwd, *off_c, *bag_tt;
+    float *dY_tt, *msq;
+};
+
+// Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
+// of the cached backward (the row, C for TT lookups), the bag, and (version 1) the TT flag; version 2 the bag's
+// number of TT lookups instead.
+template <bool PER_BAG>
+__global__ void tt_cache_lookup_kernel(TtCacheBatch b, TtCacheTable t, int C, TtCacheStepBufs o) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (bag == 0 && lane == 0) { if (PER_BAG) o.bag_tt[b.nbags] = 0; else o.flag_tt[b.nnz] = 0; }
+    if (bag >= b.nbags) return;
+    const int64_t key0 = (bag / b.B) * b.E;
+    int tt = 0;
+    for (int64_t n = b.offsets[bag] + lane; n < b.offsets[bag + 1]; n += 32) {
+        const int c = tt_cache_row_of(t.keys, t.state, t.H, key0 + b.ids[n]);
+        o.crow[n] = c;
+        o.crow_key[n] = c >= 0 ? c : C;
+        o.bag_of[n] = (int)bag;
+        if (!PER_BAG) { o.flag_tt[n] = c < 0; o.flag_c[n] = c >= 0; }
+        tt += c < 0;
+    }
+    if (PER_BAG) {
+        for (int d = 16; d; d /= 2) tt += __shfl_xor_sync(0xffffffffu, tt, d);
+        if (lane == 0) o.bag_tt[bag] = tt;
+    }
+}
+
+// Version 1: the bags' offsets of the TT part from the exclusive scan of the flags (pos_tt), forward (tables x B),
+// backward (tables x (B+1): an empty sink bag after each table), and of the cached part
+__global__ void tt_cache_offsets_kernel1(TtCacheBatch b, TtCacheStepBufs o) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t nbwd = (int64_t)b.tables * (b.B + 1);
+    if (i <= b.nbags) {
+        o.off_fwd[i] = o.pos_tt[b.offsets[i]];
+        o.off_c[i] = b.offsets[i] - o.off_fwd[i];
+    }
+    if (i <= nbwd) {
+        const int64_t tbl = i / (b.B + 1), bb = i % (b.B + 1);
+        o.off_bwd[i] = o.pos_tt[b.offsets[i == nbwd ? b.nbags : tbl * b.B + bb]];
+    }
+}
+
+// Version 2: a warp per bag writes its TT ids to ids_tt[off_fwd[bag] ...] and its cache rows to crow_c[off_c[bag] ...],
+// each in lookup order (a ballot and a popcount per 32 lookups); the cached ids go past the TT part (valid ids
+// there, read by no bag). off_fwd is the scan of the bags' counts; the backward and cached offsets follow.
+__global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (bag > b.nbags) return;
+    const int64_t m = o.off_fwd[b.nbags];
+    if (bag == b.nbags) {
+        if (lane == 0) { o.off_c[bag] = b.nnz - m; o.off_bwd[(int64_t)b.tables * (b.B + 1)] = m; }
+        return;
+    }
+    const int64_t lo = b.offsets[bag], hi = b.offsets[bag + 1], tt0 = o.off_fwd[bag], c0 = lo - tt0;
+    const int64_t tbl = bag / b.B, bb = bag % b.B;
+    if (lane == 0) {
+        o.off_c[bag] = c0;
+        o.off_bwd[tbl * (b.B + 1) + bb] = tt0;
+        if (bb == b.B - 1) o.off_bwd[tbl * (b.B + 1) + b.B] = o.off_fwd[bag + 1];
+    }
+    int64_t nt = tt0, nc = c0;
+    for (int64_t n0 = lo; n0 < hi; n0 += 32) {
+        const int64_t n = n0 + lane;
+        const int c = n < hi ? o.crow[n] : 0;
+        const unsigned is_tt = __ballot_sync(0xffffffffu, n < hi && c < 0), is_c = __ballot_sync(0xffffffffu, n < hi && c >= 0);
+        const unsigned below = (1u << lane) - 1;
+        if (n < hi && c < 0) o.ids_tt[nt + __popc(is_tt & below)] = b.ids[n];
+        if (n < hi && c >= 0) {
+            const int64_t j = nc + __popc(is_c & below);
+            o.crow_c[j] = c;
+            o.ids_tt[m + j] = b.ids[n];
+        }
+        nt += __popc(is_tt);
+        nc += __popc(is_c);
+    }
+}
+
+// the TT backward's gradient: tables x (B+1) bags, the sink bags zero; and each bag's mean square (rowwise Adagrad)
+__global__ void tt_cache_grad_kernel(const float* __restrict__ dY, TtCacheBatch b, int D, TtCacheStepBufs o) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t rows = (int64_t)b.tables * (b.B + 1);
+    if (i < rows * D) {
+        const int64_t r = i / D, tbl = r / (b.B + 1), bb = r % (b.B + 1);
+        o.dY_tt[i] = bb < b.B ? dY[(tbl * b.B + bb) * D + i % D] : 0.0f;
+    }
+    if (i < b.nbags) o.msq[i] = tt_cache_mean_square(dY + i * D, D);
+}
+
+// cached forward: a warp per bag adds the SUM of its cached rows (in lookup order) to the TT part's output
+__global__ void tt_cache_forward_kernel(floatX* __restrict__ out, const float* __restrict__ cache_w, TtCacheBatch b, int D,
+                                        TtCacheStepBufs o) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (bag >= b.nbags) return;
+    const int64_t lo = o.off_c[bag], hi = o.off_c[bag + 1];
+    if (lo == hi) return;
+    for (int d = lane; d < D; d += 32) {
+        float sum = 0.0f;
+        for (int64_t j = lo; j < hi; j++) sum += cache_w[(int64_t)o.crow_c[j] * D + d];
+        out[bag * D + d] = from_float<floatX>(to_float(out[bag * D + d]) + sum);
+    }
+}
+
+// cached backward: a warp per sorted position; the warp at the start of a row's run (sorted by row, stable, so in
+// lookup order) finds the run's end 32 entries at a time and applies all its occurrences (tt_cache_update_row)
+__global__ void tt_cache_backward_kernel(int opt, float lr, float eps, float* __restrict__ cache_w, float* __restrict__ cache_st,
+                                         float* __restrict__ cache_dw, const float* __restrict__ dY, int64_t nnz, int C, int D,
+                                         TtCacheStepBufs o) {
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (i >= nnz) return;
+    const int c = o.sorted_crow[i];
+    if (c >= C || (i > 0 && o.sorted_crow[i - 1] == c)) return;
+    int64_t end = i + 1;
+    for (;;) {
+        const int64_t j = end + lane;
+        const unsigned differ = __ballot_sync(0xffffffffu, j >= nnz || o.sorted_crow[j] != c);
+        if (differ) { end += __ffs(differ) - 1; break; }
+        end += 32;
+    }
+    const float st = opt == TT_CACHE_ADAGRAD ? cache_st[c] : 0.0f;
+    const float s = tt_cache_update_row(opt, lr, eps, cache_w + (int64_t)c * D, cache_dw + (int64_t)c * D, st, o.sorted_bag + i,
+                                        (int)(end - i), dY, o.msq, D, lane, 32);
+    if (opt == TT_CACHE_ADAGRAD && lane == 0) cache_st[c] = s;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The TT ops' code: every call into tt_embedding_forward.cu and tt_embedding_backward.cu is in this section.
+// Forward: version 6 (its default); backward: version 7 (its default) at its block size.
+
+static_assert((int)TT_CACHE_DENSE == (int)TT_EMBEDDING_BACKWARD_DENSE && (int)TT_CACHE_SGD == (int)TT_EMBEDDING_BACKWARD_SGD &&
+              (int)TT_CACHE_ADAGRAD == (int)TT_EMBEDDING_BACKWARD_ADAGRAD, "one optimizer id for both");
+
+struct TtCacheTtBackward {       // one TT backward call's arguments and buffers (inputs: offsets, ids, dY)
+    TtEmbeddingBackwardArgs a;
+    TtEmbeddingBackwardInputs in;
+    TtEmbeddingBackward6Plan plan;
+    size_t keys_bytes = 0;
+};
+
+struct TtCacheTt {
+    std::vector<int> p, q, ranks;
+    TtEmbeddingForwardShape fwd, build;      // the batch, and the cache rows as bags of one lookup
+    TtEmbeddingForwardWorkspace fws, bws;
+    int fwd_block = 32, build_block = 32;
+    TtCacheTtBackward alone, part;           // the whole batch (tables x B), the TT part (tables x (B+1))
+};
+
+// the TT ops' config of a batch (tt_embedding.h); "" or the broken constraint (E = 0 becomes prod p)
+inline std::string tt_cache_tt_config(TtEmbeddingConfig& c, const TtCacheTt& t, int64_t E, int tables, int B, int L, double alpha) {
+    c = TtEmbeddingConfig();
+    c.p = t.p; c.q = t.q; c.ranks = t.ranks;
+    c.E = E; c.tables = tables; c.B = B; c.L = L; c.alpha = alpha;
+    return tt_embedding_check_config(c);
+}
+
+// "" or the broken constraint. E = 0: prod p. Sets t's shapes (not its buffers).
+std::string tt_cache_tt_shapes(TtCacheTt& t, int64_t E, int tables, int B, int L, double alpha, int64_t C, double lr, double eps) {
+    TtEmbeddingConfig c, part, build;
+    std::string why = tt_cache_tt_config(c, t, E, tables, B, L, alpha);
+    if (why.empty()) why = tt_embedding_forward_make_shape(t.fwd, c);
+    if (why.empty()) why = tt_cache_tt_config(part, t, E, tables, B + 1, L, alpha);   // the TT part: a sink bag per table
+    if (why.empty()) why = tt_embedding_backward_check_config(part, lr, eps);
+    if (!why.empty()) return why;
+    if (C < 1) return "--cache-rows (" + std::to_string(C) + ") must be >= 1 (or -1 for 10% of tables * E)";
+    if (C > (int64_t)tables * t.fwd.E)
+        return "--cache-rows (" + std::to_string(C) + ") is larger than the table: at most tables * E = " + std::to_string((int64_t)tables * t.fwd.E);
+    if ((int64_t)tables * C >= INT32_MAX) return "tables * cache rows must be < 2^31 (the rows are built as bags of the TT forward)";
+    why = tt_cache_tt_config(build, t, t.fwd.E, tables, (int)C, 1, 0.0);
+    return why.empty() ? tt_embedding_forward_make_shape(t.build, build) : why;
+}
+
+inline float* tt_cache_core(const TtCacheTtBackward& b, int t) { return b.a.cores + b.a.s.core_off[t]; }
+
+void tt_cache_tt_backward_setup(TtCacheTtBackward& b, const TtCacheTt& t, int B, int64_t nnz, int opt, float lr, float eps, size_t smem_optin) {
+    memset(&b.a, 0, sizeof b.a);
+    b.a.s = tt_embedding_backward_make_shape(t.p, t.q, t.ranks, t.fwd.E, t.fwd.tables, B);
+    b.a.s.nnz = (int)nnz;
+    b.a.opt = opt; b.a.lr = lr; b.a.eps = eps;
+    b.a.smem_limit = smem_optin - 1024;
+    b.plan = tt_embedding_backward6_make_plan(b.a.s, b.a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    tt_embedding_backward_alloc(b.a, b.in, b.plan);
+    b.a.offsets = b.in.offsets; b.a.indices = b.in.indices; b.a.dY = b.in.dY;
+    tt_embedding_backward_buffers(b.a, b.in, b.plan, [&](void** ptr, size_t bytes, bool) { if (ptr == (void**)&b.a.ws.keys) b.keys_bytes = bytes; });
+}
+
+// the cores (tt_embedding_backward's layout: one buffer, core t at core_off[t]) and their elementwise Adagrad state,
+// drawn as tt_embedding.h draws the TT ops' cores
+std::vector<float> tt_cache_tt_make_cores(const TtCacheTt& t, Rng& rng, std::vector<float>& state) {
+    const TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(t.p, t.q, t.ranks, t.fwd.E, t.fwd.tables, t.fwd.B);
+    TtEmbeddingConfig c;
+    if (!tt_cache_tt_config(c, t, t.fwd.E, t.fwd.tables, t.fwd.B, t.fwd.L, 0.0).empty()) fail_args("tt_cache: the TT shape changed after its checks");
+    std::vector<std::vector<float>> per_core;
+    tt_embedding_make_cores(c, rng, per_core);
+    std::vector<float> cores = tt_embedding_backward_pack(s, per_core);
+    state.assign(cores.size(), 0.0f);
+    for (auto& x : state) x = rng.uniform(0.1f, 1.0f);
+    return cores;
+}
+
+void tt_cache_tt_setup(TtCacheTt& t, int64_t nnz, int opt, float lr, float eps, const cudaDeviceProp& prop, const std::vector<float>& cores,
+                       const std::vector<float>& state) {
+    tt_embedding_forward_setup(t.fws, t.fwd, 1000, prop);
+    tt_embedding_forward_setup(t.bws, t.build, 1000, prop);
+    auto pick = [](const std::vector<int>& ok) { int b = ok.empty() ? 32 : ok[0]; for (int x : ok) if (x <= 256) b = x; return b; };
+    t.fwd_block = pick(tt_embedding_forward_blocks(6, t.fwd, t.fws));
+    t.build_block = pick(tt_embedding_forward_blocks(6, t.build, t.bws));
+    tt_cache_tt_backward_setup(t.alone, t, t.fwd.B, nnz, opt, lr, eps, prop.sharedMemPerBlockOptin);
+    tt_cache_tt_backward_setup(t.part, t, t.fwd.B + 1, nnz, opt, lr, eps, prop.sharedMemPerBlockOptin);
+    for (TtCacheTtBackward* b : {&t.alone, &t.part})
+        for (float* d : {b->in.cores0, b->a.cores, b->in.state0, b->a.state}) {
+            const std::vector<float>& v = (d == b->in.cores0 || d == b->a.cores) ? cores : state;
+            cudaCheck(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+        }
+}
+
+TtEmbeddingForwardCores tt_cache_cores(const TtCacheTtBackward& b) {
+    TtEmbeddingForwardCores c = {};
+    for (int i = 0; i < b.a.s.T; i++) c.c[i] = tt_cache_core(b, i);
+    return c;
+}
+
+void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& cores, floatX* out, const int64_t* ids, const int64_t* offsets) {
+    if (build) tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.build, t.bws, t.build_block);
+    else tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.fwd, t.fws, t.fwd_block);
+}
+
+// The part's keys are cleared first: its kernels read them up to the host nnz, past the lookups of this step.
+void tt_cache_tt_backward(TtCacheTtBackward& b, bool part) {
+    if (part) cudaCheck(cudaMemsetAsync(b.a.ws.keys, 0xFF, b.keys_bytes));
+    tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD7_BLOCK);
+}
+
+void tt_cache_tt_restore(TtCacheTtBackward& b) {
+    const size_t bytes = (size_t)b.a.s.core_off[b.a.s.T] * 4;
+    cudaCheck(cudaMemcpyAsync(b.a.cores, b.in.cores0, bytes, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpyAsync(b.a.state, b.in.state0, bytes, cudaMemcpyDeviceToDevice));
+}
+
+// the TT backward's check of the part (host bags of the TT lookups), printed; pass?
+bool tt_cache_tt_check(const TtCacheTt& t, const TtCacheTtBackward& b, const std::vector<float>& cores0, const std::vector<float>& state0,
+                       const std::vector<int64_t>& off_tt, const std::vector<int64_t>& ids_tt, const std::vector<float>& dY) {
+    TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape(t.p, t.q, t.ranks, t.fwd.E, t.fwd.tables, t.fwd.B);
+    s.nnz = (int)ids_tt.size();
+    const TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, cores0, off_tt, ids_tt, dY, true);
+    const int64_t n = s.core_off[s.T];
+    std::vector<float> c = device_download(b.a.cores, n), st = device_download(b.a.state, n), g = device_download(b.a.dG, n);
+    return tt_embedding_backward_check(s, b.a.opt, b.a.lr, b.a.eps, ref, cores0.data(), state0.data(), c.data(), st.data(), g.data());
+}
+
+void tt_cache_tt_forward_cpu(const TtCacheTt& t, const std::vector<float>& cores, float* out, const int64_t* ids, const int64_t* offsets,
+                             TtEmbeddingForwardShape s) {
+    const TtEmbeddingBackwardShape bs = tt_embedding_backward_make_shape(t.p, t.q, t.ranks, t.fwd.E, t.fwd.tables, t.fwd.B);
+    const float* ptrs[TT_EMBEDDING_FORWARD_MAX_CORES];
+    for (int i = 0; i < bs.T; i++) ptrs[i] = cores.data() + bs.core_off[i];
+    tt_embedding_forward_cpu(out, ptrs, ids, offsets, s);
+}
+
+void tt_cache_tt_free(TtCacheTt& t) {
+    tt_embedding_forward_free(t.fws);
+    tt_embedding_forward_free(t.bws);
+    for (TtCacheTtBackward* b : {&t.alone, &t.part}) {
+        cublasCheck(cublasDestroy(b->a.blas));
+        tt_embedding_backward_buffers(b->a, b->in, b->plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// launchers
+
+struct TtCacheWorkspace {
+    // populate
+    int64_t *old_keys, *old_counts, *sorted_counts, *row_key, *present, *mat_off, *mat_ids;
+    int *slots, *sorted_slots, *rank, *lost;
+    floatX* built;
+    // the step
+    TtCacheStepBufs o;
+    void* temp;
+    size_t temp_bytes;
+    int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
+};
+
+TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab, int64_t C, int64_t nnz) {
+    TtCacheWorkspace w;
+    const uint64_t H = tab.H;
+    const int64_t nbags = (int64_t)t.fwd.tables * t.fwd.B, TC = (int64_t)t.fwd.tables * C;
+    w.old_keys = device_alloc<int64_t>(H);
+    w.old_counts = device_alloc<int64_t>(H);
+    w.sorted_counts = device_alloc<int64_t>(H);
+    w.slots = device_alloc<int>(H);
+    w.sorted_slots = device_alloc<int>(H);
+    w.rank = device_alloc<int>(H);
+    w.lost = device_alloc<int>(1);
+    w.row_key = device_alloc<int64_t>(C);
+    w.present = device_alloc<int64_t>(TC + 1);
+    w.mat_off = device_alloc<int64_t>(TC + 1);
+    w.mat_ids = device_alloc<int64_t>(TC);
+    w.built = device_alloc<floatX>((size_t)TC * t.fwd.D);
+    std::vector<int> iota(H);
+    for (uint64_t s = 0; s < H; s++) iota[s] = (int)s;
+    cudaCheck(cudaMemcpy(w.slots, iota.data(), H * sizeof(int), cudaMemcpyHostToDevice));
+    TtCacheStepBufs& o = w.o;
+    for (int** p : {&o.crow, &o.crow_key, &o.bag_of, &o.crow_c, &o.sorted_crow, &o.sorted_bag}) *p = device_alloc<int>(nnz);
+    o.num_sel = device_alloc<int>(2);
+    o.flag_c = device_alloc<char>(nnz);
+    o.flag_tt = device_alloc<int64_t>(nnz + 1);
+    o.pos_tt = device_alloc<int64_t>(nnz + 1);
+    o.off_fwd = device_alloc<int64_t>(nbags + 1);
+    o.off_c = device_alloc<int64_t>(nbags + 1);
+    o.bag_tt = device_alloc<int64_t>(nbags + 1);
+    o.msq = device_alloc<float>(nbags);
+    o.ids_tt = const_cast<int64_t*>(t.part.a.indices);   // the TT backward's inputs of the part, written here
+    o.off_bwd = const_cast<int64_t*>(t.part.a.offsets);
+    o.dY_tt = const_cast<float*>(t.part.a.dY);
+    w.crow_bits = 1;
+    while (w.crow_bits < 31 && (C >> w.crow_bits) != 0) w.crow_bits++;
+    size_t need[8] = {};
+    cudaCheck(cub::DeviceRadixSort::SortPairsDescending(nullptr, need[0], w.old_counts, w.sorted_counts, w.slots, w.sorted_slots, (int)H));
+    cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[1], w.present, w.mat_off, (int)(TC + 1)));
+    cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[2], o.flag_tt, o.pos_tt, (int)(nnz + 1)));
+    cudaCheck(cub::DevicePartition::Flagged(nullptr, need[3], (const int64_t*)nullptr, o.flag_tt, o.ids_tt, o.num_sel, (int)nnz));
+    cudaCheck(cub::DevicePartition::Flagged(nullptr, need[4], o.crow, o.flag_c, o.crow_c, o.num_sel, (int)nnz));
+    cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[5], o.bag_tt, o.off_fwd, (int)(nbags + 1)));
+    cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[6], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.crow_bits));
+    w.temp_bytes = *std::max_element(need, need + 8);
+    w.temp = device_alloc<char>(w.temp_bytes);
+    return w;
+}
+
+void tt_cache_free(TtCacheWorkspace& w) {
+    for (void* p : {(void*)w.old_keys, (void*)w.old_counts, (void*)w.sorted_counts, (void*)w.row_key, (void*)w.present, (void*)w.mat_off,
+                    (void*)w.mat_ids, (void*)w.slots, (void*)w.sorted_slots, (void*)w.rank, (void*)w.lost, (void*)w.built, w.temp})
+        cudaCheck(cudaFree(p));
+    TtCacheStepBufs& o = w.o;
+    for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
+                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_fwd, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq})
+        cudaCheck(cudaFree(p));
+}
+
+// Populate: rank the slots, rebuild the table with the kept keys, build their rows with the TT forward.
+void tt_cache_populate(TtCacheTt& t, const TtCacheTable& tab, int64_t C, float* cache_w, TtCacheWorkspace& w) {
+    const uint64_t H = tab.H;
+    const int64_t E = t.fwd.E, TC = (int64_t)t.fwd.tables * C, ranked = std::min<int64_t>(C, (int64_t)H);
+    cudaCheck(cudaMemcpyAsync(w.old_keys, tab.keys, H * 8, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpyAsync(w.old_counts, tab.counts, H * 8, cudaMemcpyDeviceToDevice));
+    size_t bytes = w.temp_bytes;
+    cudaCheck(cub::DeviceRadixSort::SortPairsDescending(w.temp, bytes, w.old_counts, w.sorted_counts, w.slots, w.sorted_slots, (int)H));
+    cudaCheck(cudaMemsetAsync(w.rank, 0xFF, H * sizeof(int)));
+    cudaCheck(cudaMemsetAsync(w.row_key, 0xFF, C * 8));
+    cudaCheck(cudaMemsetAsync(w.lost, 0, sizeof(int)));
+    tt_cache_rank_kernel<<<(unsigned)ceil_div<int64_t>(ranked, 256), 256>>>(w.sorted_slots, w.old_keys, ranked, w.rank, w.row_key);
+    cudaCheck(cudaMemsetAsync(tab.keys, 0xFF, H * 8));
+    cudaCheck(cudaMemsetAsync(tab.counts, 0, H * 8));
+    cudaCheck(cudaMemsetAsync(tab.state, 0xFF, H * sizeof(int)));
+    tt_cache_rebuild_kernel<<<(unsigned)std::min<uint64_t>(ceil_div<uint64_t>(H, 256), 65536), 256>>>(w.old_keys, w.old_counts, w.rank, tab, w.lost);
+    tt_cache_present_kernel<<<(unsigned)ceil_div<int64_t>(TC + 1, 256), 256>>>(w.row_key, C, t.fwd.tables, E, w.present);
+    bytes = w.temp_bytes;
+    cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, w.present, w.mat_off, (int)(TC + 1)));
+    cudaCheck(cudaMemsetAsync(w.mat_ids, 0, TC * 8));   // ids past the kept rows: valid (row 0), read by no bag
+    tt_cache_build_ids_kernel<<<(unsigned)ceil_div<int64_t>(C, 256), 256>>>(w.row_key, C, E, w.mat_off, w.mat_ids);
+    tt_cache_tt_forward(t, true, t.part, w.built, w.mat_ids, w.mat_off);
+    tt_cache_store_rows_kernel<<<(unsigned)ceil_div<int64_t>(C * t.fwd.D, 256), 256>>>(w.row_key, C, E, t.fwd.D, w.built, cache_w);
+}
+
+struct TtCacheState {            // the cache's trainable rows
+    float *w, *st, *dw;          // [C, D], [C], [C, D]
+    int opt;
+    float lr, eps;
+};
+
+// one training step of version k on the batch (forward into out, then backward with dY)
+void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const TtCacheBatch& b, const float* dY, floatX* out,
+                   const TtCacheState& cs, TtCacheWorkspace& w, int block) {
+    TtCacheStepBufs& o = w.o;
+    const int D = t.fwd.D;
+    const unsigned bag_warps = (unsigned)ceil_div<int64_t>((b.nbags + 1) * 32, block);
+    size_t bytes = w.temp_bytes;
+    if (k == 1) {
+        tt_cache_lookup_kernel<false><<<bag_warps, block>>>(b, tab, C, o);
+        cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.flag_tt, o.pos_tt, (int)(b.nnz + 1)));
+        const int64_t n_off = std::max<int64_t>(b.nbags, (int64_t)b.tables * (b.B + 1)) + 1;
+        tt_cache_offsets_kernel1<<<(unsigned)ceil_div<int64_t>(n_off, block), block>>>(b, o);
+        bytes = w.temp_bytes;
+        cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, b.ids, o.flag_tt, o.ids_tt, o.num_sel, (int)b.nnz));
+        bytes = w.temp_bytes;
+        cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
+    } else if (k == 2) {
+        tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
+        cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
+        tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
+    } else {
+        fail_args("tt_cache has no version %d", k);
+    }
+    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
+    tt_cache_forward_kernel<<<bag_warps, block>>>(out, cs.w, b, D, o);
+    const int64_t grad_n = std::max<int64_t>((int64_t)b.tables * (b.B + 1) * D, b.nbags);
+    tt_cache_grad_kernel<<<(unsigned)ceil_div<int64_t>(grad_n, 256), 256>>>(dY, b, D, o);
+    tt_cache_tt_backward(t.part, true);
+    bytes = w.temp_bytes;
+    cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0, w.crow_bits));
+    tt_cache_backward_kernel<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, block), block>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY, b.nnz, C,
+                                                                                       D, o);
+}
+
+// ----------------------------------------------------------------------------------------------
+
+
+// Populate's check: the CPU populate of the counted table `pt` (replaced by its result) against the GPU's table,
+// cache_state and rows' keys, exactly; the rebuilt table's windows (lfu_count's check); rows without a key still
+// poison; the first rows against the CPU chain. Printed; pass?
+bool tt_cache_check_populate(const TtCacheTt& t, const std::vector<float>& cores, const TtCacheTable& tab, const TtCacheWorkspace& w,
+                             const float* d_cw, int64_t C, LfuCountHostTable& pt, std::vector<int>& state_ref, std::vector<int64_t>& row_key,
+                             int64_t& kept) {
+    const uint64_t H = tab.H;
+    const int64_t E = t.fwd.E;
+    const int D = t.fwd.D;
+    const int lost_ref = tt_cache_populate_cpu(pt, state_ref, C, row_key);
+    kept = 0;
+    std::unordered_map<int64_t, int64_t> kept_occ;
+    for (int64_t n = 0; n < C; n++) if (row_key[n] >= 0) kept++;
+    for (uint64_t s = 0; s < H; s++) if (pt.keys[s] >= 0) kept_occ[pt.keys[s]] = pt.counts[s];
+    std::string bad;
+    if (lost_ref || device_download(w.lost, 1)[0]) bad = "keys lost by the rebuild";
+    else if (device_download(tab.keys, H) != pt.keys || device_download(tab.counts, H) != pt.counts) bad = "table differs from the CPU populate";
+    else if (device_download(tab.state, H) != state_ref) bad = "cache_state differs from the CPU populate";
+    else if (device_download(w.row_key, C) != row_key) bad = "rows' keys differ from the CPU populate";
+    if (bad.empty()) bad = lfu_count_check_table(pt.keys.data(), pt.counts.data(), H, 0, kept_occ);
+    const std::vector<float> cw = device_download(d_cw, C * D);
+    int64_t touched = 0;
+    for (int64_t n = kept; n < C; n++)
+        for (int d = 0; d < D; d++) { uint32_t u; memcpy(&u, &cw[n * D + d], 4); touched += u != 0xFFFFFFFFu; }
+    if (bad.empty() && touched) bad = std::to_string(touched) + " values written in rows without a key";
+    printf("populate: %lld of %lld rows kept, %s\n", (long long)kept, (long long)C, bad.empty() ? "table, state and rows' keys ok" : ("FAIL " + bad).c_str());
+    const int64_t nrow = std::min<int64_t>(kept, 2048);   // the first rows against the CPU chain
+    std::vector<float> got(cw.begin(), cw.begin() + nrow * D), ref((size_t)(nrow * D));
+    for (int64_t n = 0; n < nrow; n++) {
+        const int64_t tbl = row_key[n] / E, id = row_key[n] % E;
+        TtEmbeddingForwardShape s1 = t.fwd;          // bags of tables 0..tbl, one each; only table tbl's holds the row
+        s1.tables = (int)tbl + 1;
+        s1.B = 1;
+        std::vector<int64_t> off1((size_t)tbl + 2, 0);
+        off1[tbl + 1] = 1;
+        std::vector<float> rows((size_t)(tbl + 1) * D);
+        tt_cache_tt_forward_cpu(t, cores, rows.data(), &id, off1.data(), s1);
+        std::copy(rows.begin() + tbl * D, rows.end(), ref.begin() + n * D);
+    }
+    return validate_host("rows (first)", got.data(), ref.data(), got.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL) && bad.empty();
+}
+
+// The step's split on the CPU (find and cache_state on the populated table): each lookup's row, the TT part's ids
+// and offsets (forward; backward with a sink bag per table), the cached part's rows and offsets
+struct TtCachePartitionRef {
+    std::vector<int> crow, crow_c;
+    std::vector<int64_t> off_tt, ids_tt, off_bwd, off_c;
+};
+
+TtCachePartitionRef tt_cache_partition_cpu(const LfuCountHostTable& pt, const std::vector<int>& state, const std::vector<int64_t>& ids,
+                                           const std::vector<int64_t>& offsets, int tables, int B, int64_t E) {
+    TtCachePartitionRef r;
+    const int64_t nbags = (int64_t)tables * B;
+    r.crow.resize(ids.size());
+    r.off_tt.assign(nbags + 1, 0);
+    r.off_c.assign(nbags + 1, 0);
+    for (int64_t b = 0; b < nbags; b++) {
+        for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) {
+            r.crow[n] = tt_cache_row_of(pt.keys.data(), state.data(), pt.keys.size(), (b / B) * E + ids[n]);
+            if (r.crow[n] < 0) r.ids_tt.push_back(ids[n]);
+            else r.crow_c.push_back(r.crow[n]);
+        }
+        r.off_tt[b + 1] = (int64_t)r.ids_tt.size();
+        r.off_c[b + 1] = (int64_t)r.crow_c.size();
+    }
+    for (int tb = 0; tb < tables; tb++)
+        for (int bb = 0; bb <= B; bb++) r.off_bwd.push_back(r.off_tt[(int64_t)tb * B + bb]);
+    r.off_bwd.push_back(r.off_tt[nbags]);
+    return r;
+}
+
+#ifdef TT_CACHE_MAIN
+int main(int argc, char** argv) {
+    TtCacheTt t;
+    t.p = {200, 220, 250}; t.q = {4, 4, 4}; t.ranks = {32, 32};
+    int tables = 1, B = 512, L = 20, warmup = 4;
+    int64_t E = 0, C = -1, H = -1;
+    double alpha = 1.15, lr = 0.05, eps = 1e-8;
+    std::string optimizer = "sgd";
+    Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 2, 2);
+    cli.add_int_list("p", &t.p, "row factors p_0..p_{T-1} (T = len(p) cores)");
+    cli.add_int_list("q", &t.q, "column factors q_0..q_{T-1} (D = prod q)");
+    cli.add_int_list("ranks", &t.ranks, "inner TT ranks R_1..R_{T-1}");
+    cli.add_int("tables", &tables, "tables (one hash table and one cache over all: key = table * E + row)");
+    cli.add_int("B", &B, "bags per table");
+    cli.add_int("L", &L, "lookups per bag");
+    cli.add_int64("E", &E, "rows per table (0: prod p)");
+    cli.add_double("alpha", &alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
+    cli.add_int64("cache-rows", &C, "cache rows C; -1: 10% of tables * E (FBTT's default)");
+    cli.add_int64("H", &H, "hash-table slots; -1: tables * E (FBTT's default)");
+    cli.add_int("warmup", &warmup, "steps counted before populate (the measured step is the next one, same Zipf map)");
+    cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "TT cores: dense / SGD / elementwise Adagrad; cache: dense / SGD / rowwise Adagrad");
+    cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
+    cli.add_double("eps", &eps, "Adagrad epsilon");
+    cli.constraints = "  the TT ops' shape rules (T = len(p) in 2..6, len(q) = T, len(ranks) = T - 1, E <= prod p, Zipf needs E >= L);\n"
+                      "  tables, B, L, warmup >= 1; (warmup + 1) * tables * B * L < 2^31; 1 <= C <= tables * E; 1 <= H < 2^31;\n"
+                      "  the warm-up's distinct rows < H (a full table has no empty slot for populate's rebuild); eps > 0";
+    cli.parse(argc, argv);
+#ifdef ENABLE_BF16
+    fail_args("tt_cache has no bf16 mode: the TT backward it calls keeps fp32 cores and state; run ./tt_cache");
+#endif
+    require(tables >= 1 && B >= 1 && L >= 1 && warmup >= 1, "tables, B, L, warmup must be >= 1 (got %d, %d, %d, %d)", tables, B, L, warmup);
+    const int64_t nbags = (int64_t)tables * B, nnz = mul64(nbags, L, "tables*B*L");
+    require(mul64(nnz, warmup + 1, "(warmup+1)*tables*B*L") < INT32_MAX, "(warmup + 1) * tables * B * L (%lld) must be < 2^31",
+            (long long)(nnz * (warmup + 1)));
+    {   // E first (C and H default to fractions of it), then every shape rule
+        TtEmbeddingConfig probe;
+        std::string why = tt_cache_tt_config(probe, t, E, tables, B, L, alpha);
+        if (!why.empty()) fail_args("%s", why.c_str());
+        E = probe.E;
+    }
+    if (C == -1) C = std::max<int64_t>(1, (int64_t)tables * E / 10);
+    if (H == -1) H = (int64_t)tables * E;
+    std::string why = tt_cache_tt_shapes(t, E, tables, B, L, alpha, C, lr, eps);
+    if (!why.empty()) fail_args("%s", why.c_str());
+    require(H >= 1, "H (%lld) must be >= 1 (or -1 for H = tables * E)", (long long)H);
+    require(H < INT32_MAX, "H (%lld) must be < 2^31 (CUB sorts the slots with an int count of items)", (long long)H);
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (the kernels give a warp to each bag)", cli.block);
+    require(cli.dump_dir.empty(), "--dump: tt_cache writes no dumps (its parts dump through tt_embedding_forward/backward and lfu_count)");
+    const int D = t.fwd.D;
+    const int opt = optimizer == "dense" ? TT_CACHE_DENSE : optimizer == "sgd" ? TT_CACHE_SGD : TT_CACHE_ADAGRAD;
+    require_host_memory(56.0 * H + 16.0 * C * D + 96.0 * nnz * (warmup + 1) + bag_indices_host_bytes((int64_t)(warmup + 1) * nbags, L, alpha) + 1e8,
+                        "the host copies of the table, the cache and the bags");
+
+    // inputs: cores and their state, the bags of warmup + 1 steps (one Zipf map), dY, the cache rows' state
+    Rng rng(cli.seed);
+    std::vector<float> tt_state, cores = tt_cache_tt_make_cores(t, rng, tt_state);
+    std::vector<int64_t> ids_all = make_bag_indices((int64_t)(warmup + 1) * nbags, L, E, alpha, rng);
+    std::vector<int64_t> keys_warm((size_t)(warmup * nnz));
+    for (int64_t j = 0; j < warmup * nnz; j++) keys_warm[j] = ((j % nnz) / L / B) * E + ids_all[j];
+    const std::unordered_map<int64_t, int64_t> occ = lfu_count_occurrences(keys_warm.data(), (int64_t)keys_warm.size());
+    require((int64_t)occ.size() < H, "the warm-up sees %zu distinct rows but the hash table has H = %lld slots: it would be full (populate "
+            "rebuilds the table from an empty slot); use a larger --H", occ.size(), (long long)H);
+    const std::vector<int64_t> ids(ids_all.end() - nnz, ids_all.end());
+    std::vector<int64_t> offsets((size_t)nbags + 1);
+    for (int64_t b = 0; b <= nbags; b++) offsets[b] = b * L;
+    const std::vector<float> dY = make_random_floats((size_t)(nbags * D), rng);
+    std::vector<float> cache_st0((size_t)C);
+    for (auto& x : cache_st0) x = rng.uniform(0.1f, 1.0f);
+
+    cudaDeviceProp prop = cuda_init();
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    const double need = 68.0 * H + 12.0 * C * D + (4.0 * D + 32.0) * tables * C + 8.0 * nnz * (warmup + 1) + (4.0 * (double)nnz * D + (3ull << 30));
+    require(need < (double)free_b, "the table, the cache and the workspaces need about %.3g GB; the device has %.3g GB free", need / 1e9, free_b / 1e9);
+    tt_cache_tt_setup(t, nnz, opt, (float)lr, (float)eps, prop, cores, tt_state);
+    cudaCheck(cudaMemcpy(const_cast<int64_t*>(t.alone.a.indices), ids.data(), nnz * 8, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(const_cast<int64_t*>(t.alone.a.offsets), offsets.data(), (nbags + 1) * 8, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(const_cast<float*>(t.alone.a.dY), dY.data(), dY.size() * 4, cudaMemcpyHostToDevice));
+    const TtCacheBatch batch{t.alone.a.indices, t.alone.a.offsets, nbags, nnz, E, B, tables};
+
+    // counting (lfu_count's default version), checked as lfu_count checks it
+    TtCacheTable tab{device_alloc<int64_t>(H), device_alloc<int64_t>(H), device_alloc<int>(H), (uint64_t)H};
+    LfuCountDeviceTable lt{tab.keys, tab.counts, (uint64_t)H, device_alloc<unsigned long long>(1)};
+    cudaCheck(cudaMemset(tab.keys, 0xFF, H * 8));
+    cudaCheck(cudaMemset(tab.counts, 0, H * 8));
+    cudaCheck(cudaMemset(lt.dropped, 0, 8));
+    int64_t* d_keys_warm = device_upload(keys_warm);
+    LfuCountWorkspace lw = lfu_count_workspace(nnz, (int64_t)tables * E);
+    for (int s = 0; s < warmup; s++) lfu_count(1, d_keys_warm + s * nnz, nnz, lt, lw, 256);
+    LfuCountHostTable counted((uint64_t)H);
+    counted.keys = device_download(tab.keys, H);
+    counted.counts = device_download(tab.counts, H);
+    counted.dropped = (int64_t)device_download(lt.dropped, 1)[0];
+    bool pass = true;
+    {
+        const std::string bad = lfu_count_check_table(counted.keys.data(), counted.counts.data(), H, counted.dropped, occ);
+        printf("warm-up: %d steps, %zu distinct rows, %lld accesses dropped; counting %s\n", warmup, occ.size(), (long long)counted.dropped,
+               bad.empty() ? "ok" : ("FAIL " + bad).c_str());
+        pass = bad.empty();
+    }
+    int64_t* cnt_keys = device_upload(counted.keys);
+    int64_t* cnt_counts = device_upload(counted.counts);
+
+    // populate, checked against the CPU populate of the same counted table, then timed on its own
+    TtCacheWorkspace w = tt_cache_workspace(t, tab, C, nnz);
+    TtCacheState cs{device_alloc<float>(C * D), device_alloc<float>(C), device_alloc<float>(C * D), opt, (float)lr, (float)eps};
+    poison(cs.w, C * D * 4);
+    tt_cache_populate(t, tab, C, cs.w, w);
+    cudaCheck(cudaDeviceSynchronize());
+    LfuCountHostTable pt = counted;
+    std::vector<int> state_ref;
+    std::vector<int64_t> row_key;
+    int64_t kept = 0;
+    pass = tt_cache_check_populate(t, cores, tab, w, cs.w, C, pt, state_ref, row_key, kept) && pass;
+    char shape[320];
+    auto join = [](const std::vector<int>& v) { std::string r; for (size_t i = 0; i < v.size(); i++) r += (i ? "x" : "") + std::to_string(v[i]); return r; };
+    snprintf(shape, sizeof shape, "T%d,p%s,q%s,r%s,nt%d,B%d,L%d,alpha%g,C%lld,H%lld,%s", t.fwd.T, join(t.p).c_str(), join(t.q).c_str(),
+             join(t.ranks).c_str(), tables, B, L, alpha > 1.0 ? alpha : 0.0, (long long)C, (long long)H, TT_CACHE_OPT_NAMES[opt]);
+    if (!cli.check_only) {
+        Timing tp = benchmark(std::min(cli.repeat, 20), [&] { tt_cache_populate(t, tab, C, cs.w, w); }, [&] {
+            cudaCheck(cudaMemcpyAsync(tab.keys, cnt_keys, H * 8, cudaMemcpyDeviceToDevice));
+            cudaCheck(cudaMemcpyAsync(tab.counts, cnt_counts, H * 8, cudaMemcpyDeviceToDevice));
+        });
+        Result res;
+        res.op = "tt_cache_populate"; res.shape = shape; res.check = pass ? "pass" : "fail"; res.kernel = 1; res.block = 256;
+        res.ms_median = tp.median; res.ms_min = tp.min; res.ms_max = tp.max;
+        res.gbps = (36.0 * H + 4.0 * kept * D) / (tp.median * 1e-3) / 1e9;   // table read, sorted, rewritten; rows written
+        res.pct_copy = 100.0 * res.gbps / copy_peak_gbps();
+        res.extra = "rows_kept=" + std::to_string(kept);
+        print_result(res);
+    }
+    float* cw0 = device_alloc<float>(C * D);
+    cudaCheck(cudaMemcpy(cw0, cs.w, C * D * 4, cudaMemcpyDeviceToDevice));
+    float* st0 = device_upload(cache_st0);
+    const std::vector<float> cw0_h = device_download(cw0, C * D);
+
+    // the step's references: the CPU partition, the whole batch's TT forward, the TT part's backward, the cached backward
+    const TtCachePartitionRef pr = tt_cache_partition_cpu(pt, state_ref, ids, offsets, tables, B, E);
+    const int64_t m = (int64_t)pr.ids_tt.size();
+    const double hit = 1.0 - (double)m / (double)nnz;
+    std::vector<float> out_ref((size_t)(nbags * D)), W_ref = cw0_h, st_ref = cache_st0, dW_ref((size_t)(C * D));
+    memset(dW_ref.data(), 0xFF, dW_ref.size() * 4);
+    std::vector<char> row_hit((size_t)C, 0);
+    for (int c : pr.crow_c) row_hit[c] = 1;
+    if (!cli.no_check) {
+        tt_cache_tt_forward_cpu(t, cores, out_ref.data(), ids.data(), offsets.data(), t.fwd);
+        tt_cache_backward_cpu(opt, (float)lr, (float)eps, W_ref.data(), st_ref.data(), dW_ref.data(), pr.crow.data(), offsets.data(), nbags,
+                              dY.data(), D, C);
+    }
+    printf("step: %lld lookups, %lld cached (hit rate %.4f), %lld through the TT chain; cache rows read: %lld distinct\n", (long long)nnz,
+           (long long)(nnz - m), hit, (long long)m, (long long)std::count(row_hit.begin(), row_hit.end(), 1));
+
+    // the TT ops alone on the whole batch, same run
+    floatX* out_alone = device_alloc<floatX>(nbags * D);
+    double tt_alone_ms = 0.0;
+    if (!cli.check_only) {
+        Timing ta = benchmark(cli.repeat, [&] {
+            tt_cache_tt_forward(t, false, t.alone, out_alone, t.alone.a.indices, t.alone.a.offsets);
+            tt_cache_tt_backward(t.alone, false);
+        }, [&] { tt_cache_tt_restore(t.alone); });
+        tt_alone_ms = ta.median;
+        Result res;
+        res.op = "tt_cache_tt_alone"; res.shape = shape; res.check = "unchecked"; res.kernel = 1; res.block = 0;
+        res.ms_median = ta.median; res.ms_min = ta.min; res.ms_max = ta.max; res.gbps = 0.0; res.pct_copy = 0.0;
+        res.extra = "tt_forward_version=6 tt_backward_version=7";
+        print_result(res);
+    }
+
+    floatX* out = device_alloc<floatX>(nbags * D);
+    auto restore = [&] {
+        tt_cache_tt_restore(t.part);
+        cudaCheck(cudaMemcpyAsync(cs.w, cw0, C * D * 4, cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpyAsync(cs.st, st0, C * 4, cudaMemcpyDeviceToDevice));
+    };
+    OpRunner r;
+    r.op = "tt_cache";
+    r.shape = shape;
+    const int64_t rows_hit = std::count(row_hit.begin(), row_hit.end(), 1);
+    r.bytes = 8.0 * nnz + 16.0 * (double)occ.size() / warmup + 4.0 * D * (nnz - m) +
+              4.0 * D * rows_hit * (opt == TT_CACHE_ADAGRAD ? 3 : opt == TT_CACHE_SGD ? 2 : 1);
+    r.block_sizes = {128, 256, 512};
+    r.prepare_check = [&] {
+        restore();
+        poison(cs.dw, C * D * 4);
+        poison(out, nbags * D * sizeof(floatX));
+        TtCacheStepBufs& o = w.o;
+        for (int* p : {o.crow, o.crow_key, o.bag_of, o.crow_c, o.sorted_crow, o.sorted_bag}) poison(p, nnz * 4);
+        poison(o.flag_c, nnz);
+        for (int64_t* p : {o.flag_tt, o.pos_tt, o.ids_tt}) poison(p, nnz * 8);
+        for (int64_t* p : {o.off_fwd, o.off_c, o.bag_tt}) poison(p, (nbags + 1) * 8);
+        poison(o.off_bwd, ((int64_t)tables * (B + 1) + 1) * 8);
+        poison(o.dY_tt, (int64_t)tables * (B + 1) * D * 4);
+        poison(o.msq, nbags * 4);
+        poison(t.part.a.dG, t.part.a.s.core_off[t.part.a.s.T] * 4);
+    };
+    r.prepare_timing = restore;
+    r.launch = [&](int k, int block) { tt_cache_step(k, t, tab, (int)C, batch, t.alone.a.dY, out, cs, w, block); };
+    r.check = [&](int, int) {
+        bool ok = true;
+        {   // the partition
+            std::vector<int64_t> g_tt = device_download(w.o.off_fwd, nbags + 1), g_ids = device_download(w.o.ids_tt, m);
+            std::vector<int64_t> g_bwd = device_download(w.o.off_bwd, pr.off_bwd.size()), g_c = device_download(w.o.off_c, nbags + 1);
+            std::vector<int> g_crow = device_download(w.o.crow_c, nnz - m);
+            const bool same = g_tt == pr.off_tt && g_ids == pr.ids_tt && g_bwd == pr.off_bwd && g_c == pr.off_c && g_crow == pr.crow_c;
+            printf("  partition        %s (%lld TT lookups, %lld cached, in order; offsets of both parts)\n", same ? "ok  " : "FAIL",
+                   (long long)m, (long long)(nnz - m));
+            ok = same;
+        }
+        if (cli.no_check) return ok;
+        ok = validate_device("out", out, out_ref.data(), out_ref.size(), TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL) && ok;
+        ok = tt_cache_tt_check(t, t.part, cores, tt_state, pr.off_tt, pr.ids_tt, dY) && ok;
+        const std::vector<float> gw = device_download(cs.w, C * D), gst = device_download(cs.st, C), gdw = device_download(cs.dw, C * D);
+        std::vector<float> a, b2;   // the kept rows, their state; dense: the rows hit (others must stay poison)
+        int64_t wrong_bits = 0;
+        for (int64_t n = 0; n < C; n++) {
+            const bool in = opt == TT_CACHE_DENSE ? row_hit[n] : n < kept;
+            for (int d = 0; d < D; d++) {
+                const float g = opt == TT_CACHE_DENSE ? gdw[n * D + d] : gw[n * D + d];
+                const float e = opt == TT_CACHE_DENSE ? dW_ref[n * D + d] : W_ref[n * D + d];
+                if (in) { a.push_back(g); b2.push_back(e); }
+                else wrong_bits += memcmp(&g, &e, 4) != 0;
+            }
+        }
+        ok = validate_host(opt == TT_CACHE_DENSE ? "cache dW (hit)" : "cache rows", a.data(), b2.data(), a.size(), 1e-6f, 1e-5f) && ok;
+        printf("  cache untouched  %s (%lld values of other rows changed)\n", wrong_bits ? "FAIL" : "ok  ", (long long)wrong_bits);
+        ok = ok && wrong_bits == 0;
+        ok = validate_host("cache state", gst.data(), st_ref.data(), (size_t)C, 1e-6f, 1e-5f) && ok;
+        return ok;
+    };
+    r.extra = [&](int, int, double ms) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "hit_rate=%.4f tt_alone_ms=%.4f vs_tt_alone=%.3f target=%.3f", hit, tt_alone_ms,
+                 tt_alone_ms > 0 ? ms / tt_alone_ms : 0.0, 1.0 - hit / 2.0);
+        return std::string(buf);
+    };
+    const int rc = run_versions(cli, r);
+
+    tt_cache_free(w);
+    lfu_count_free(lw);
+    tt_cache_tt_free(t);
+    for (void* p : {(void*)tab.keys, (void*)tab.counts, (void*)tab.state, (void*)lt.dropped, (void*)d_keys_warm, (void*)cnt_keys, (void*)cnt_counts,
+                    (void*)cs.w, (void*)cs.st, (void*)cs.dw, (void*)cw0, (void*)st0, (void*)out_alone, (void*)out})
+        cudaCheck(cudaFree(p));
+    if (!pass) printf("populate or counting FAILED (above)\n");
+    return pass ? rc : EXIT_CHECK_FAILED;
+}
+#endif

@@ -1,0 +1,216 @@
+// CPU tests of tt_cache (no GPU): populate's rebuild, its ranking and rows, the cache lookup after evictions, and
+// the cached backward grouped per row against the sequential reference. Each FBTT defect of docs/tt_cache.md has
+// a case that our code passes and that an emulation of FBTT's way fails (so the case can fail).
+#define NO_MAIN
+#include "test_util.h"
+#include "../dev/cuda/tt_cache.cu"
+
+#include <numeric>
+
+// keys with the given home slot, searched upwards from `from`
+static std::vector<int64_t> homed(uint64_t home, uint64_t H, int count, int64_t from = 0) {
+    std::vector<int64_t> out;
+    for (int64_t k = from; (int)out.size() < count; k++)
+        if (lfu_count_slot(k, H) == home) out.push_back(k);
+    return out;
+}
+
+// each key `reps` times, in order
+static void count_keys(LfuCountHostTable& t, const std::vector<std::pair<int64_t, int>>& keys) {
+    std::vector<int64_t> idx;
+    for (auto& kr : keys) idx.insert(idx.end(), (size_t)kr.second, kr.first);
+    lfu_count_cpu(t, idx.data(), (int64_t)idx.size());
+}
+
+// "" when lookups through the table reach the right rows: a slot with a key and a row holds that row's key, a row
+// with a key is found through the table, an empty slot has no row
+static std::string rows_consistent(const LfuCountHostTable& t, const std::vector<int>& state, const std::vector<int64_t>& row_key) {
+    const uint64_t H = t.keys.size();
+    for (uint64_t s = 0; s < H; s++) {
+        if (t.keys[s] == LFU_COUNT_EMPTY && state[s] != -1) return fmt("empty slot %llu has cache row %d", (unsigned long long)s, state[s]);
+        if (t.keys[s] != LFU_COUNT_EMPTY && state[s] >= 0 && row_key[state[s]] != t.keys[s])
+            return fmt("key %lld (slot %llu) is sent to row %d, which holds key %lld", (long long)t.keys[s], (unsigned long long)s, state[s],
+                       (long long)row_key[state[s]]);
+    }
+    for (size_t n = 0; n < row_key.size(); n++)
+        if (row_key[n] >= 0 && tt_cache_row_of(t.keys.data(), state.data(), H, row_key[n]) != (int)n)
+            return fmt("row %zu's key %lld is not found through the table", n, (long long)row_key[n]);
+    return "";
+}
+
+// FBTT's populate: rank as ours, then evict by emptying the slot (key -1, count 0) and leave its cache_state;
+// positions n < C without a key become row_key 0 (a filler row)
+static void fbtt_populate(LfuCountHostTable& t, std::vector<int>& state, int64_t C, std::vector<int64_t>& row_key) {
+    const uint64_t H = t.keys.size();
+    std::vector<int64_t> order(H);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.counts[a] > t.counts[b]; });
+    row_key.assign((size_t)C, -1);
+    for (uint64_t n = 0; n < H; n++) {
+        const int64_t s = order[n];
+        if ((int64_t)n < C) {
+            row_key[n] = t.keys[s] == LFU_COUNT_EMPTY ? 0 : t.keys[s];
+            if (t.keys[s] != LFU_COUNT_EMPTY) state[s] = (int)n;
+        } else {
+            t.keys[s] = LFU_COUNT_EMPTY;
+            t.counts[s] = 0;
+        }
+    }
+}
+
+int main() {
+    // 1. a second populate after eviction sends every key to its own row
+    {
+        const uint64_t H = 64;
+        auto run = [&](bool ours) {
+            LfuCountHostTable t(H);
+            std::vector<int> state(H, -1);
+            std::vector<int64_t> rows;
+            const int64_t A = homed(5, H, 1)[0];
+            std::vector<int64_t> hot = homed(20, H, 3, 1000);
+            count_keys(t, {{A, 50}, {hot[0], 1}, {hot[1], 1}});
+            ours ? (void)tt_cache_populate_cpu(t, state, 2, rows) : fbtt_populate(t, state, 2, rows);   // A cached
+            count_keys(t, {{hot[0], 100}, {hot[1], 100}, {hot[2], 100}});
+            ours ? (void)tt_cache_populate_cpu(t, state, 2, rows) : fbtt_populate(t, state, 2, rows);   // A evicted
+            const int64_t X = homed(5, H, 1, A + 1)[0];                                                 // a new key at A's home
+            count_keys(t, {{X, 1}});
+            return rows_consistent(t, state, rows);
+        };
+        const std::string ours = run(true), fbtt = run(false);
+        report(ours.empty(), "second populate after an eviction: every key reaches its own row (or none)", ours);
+        report(!fbtt.empty(), "the same steps with FBTT's eviction (cache_state left) send a key to another key's row",
+               "the emulation passed: the case cannot fail");
+        if (!fbtt.empty()) printf("    (FBTT: %s)\n", fbtt.c_str());
+    }
+
+    // 2. no filler row when fewer than C keys were seen
+    {
+        LfuCountHostTable t(100);
+        count_keys(t, {{17, 3}, {4242, 2}, {99, 1}});
+        std::vector<int> state;
+        std::vector<int64_t> rows;
+        tt_cache_populate_cpu(t, state, 10, rows);
+        std::string why;
+        for (int n = 0; n < 10; n++)
+            if ((n < 3) != (rows[n] >= 0)) why += fmt("row %d holds key %lld; ", n, (long long)rows[n]);
+        if (rows[0] != 17 || rows[1] != 4242 || rows[2] != 99) why += "rows 0..2 are not the keys by count; ";
+        report(why.empty(), "3 keys, C = 10: rows 0..2 hold them by count, rows 3..9 hold nothing (no row 0 filler)", why);
+        LfuCountHostTable f(100);
+        count_keys(f, {{17, 3}, {4242, 2}, {99, 1}});
+        std::vector<int> fstate(100, -1);
+        fbtt_populate(f, fstate, 10, rows);
+        report(rows[3] == 0, "FBTT's populate materialises row 0 as filler at position 3 (the emulation shows the defect)");
+    }
+
+    // 3. no holes: find stops at an empty slot, so a kept key behind an evicted one must be moved
+    {
+        const uint64_t H = 32;
+        const std::vector<int64_t> k = homed(7, H, 2);     // k[0] (rare) at slot 7, k[1] (hot) at slot 8
+        LfuCountHostTable t(H);
+        count_keys(t, {{k[0], 1}, {k[1], 9}});
+        LfuCountHostTable f = t;
+        std::vector<int> state, fstate(H, -1);
+        std::vector<int64_t> rows;
+        tt_cache_populate_cpu(t, state, 1, rows);
+        int probes = 0;
+        const int64_t s = lfu_count_find(t.keys.data(), H, k[1], &probes);
+        report(s == 7 && state[7] == 0 && probes == 1, "the kept key behind an evicted one moves to its home: found in 1 probe, row 0",
+               fmt("slot %lld, probes %d", (long long)s, probes));
+        fbtt_populate(f, fstate, 1, rows);
+        report(lfu_count_find(f.keys.data(), H, k[1]) == -1, "FBTT's emptied slot hides the kept key from a find that stops at empty");
+        const int64_t miss = homed(7, H, 1, k[1] + 1)[0];
+        lfu_count_find(t.keys.data(), H, miss, &probes);
+        report(probes == 2, "find of a missing key stops at the first empty slot (2 probes here, FBTT: always 3)", fmt("%d probes", probes));
+    }
+
+    // 4. the rebuild on random crowded tables: no kept key lost, each in its window with no empty slot before it,
+    //    its count kept; the rest gone; ties ranked in slot order; state and rows consistent
+    {
+        Rng rng(5);
+        std::string why;
+        int cases = 0;
+        for (int iter = 0; iter < 400 && why.empty(); iter++) {
+            const uint64_t H = (uint64_t)rng.randint(2, 60);
+            LfuCountHostTable t(H);
+            const int n = (int)rng.randint(1, (int64_t)(3 * H));
+            std::vector<int64_t> idx;
+            for (int i = 0; i < n; i++) idx.push_back(rng.randint(0, 2 * (int64_t)H));
+            lfu_count_cpu(t, idx.data(), (int64_t)idx.size());
+            if (std::count(t.keys.begin(), t.keys.end(), LFU_COUNT_EMPTY) == 0) continue;   // full: refused by the op
+            const int64_t C = rng.randint(1, (int64_t)H + 3);
+            const LfuCountHostTable before = t;
+            std::vector<int> state;
+            std::vector<int64_t> rows;
+            const int lost = tt_cache_populate_cpu(t, state, C, rows);
+            std::unordered_map<int64_t, int64_t> kept;
+            for (size_t r = 0; r < rows.size(); r++)
+                if (rows[r] >= 0) kept[rows[r]] = before.counts[lfu_count_find(before.keys.data(), H, rows[r])];
+            std::string bad = lost ? fmt("%d keys lost", lost) : lfu_count_check_table(t.keys.data(), t.counts.data(), H, 0, kept);
+            if (bad.empty()) bad = rows_consistent(t, state, rows);
+            // ranking: counts non-increasing over the rows; equal counts in slot order of the old table
+            for (size_t r = 1; bad.empty() && r < rows.size() && rows[r] >= 0; r++) {
+                const int64_t a = lfu_count_find(before.keys.data(), H, rows[r - 1]), b = lfu_count_find(before.keys.data(), H, rows[r]);
+                if (before.counts[a] < before.counts[b] || (before.counts[a] == before.counts[b] && a > b)) bad = fmt("rows %zu, %zu out of order", r - 1, r);
+            }
+            if (!bad.empty()) why = fmt("H %llu, C %lld: ", (unsigned long long)H, (long long)C) + bad;
+            cases++;
+        }
+        report(why.empty() && cases > 100, fmt("rebuild of %d random crowded tables (H 2..59, wrap included): kept keys in place, counts kept", cases), why);
+    }
+
+    // 5. the cached backward grouped per row (the GPU's order: stable sort by row, a warp of 32 lanes per row) against
+    //    the sequential reference, bitwise, for each optimizer; rows shared by several bags; D not a multiple of 128
+    for (int D : {37, 64, 200}) {
+        Rng rng(11 + D);
+        const int64_t nbags = 9, C = 5;
+        const int L = 6;
+        std::vector<int64_t> offsets(nbags + 1);
+        for (int64_t b = 0; b <= nbags; b++) offsets[b] = b * L;
+        std::vector<int> crow((size_t)(nbags * L));
+        for (auto& c : crow) c = (int)rng.randint(-1, C);     // -1: a TT lookup
+        crow[0] = crow[L] = crow[2 * L] = crow[5 * L + 1] = 2;  // row 2 in bags 0, 1, 2, 5
+        const std::vector<float> dY = make_random_floats((size_t)(nbags * D), rng);
+        std::vector<float> msq(nbags);
+        for (int64_t b = 0; b < nbags; b++) msq[b] = tt_cache_mean_square(dY.data() + b * D, D);
+        const std::vector<float> W0 = make_random_floats((size_t)(C * D), rng), st0 = make_random_floats((size_t)C, rng, 0.1f, 1.0f);
+        for (int opt : {TT_CACHE_DENSE, TT_CACHE_SGD, TT_CACHE_ADAGRAD}) {
+            std::vector<float> W = W0, st = st0, dW((size_t)(C * D), 0.0f), Wg = W0, stg = st0, dWg((size_t)(C * D), 0.0f);
+            tt_cache_backward_cpu(opt, 0.05f, 1e-8f, W.data(), st.data(), dW.data(), crow.data(), offsets.data(), nbags, dY.data(), D, C);
+            std::vector<std::pair<int, int>> occ;                 // (row, bag) in lookup order, then stably sorted by row
+            for (int64_t b = 0; b < nbags; b++)
+                for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) if (crow[n] >= 0) occ.push_back({crow[n], (int)b});
+            std::stable_sort(occ.begin(), occ.end(), [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a.first < b.first; });
+            for (size_t i = 0; i < occ.size();) {
+                size_t j = i;
+                std::vector<int> bags;
+                while (j < occ.size() && occ[j].first == occ[i].first) bags.push_back(occ[j++].second);
+                const int c = occ[i].first;
+                float s = 0.0f;
+                for (int lane = 0; lane < 32; lane++)
+                    s = tt_cache_update_row(opt, 0.05f, 1e-8f, Wg.data() + c * D, dWg.data() + c * D, stg[c], bags.data(), (int)bags.size(), dY.data(),
+                                            msq.data(), D, lane, 32);
+                if (opt == TT_CACHE_ADAGRAD) stg[c] = s;
+                i = j;
+            }
+            const bool same = memcmp(W.data(), Wg.data(), W.size() * 4) == 0 && memcmp(st.data(), stg.data(), st.size() * 4) == 0 &&
+                              memcmp(dW.data(), dWg.data(), dW.size() * 4) == 0;
+            report(same, fmt("cached backward (%s, D %d): grouped per row, 32 lanes = the sequential reference, bitwise (row 2 in 4 bags)",
+                             TT_CACHE_OPT_NAMES[opt], D));
+            if (opt == TT_CACHE_ADAGRAD && D == 64) {
+                // FBTT's rowwise kernel: every bag of row 2 reads the row, then all write (the race): the result differs
+                std::vector<float> Wr = W0, str = st0;
+                std::vector<float> row(W0.begin() + 2 * D, W0.begin() + 3 * D);
+                for (int64_t b = 0; b < nbags; b++)
+                    for (int64_t n = offsets[b]; n < offsets[b + 1]; n++) {
+                        if (crow[n] != 2) continue;
+                        str[2] += msq[b];
+                        const float mult = 0.05f / (sqrtf(str[2]) + 1e-8f);
+                        for (int d = 0; d < D; d++) Wr[2 * D + d] = fmaf(-mult, dY[b * D + d], row[d]);   // each from the stale row
+                    }
+                report(memcmp(Wr.data() + 2 * D, W.data() + 2 * D, D * 4) != 0,
+                       "FBTT's racy rowwise Adagrad (all bags read row 2 before any writes) differs from the reference: the case can fail");
+            }
+        }
+    }
+    return test_summary();
+}
