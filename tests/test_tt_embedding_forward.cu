@@ -6,7 +6,8 @@
 // through a column-major reference GEMM with the launcher's exact cuBLAS arguments, version 4's lane split and
 // shuffle tree on whole bags and its shape filter, the tensor-core tile of versions 5 and 6 (fragment layouts,
 // 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane and its filter, version 6's scan
-// mask, and version 6's dispatch: at every shape of the grid it runs (never skips) with some block size.
+// mask, version 7's column tiles (copy, staging, lane step, store) row by row and its filter, and version 6's
+// dispatch: at every shape of the grid it runs (never skips) with some block size, version 7's kernel at rank 128.
 #define NO_MAIN
 #include "test_util.h"
 #include "../dev/cuda/tt_embedding_forward.cu"
@@ -463,6 +464,30 @@ static void emulate_mma(float (&d)[32][4], const float (&a)[32][4], const float 
         }
 }
 
+// shapes a version's filter must refuse, each naming its reason
+struct Refusal { std::vector<int> p, q, r; const char* needle; };
+static void check_refusals(int version, std::string (*reason)(const TtEmbeddingForwardShape&), const std::vector<Refusal>& cases, Rng& rng) {
+    for (const Refusal& b : cases) {
+        Problem P;
+        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
+        const std::string why = reason(P.s);
+        report(why.find(b.needle) != std::string::npos,
+               P.name + ": version " + std::to_string(version) + " refuses it naming '" + std::string(b.needle) + "'", why);
+    }
+}
+
+// tt_embedding_forward_g1_rows_reduce's xor shuffles over a warp's 32 lanes (every lane reads the old value)
+template <int Q0>
+static void emulate_g1_rows_reduce(float (&part)[32][Q0][4], int R2) {
+    for (int off = 1; off < R2 / 4; off *= 2) {
+        float next[32][Q0][4];
+        for (int lane = 0; lane < 32; lane++)
+            for (int a = 0; a < Q0; a++)
+                for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
+        memcpy(part, next, sizeof part);
+    }
+}
+
 // version 4's lanes on the CPU: for a bag of several lookups, every lane's partials
 // (tt_embedding_forward_g1_rows_lane on G_0 transposed as the kernel stages it, zeros past R_1) summed over the
 // lookups, then across the R_2 / 4 lanes of each a_1 in the kernel's xor-shuffle order (the kernel reduces per
@@ -500,13 +525,7 @@ static void test_v4() {
                 tt_embedding_forward_g1_rows_lane<4, 4>(part[lane], g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1),
                                                    tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, ncols, lane);
         }
-        for (int off = 1; off < R2 / 4; off *= 2) {                // __shfl_xor_sync: every lane reads the old value
-            float next[32][4][4];
-            for (int lane = 0; lane < 32; lane++)
-                for (int a = 0; a < 4; a++)
-                    for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
-            memcpy(part, next, sizeof part);
-        }
+        emulate_g1_rows_reduce<4>(part, R2);
         std::vector<float> got(s.D, NAN);
         for (int lane = 0; lane < 32; lane++) {
             const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
@@ -522,19 +541,12 @@ static void test_v4() {
         report(bad.empty(), P.name + ": version 4's lanes + shuffle tree (emulated) = pooled reference", bad.substr(0, 200));
     }
     // the filter: shapes version 4 must refuse, each with its reason
-    struct Bad { std::vector<int> p, q, r; const char* needle; };
-    std::vector<Bad> bads = {
+    check_refusals(4, tt_embedding_forward_reason4, {
         {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
         {{5, 6, 4}, {2, 4, 8}, {8, 8}, "q_0 = q_2 = 4"},
         {{5, 6, 4}, {4, 4, 4}, {8, 12}, "power of two"},
         {{5, 6, 4}, {4, 8, 4}, {8, 32}, "q_1 * R_2 <= 128"},
-    };
-    for (const Bad& b : bads) {
-        Problem P;
-        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
-        const std::string why = tt_embedding_forward_reason4(P.s);
-        report(why.find(b.needle) != std::string::npos, P.name + ": version 4 refuses it naming '" + std::string(b.needle) + "'", why);
-    }
+    }, rng);
 }
 
 // version 7's column tiles on the CPU, lane by lane: per lookup and tile, the tile as tt_embedding_forward_copy_tile7
@@ -571,13 +583,7 @@ static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, c
             float part[32][Q0][4] = {};
             for (int lane = 0; lane < 32; lane++)
                 tt_embedding_forward_g1_rows_lane<Q0, 4>(part[lane], stage.data(), tile.data(), stage.data() + R1p * Q0, R1, R2, ncols, lane);
-            for (int off = 1; off < R2 / 4; off *= 2) {        // __shfl_xor_sync: every lane reads the old value
-                float next[32][Q0][4];
-                for (int lane = 0; lane < 32; lane++)
-                    for (int a = 0; a < Q0; a++)
-                        for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
-                memcpy(part, next, sizeof part);
-            }
+            emulate_g1_rows_reduce<Q0>(part, R2);
             for (int lane = 0; lane < 32; lane++) tt_embedding_forward_g1_rows_store<Q0>(got.data(), part[lane], q1, R2, a1_base, ncols, lane);
         }
         double scale = 0.0;
@@ -602,20 +608,13 @@ static void test_v7() {
     test_v7_case<2>({5, 7, 3}, {2, 1, 4}, {100, 64}, rng);         // one tile, half the lanes idle; R_1 padded
     test_v7_case<8>({5, 7, 3}, {8, 2, 4}, {37, 32}, rng);          // four a_1 per tile, two present
     test_v7_case<4>({5, 7, 3}, {4, 4, 4}, {13, 4}, rng);           // R_2 = 4: no shuffle
-    struct Bad { std::vector<int> p, q, r; const char* needle; };
-    const std::vector<Bad> bads = {
+    check_refusals(7, tt_embedding_forward_reason7, {
         {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
         {{5, 6, 4}, {3, 4, 4}, {128, 128}, "q_0 in {1, 2, 4, 8}"},
         {{5, 6, 4}, {4, 4, 2}, {128, 128}, "q_2 = 4"},
         {{5, 6, 4}, {4, 4, 4}, {128, 96}, "power of two"},
         {{5, 70000, 4}, {4, 4, 4}, {4, 4}, "uint16"},
-    };
-    for (const Bad& b : bads) {
-        Problem P;
-        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
-        const std::string why = tt_embedding_forward_reason7(P.s);
-        report(why.find(b.needle) != std::string::npos, P.name + ": version 7 refuses it naming '" + std::string(b.needle) + "'", why);
-    }
+    }, rng);
 }
 
 // the division-free digits of versions 4-6 against '/' and '%': every divisor shape of the op (strides and factors
