@@ -1347,7 +1347,7 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
     return "";
 }
 
-// ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; version 3 at every other shape
+// ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; 7 or 3 at every other shape
 
 // Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, with
 // 12% of the warp slots active): the chain was not what held an item up, its serial path was. Version 6 cuts
@@ -1355,7 +1355,9 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // compare all pairs), 64 lookups per item at uniform indices (the default's 220 items are one wave on 2 blocks of
 // 256 threads per SM), and the chain and pooling kernels launched with programmatic dependent launch (their
 // launch and start-up overlap the kernel before). It is the default, so it runs every shape: where its compiled
-// kernel does not apply (tt_embedding_forward_reason6) it runs version 3's kernel (tt_embedding_forward below).
+// kernel does not apply (tt_embedding_forward_reason6) it runs version 7's kernel if G_1's slice is too big for
+// version 5's copies and version 7 runs the shape, else version 3's (tt_embedding_forward_tiled6 and the
+// dispatcher below).
 
 // ---- version 7: version 6's items where G_1's slice exceeds shared memory, G_1 in column tiles
 
