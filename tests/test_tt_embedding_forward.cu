@@ -6,7 +6,8 @@
 // through a column-major reference GEMM with the launcher's exact cuBLAS arguments, version 4's lane split and
 // shuffle tree on whole bags and its shape filter, the tensor-core tile of versions 5 and 6 (fragment layouts,
 // 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane and its filter, version 6's scan
-// mask, and version 6's dispatch: at every shape of the grid it runs (never skips) with some block size.
+// mask, version 7's column tiles (copy, staging, lane step, store) row by row and its filter, and version 6's
+// dispatch: at every shape of the grid it runs (never skips) with some block size, version 7's kernel at rank 128.
 #define NO_MAIN
 #include "test_util.h"
 #include "../dev/cuda/tt_embedding_forward.cu"
@@ -463,6 +464,30 @@ static void emulate_mma(float (&d)[32][4], const float (&a)[32][4], const float 
         }
 }
 
+// shapes a version's filter must refuse, each naming its reason
+struct Refusal { std::vector<int> p, q, r; const char* needle; };
+static void check_refusals(int version, std::string (*reason)(const TtEmbeddingForwardShape&), const std::vector<Refusal>& cases, Rng& rng) {
+    for (const Refusal& b : cases) {
+        Problem P;
+        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
+        const std::string why = reason(P.s);
+        report(why.find(b.needle) != std::string::npos,
+               P.name + ": version " + std::to_string(version) + " refuses it naming '" + std::string(b.needle) + "'", why);
+    }
+}
+
+// tt_embedding_forward_g1_rows_reduce's xor shuffles over a warp's 32 lanes (every lane reads the old value)
+template <int Q0>
+static void emulate_g1_rows_reduce(float (&part)[32][Q0][4], int R2) {
+    for (int off = 1; off < R2 / 4; off *= 2) {
+        float next[32][Q0][4];
+        for (int lane = 0; lane < 32; lane++)
+            for (int a = 0; a < Q0; a++)
+                for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
+        memcpy(part, next, sizeof part);
+    }
+}
+
 // version 4's lanes on the CPU: for a bag of several lookups, every lane's partials
 // (tt_embedding_forward_g1_rows_lane on G_0 transposed as the kernel stages it, zeros past R_1) summed over the
 // lookups, then across the R_2 / 4 lanes of each a_1 in the kernel's xor-shuffle order (the kernel reduces per
@@ -500,13 +525,7 @@ static void test_v4() {
                 tt_embedding_forward_g1_rows_lane<4, 4>(part[lane], g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1),
                                                    tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, ncols, lane);
         }
-        for (int off = 1; off < R2 / 4; off *= 2) {                // __shfl_xor_sync: every lane reads the old value
-            float next[32][4][4];
-            for (int lane = 0; lane < 32; lane++)
-                for (int a = 0; a < 4; a++)
-                    for (int b = 0; b < 4; b++) next[lane][a][b] = part[lane][a][b] + part[lane ^ off][a][b];
-            memcpy(part, next, sizeof part);
-        }
+        emulate_g1_rows_reduce<4>(part, R2);
         std::vector<float> got(s.D, NAN);
         for (int lane = 0; lane < 32; lane++) {
             const int col = 4 * lane, a1 = col / R2, k2 = col % R2;
@@ -522,19 +541,80 @@ static void test_v4() {
         report(bad.empty(), P.name + ": version 4's lanes + shuffle tree (emulated) = pooled reference", bad.substr(0, 200));
     }
     // the filter: shapes version 4 must refuse, each with its reason
-    struct Bad { std::vector<int> p, q, r; const char* needle; };
-    std::vector<Bad> bads = {
+    check_refusals(4, tt_embedding_forward_reason4, {
         {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
         {{5, 6, 4}, {2, 4, 8}, {8, 8}, "q_0 = q_2 = 4"},
         {{5, 6, 4}, {4, 4, 4}, {8, 12}, "power of two"},
         {{5, 6, 4}, {4, 8, 4}, {8, 32}, "q_1 * R_2 <= 128"},
-    };
-    for (const Bad& b : bads) {
-        Problem P;
-        if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
-        const std::string why = tt_embedding_forward_reason4(P.s);
-        report(why.find(b.needle) != std::string::npos, P.name + ": version 4 refuses it naming '" + std::string(b.needle) + "'", why);
+    }, rng);
+}
+
+// version 7's column tiles on the CPU, lane by lane: per lookup and tile, the tile as tt_embedding_forward_copy_tile7
+// copies it, G_0/G_2 as tt_embedding_forward_stage_copies stages them (padding rows zero), version 4's lane step on
+// the tile, the xor-shuffle tree, and each lane's store into a NaN-poisoned row; every row against the double
+// reference (so a tile's a_1 range, its store offsets, and a value no tile writes all fail). Ranks 128 and 64 with
+// tiles of one and two a_1, q_1 = 1..4 (a last tile of fewer a_1), q_0 = 1, 2, 4, 8, odd R_1.
+template <int Q0>
+static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, Rng& rng) {
+    Problem P;
+    if (!make_problem(P, p, q, r, 2, 1, 1, rng)) return;
+    const TtEmbeddingForwardShape& s = P.s;
+    const std::string why = tt_embedding_forward_reason7(s);
+    if (!why.empty()) { report(false, P.name + ": version 7 accepts the shape", why); return; }
+    const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1), tile_a1 = tt_embedding_forward_tile_a1(q1, R2);
+    std::vector<float> tile((size_t)R1 * tile_a1 * R2), stage((size_t)R1p * Q0 + 4 * R2), got(s.D);
+    std::vector<double> want(s.D);
+    std::string bad;
+    int tiles = 0;
+    for (int n = 0; n < 4; n++) {
+        const int tbl = n % 2;
+        const int64_t idx = n == 0 ? s.E - 1 : rng.randint(0, s.E);
+        tt_embedding_forward_row_cpu(want.data(), P.ptrs.data(), s, tbl, idx);
+        std::fill(got.begin(), got.end(), NAN);
+        std::fill(stage.begin(), stage.end(), 0.0f);
+        for (int lane = 0; lane < 32; lane++)
+            tt_embedding_forward_stage_copies<Q0>(stage.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 0),
+                                                  tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, lane);
+        for (int a1_base = 0; a1_base < q1; a1_base += tile_a1, tiles++) {
+            const int n_a1 = std::min(tile_a1, q1 - a1_base), ncols = n_a1 * R2;
+            std::fill(tile.begin(), tile.end(), NAN);
+            for (int tid = 0; tid < 96; tid++)                 // three warps' threads
+                tt_embedding_forward_copy_tile7(tile.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1), R1, q1, R2, a1_base, n_a1, tid, 96);
+            float part[32][Q0][4] = {};
+            for (int lane = 0; lane < 32; lane++)
+                tt_embedding_forward_g1_rows_lane<Q0, 4>(part[lane], stage.data(), tile.data(), stage.data() + R1p * Q0, R1, R2, ncols, lane);
+            emulate_g1_rows_reduce<Q0>(part, R2);
+            for (int lane = 0; lane < 32; lane++) tt_embedding_forward_g1_rows_store<Q0>(got.data(), part[lane], q1, R2, a1_base, ncols, lane);
+        }
+        double scale = 0.0;
+        for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(want[d]));
+        for (int d = 0; d < s.D; d++)
+            if (!close(got[d], want[d], 1e-5 * std::max(scale, 1.0), 0)) bad += " n" + std::to_string(n) + "d" + std::to_string(d);
     }
+    report(bad.empty() && tiles == 4 * ((q1 + tile_a1 - 1) / tile_a1),
+           P.name + ": version 7's " + std::to_string(tiles / 4) + " column tiles per row (emulated) = reference", bad.substr(0, 200));
+}
+
+static void test_v7() {
+    Rng rng(77);
+    test_v7_case<4>({11, 13, 7}, {4, 4, 4}, {128, 128}, rng);      // EL-Rec's D = 64: four tiles of one a_1
+    test_v7_case<2>({11, 13, 7}, {2, 2, 4}, {128, 128}, rng);      // EL-Rec's D = 16: two tiles
+    test_v7_case<4>({5, 7, 3}, {4, 2, 4}, {128, 128}, rng);
+    test_v7_case<8>({5, 7, 3}, {8, 4, 4}, {128, 128}, rng);
+    test_v7_case<1>({5, 7, 3}, {1, 4, 4}, {128, 128}, rng);
+    test_v7_case<4>({5, 7, 3}, {4, 4, 4}, {64, 64}, rng);          // rank 64: two tiles of two a_1
+    test_v7_case<2>({5, 7, 3}, {2, 2, 4}, {64, 64}, rng);          // one tile of two a_1
+    test_v7_case<4>({5, 7, 3}, {4, 3, 4}, {64, 64}, rng);          // a last tile of one a_1
+    test_v7_case<2>({5, 7, 3}, {2, 1, 4}, {100, 64}, rng);         // one tile, half the lanes idle; R_1 padded
+    test_v7_case<8>({5, 7, 3}, {8, 2, 4}, {37, 32}, rng);          // four a_1 per tile, two present
+    test_v7_case<4>({5, 7, 3}, {4, 4, 4}, {13, 4}, rng);           // R_2 = 4: no shuffle
+    check_refusals(7, tt_embedding_forward_reason7, {
+        {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
+        {{5, 6, 4}, {3, 4, 4}, {128, 128}, "q_0 in {1, 2, 4, 8}"},
+        {{5, 6, 4}, {4, 4, 2}, {128, 128}, "q_2 = 4"},
+        {{5, 6, 4}, {4, 4, 4}, {128, 96}, "power of two"},
+        {{5, 70000, 4}, {4, 4, 4}, {4, 4}, "uint16"},
+    }, rng);
 }
 
 // the division-free digits of versions 4-6 against '/' and '%': every divisor shape of the op (strides and factors
@@ -734,10 +814,10 @@ static void test_dispatch() {
     const size_t smem = 232448;
     TtEmbeddingForwardWorkspace ws;
     ws.max_smem = smem;
-    for (int v = 3; v <= 6; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
+    for (int v = 3; v <= 7; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
     Rng rng(123);
     std::string bad;
-    int shapes = 0, fast = 0, global = 0;
+    int shapes = 0, fast = 0, global = 0, tiled = 0;
     for (int trial = 0; trial < 4000; trial++) {
         const int T = 2 + (int)rng.randint(0, 5);
         std::vector<int> p(T), q(T), r(T - 1);
@@ -760,6 +840,10 @@ static void test_dispatch() {
         global += g;
         const bool family = s.T == 3 && s.q[0] == 4 && s.q[1] == 4 && s.q[2] == 4 && s.R[1] == s.R[2] && (s.R[1] == 32 || s.R[1] == 16);
         fast += tt_embedding_forward_fast6(s, smem);
+        tiled += tt_embedding_forward_tiled6(s, smem);
+        if (tt_embedding_forward_fast6(s, smem) && tt_embedding_forward_tiled6(s, smem)) bad += " two kernels";
+        if (tt_embedding_forward_tiled6(s, smem) && (!tt_embedding_forward_skip_reason(7, s, smem).empty() || tt_embedding_forward_blocks(7, s, ws).empty()))
+            bad += " version 7 cannot run";
         if (!tt_embedding_forward_skip_reason(6, s, smem).empty()) bad += " skipped";
         if (tt_embedding_forward_blocks(6, s, ws).empty()) bad += " no block";
         if (tt_embedding_forward_fast6(s, smem) != family) bad += " dispatch";
@@ -767,9 +851,16 @@ static void test_dispatch() {
         if (!family && w5.find("version 6 runs every shape") == std::string::npos) bad += " version 5: " + w5;
         if (bad.size() > 200) break;
     }
-    report(bad.empty() && shapes > 3000 && fast > 0 && global > 0,
+    // EL-Rec's shapes (rank 128): version 7's column tiles
+    for (const auto& q : std::vector<std::vector<int>>{{2, 2, 4}, {4, 4, 4}, {4, 2, 4}}) {
+        TtEmbeddingForwardShape s;
+        const std::string why = shape_of(s, {200, 220, 250}, q, {128, 128}, 0, 0, 1, 4096, 20);
+        if (!why.empty() || !tt_embedding_forward_tiled6(s, smem) || tt_embedding_forward_blocks(6, s, ws).empty()) bad += " EL-Rec not tiled";
+    }
+    report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0,
            "version 6 runs each of " + std::to_string(shapes) + " grid shapes (" + std::to_string(fast) + " on its compiled kernel, " +
-               std::to_string(global) + " with version 3's buffers in global memory)", bad.substr(0, 200));
+               std::to_string(tiled) + " on version 7's, " + std::to_string(global) + " with version 3's buffers in global memory)",
+           bad.substr(0, 200));
 }
 
 // tt_embedding.h's replay: the inputs of both ops dumped and read back by --load bit for bit (the bags and cores the
@@ -871,6 +962,7 @@ int main() {
     test_default_counts();
     test_digits();
     test_v4();
+    test_v7();
     test_fast_digits();
     {
         Rng rng(101);
