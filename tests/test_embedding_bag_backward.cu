@@ -578,6 +578,46 @@ static void test_rounding_unbiased() {
     report(ok, fmt("stochastic rounding is unbiased: %d values x fp16/bf16, the mean of %d roundings within 5 sigma", checked, K), why);
 }
 
+// The integer rounding (embedding_bag_round_half: the GPU's path) decides exactly as the division form for
+// every value and random word: fp32 bit patterns spread over every exponent and sign (the fp16 and bf16
+// normal and subnormal ranges, their largest finite values and past them, zeros, infinities, NaN), and words
+// at the decision's edges (0, all ones, the top bits just below and above the dropped bits) and from Philox
+static void test_rounding_integer_path() {
+    std::vector<float> vs = {0.0f, -0.0f, 65504.0f, -65504.0f, 65505.0f, 65519.0f, 65520.0f, 0x1.0p-14f, 0x1.0p-14f * (1 - 0x1.0p-20f),
+                             0x1.0p-24f, 0x1.0p-25f, 3.0e38f, 0x1.fep127f, 0x1.ffp127f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-45f};
+    Rng rng(2024);
+    for (int i = 0; i < 200000; i++) {
+        const uint32_t b = (uint32_t)rng.randint(0, (int64_t)1 << 32);
+        float v;
+        memcpy(&v, &b, 4);
+        vs.push_back(v);
+    }
+    bool ok = true;
+    std::string why;
+    int64_t n = 0;
+    for (EmbeddingBagWeights wt : kHalves) {
+        for (size_t i = 0; i < vs.size(); i++) {
+            const uint32_t b = embedding_bag_float_bits(vs[i]);
+            uint32_t r[4];
+            embedding_bag_round_bits_host(77, 3, (int64_t)i, r);
+            const uint32_t words[] = {0u, ~0u, r[0], r[1], (b & 0xFFFFu) << 16, ((b & 0xFFFFu) << 16) - 1, (b & 0x1FFFu) << 19,
+                                      ((b & 0x1FFFu) << 19) - 1, ((b & 0x1FFFu) << 19) + (1u << 18)};
+            for (uint32_t w : words) {
+                for (bool st : {false, true}) {
+                    const uint16_t got = embedding_bag_round_half(vs[i], wt, st, w), want = embedding_bag_round_half_by_division(vs[i], wt, st, w);
+                    n++;
+                    if (got != want && ok) {
+                        ok = false;
+                        why = fmt("%s, v = %a, word %08x, %s: integer %04x, division %04x", EMBEDDING_BAG_WEIGHTS_NAMES[(int)wt], vs[i], w,
+                                  st ? "stochastic" : "nearest", got, want);
+                    }
+                }
+            }
+        }
+    }
+    report(ok, fmt("the integer rounding decides as the division form: %lld (value, word) pairs, fp16 and bf16", (long long)n), why);
+}
+
 // SGD on bf16 weights at 1.0 (ulp 2^-7) with updates of +0.003 (below half an ulp, 0.0039), 100 steps, over
 // 4096 columns: rounded to nearest every weight stays at 1.0; stochastically the mean over the columns is
 // within 5 sigma of 1.3 (each step unbiased; its variance at most ulp^2 / 4 per column)
@@ -984,6 +1024,7 @@ int main() {
     // 8. half weights
     test_philox_kat();
     test_rounding_unbiased();
+    test_rounding_integer_path();
     test_small_updates();
     {
         EmbeddingBagConfig c = small_config(3, 500, 36, 64, 9, 1.15);

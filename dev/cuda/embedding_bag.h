@@ -247,16 +247,44 @@ __host__ __device__ inline float embedding_bag_to_float(float x) { return x; }
 __host__ __device__ inline float embedding_bag_to_float(__half x) { return __half2float(x); }
 __host__ __device__ inline float embedding_bag_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// v rounded to the half type w: to nearest (stochastic false), or up with probability q using the random
-// word r (see above). Values exactly representable, non-finite ones and those past the largest finite
-// half (whose neighbour away from zero is infinite) round to nearest.
-__host__ __device__ inline uint16_t embedding_bag_round_half(float v, EmbeddingBagWeights w, bool stochastic, uint32_t r) {
+// v rounded to the half type w by the definition above: up with probability q = (v - lo) / (hi - lo) using
+// the random word r, or to nearest (stochastic false). Values exactly representable, non-finite ones and
+// those past the largest finite half (whose neighbour away from zero is infinite) round to nearest. Every
+// value goes through here on the host; on the GPU only those off embedding_bag_round_half's integer path.
+__host__ __device__ inline uint16_t embedding_bag_round_half_by_division(float v, EmbeddingBagWeights w, bool stochastic, uint32_t r) {
     if (!stochastic || !isfinite(v)) return embedding_bag_half_bits(v, w, false);
     const uint16_t lo = embedding_bag_half_bits(v, w, true), hi = (uint16_t)(lo + 1);   // sign-magnitude: +1 steps away from zero
     const float flo = embedding_bag_half_to_float(lo, w), fhi = embedding_bag_half_to_float(hi, w);
     if (flo == v || !isfinite(fhi)) return embedding_bag_half_bits(v, w, false);
     const float q = (v - flo) / (fhi - flo);
     return (float)(r >> 8) * 0x1.0p-24f < q ? hi : lo;
+}
+
+__host__ __device__ inline uint32_t embedding_bag_float_bits(float v) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(v);
+#else
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    return b;
+#endif
+}
+
+// The same bits by integer arithmetic where the half grid is a fixed number s of fp32 mantissa bits (bf16:
+// s = 16 below the largest finite bf16, subnormals included; fp16: s = 13 for 2^-14 <= |v| < 65504): q is
+// the dropped bits d over 2^s, and `u < q` is (r >> (32 - s)) < d, so adding (~r) >> (32 - s) to v's bits
+// carries into the kept bits exactly then; truncating the sum is the result (the usual integer form, with the
+// decision kept identical to the division's: tests/ compares them). Other values take the division.
+__host__ __device__ inline uint16_t embedding_bag_round_half(float v, EmbeddingBagWeights w, bool stochastic, uint32_t r) {
+    if (stochastic) {
+        const uint32_t b = embedding_bag_float_bits(v), mag = b & 0x7FFFFFFFu;
+        if (w == EmbeddingBagWeights::bf16) {
+            if (mag < 0x7F7F0000u) return (uint16_t)((b + (~r >> 16)) >> 16);                   // no carry into the sign
+        } else if (mag >= 0x38800000u && mag < 0x477FE000u) {                                      // 2^-14 <= |v| < 65504
+            return (uint16_t)(((b >> 16) & 0x8000u) | (((mag + (~r >> 19)) >> 13) - (112u << 10)));  // rebias 127 -> 15
+        }
+    }
+    return embedding_bag_round_half_by_division(v, w, stochastic, r);
 }
 
 // ----------------------------------------------------------------------------------------------

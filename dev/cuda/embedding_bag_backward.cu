@@ -506,18 +506,29 @@ __device__ __forceinline__ float4 embedding_bag_backward_load4(const float* p) {
 __device__ __forceinline__ float4 embedding_bag_backward_ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ void embedding_bag_backward_store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
-// The weights at flat position e (a multiple of 4 for the vector forms), whatever their type: a branch on
-// a.wtype, uniform over the warp, taken once per row (not per lookup), so the kernels are not templated on
-// it. Half weights load 8 bytes and convert exactly; stores round (embedding_bag_round_half) with the
-// Philox word of the element's position: one curand_Philox4x32_10 call per 4 weights.
+// The weights at flat position e (a multiple of 4 for the vector forms) as fp32, by their C++ type WT
+// (float, __half, __nv_bfloat16): every kernel that touches weights is instantiated per type and the launch
+// picks one (embedding_bag_backward), so the fp32 instantiation is the code before half weights existed and
+// the half ones carry no branch on the type. Half weights load 8 bytes per 4 and convert exactly; stores
+// round (embedding_bag_round_half: integer arithmetic on the fp32 bits) with the Philox words of the 4
+// positions, one curand_Philox4x32_10 call (10 rounds, no curand_init state) per 4 weights, and write 8 bytes.
+template <class WT>
 __device__ __forceinline__ float4 embedding_bag_backward_load_w4(const EmbeddingBagBackwardArgs& a, int64_t e) {
-    if (a.wtype == EmbeddingBagWeights::fp32) return embedding_bag_backward_load4((const float*)a.weights + e);
-    const uint2 r = *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);   // element 0 in the low half of r.x
-    if (a.wtype == EmbeddingBagWeights::bf16)
-        return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
-                           __uint_as_float(r.y & 0xFFFF0000u));
-    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
+    if constexpr (std::is_same_v<WT, float>) {
+        return embedding_bag_backward_load4((const float*)a.weights + e);
+    } else {
+        const uint2 r = *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);   // element 0 in the low half of r.x
+        if constexpr (std::is_same_v<WT, __nv_bfloat16>)
+            return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
+                               __uint_as_float(r.y & 0xFFFF0000u));
+        const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+template <class WT>
+__host__ __device__ constexpr EmbeddingBagWeights embedding_bag_backward_wtype() {
+    return std::is_same_v<WT, float> ? EmbeddingBagWeights::fp32
+                                     : (std::is_same_v<WT, __half> ? EmbeddingBagWeights::fp16 : EmbeddingBagWeights::bf16);
 }
 __device__ __forceinline__ uint4 embedding_bag_backward_round_bits(const EmbeddingBagBackwardArgs& a, int64_t e) {
     if (!a.stochastic) return make_uint4(0u, 0u, 0u, 0u);
@@ -525,24 +536,34 @@ __device__ __forceinline__ uint4 embedding_bag_backward_round_bits(const Embeddi
     return curand_Philox4x32_10(make_uint4((uint32_t)e4, (uint32_t)(e4 >> 32), a.step, 0u),
                                 make_uint2((uint32_t)a.round_seed, (uint32_t)(a.round_seed >> 32)));
 }
+template <class WT>
 __device__ __forceinline__ void embedding_bag_backward_store_w4(const EmbeddingBagBackwardArgs& a, int64_t e, float4 v) {
-    if (a.wtype == EmbeddingBagWeights::fp32) { embedding_bag_backward_store4((float*)a.weights + e, v); return; }
-    const uint4 r = embedding_bag_backward_round_bits(a, e);
-    uint2 h;
-    h.x = (unsigned)embedding_bag_round_half(v.x, a.wtype, a.stochastic, r.x) | ((unsigned)embedding_bag_round_half(v.y, a.wtype, a.stochastic, r.y) << 16);
-    h.y = (unsigned)embedding_bag_round_half(v.z, a.wtype, a.stochastic, r.z) | ((unsigned)embedding_bag_round_half(v.w, a.wtype, a.stochastic, r.w) << 16);
-    *reinterpret_cast<uint2*>((uint16_t*)a.weights + e) = h;
+    if constexpr (std::is_same_v<WT, float>) {
+        embedding_bag_backward_store4((float*)a.weights + e, v);
+    } else {
+        constexpr EmbeddingBagWeights wt = embedding_bag_backward_wtype<WT>();
+        const uint4 r = embedding_bag_backward_round_bits(a, e);
+        uint2 h;
+        h.x = (unsigned)embedding_bag_round_half(v.x, wt, a.stochastic, r.x) | ((unsigned)embedding_bag_round_half(v.y, wt, a.stochastic, r.y) << 16);
+        h.y = (unsigned)embedding_bag_round_half(v.z, wt, a.stochastic, r.z) | ((unsigned)embedding_bag_round_half(v.w, wt, a.stochastic, r.w) << 16);
+        *reinterpret_cast<uint2*>((uint16_t*)a.weights + e) = h;
+    }
 }
 // one element (version 1): the Philox call of its group of 4, word e % 4
+template <class WT>
 __device__ __forceinline__ float embedding_bag_backward_load_w(const EmbeddingBagBackwardArgs& a, int64_t e) {
-    if (a.wtype == EmbeddingBagWeights::fp32) return ((const float*)a.weights)[e];
-    return embedding_bag_half_to_float(((const uint16_t*)a.weights)[e], a.wtype);
+    if constexpr (std::is_same_v<WT, float>) return ((const float*)a.weights)[e];
+    else return embedding_bag_half_to_float(((const uint16_t*)a.weights)[e], embedding_bag_backward_wtype<WT>());
 }
+template <class WT>
 __device__ __forceinline__ void embedding_bag_backward_store_w(const EmbeddingBagBackwardArgs& a, int64_t e, float v) {
-    if (a.wtype == EmbeddingBagWeights::fp32) { ((float*)a.weights)[e] = v; return; }
-    const uint4 r = embedding_bag_backward_round_bits(a, e);
-    const uint32_t w = (e & 3) == 0 ? r.x : ((e & 3) == 1 ? r.y : ((e & 3) == 2 ? r.z : r.w));
-    ((uint16_t*)a.weights)[e] = embedding_bag_round_half(v, a.wtype, a.stochastic, w);
+    if constexpr (std::is_same_v<WT, float>) {
+        ((float*)a.weights)[e] = v;
+    } else {
+        const uint4 r = embedding_bag_backward_round_bits(a, e);
+        const uint32_t w = (e & 3) == 0 ? r.x : ((e & 3) == 1 ? r.y : ((e & 3) == 2 ? r.z : r.w));
+        ((uint16_t*)a.weights)[e] = embedding_bag_round_half(v, embedding_bag_backward_wtype<WT>(), a.stochastic, w);
+    }
 }
 __device__ __forceinline__ void embedding_bag_backward_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ float4 embedding_bag_backward_zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
@@ -579,14 +600,14 @@ struct EmbeddingBagBackwardRow { float4 w[VPL], m[VPL]; float mrow; };
 
 // LAZY_STATE (versions 7, 8): Adagrad's per-element state is loaded in update_row, when it is needed, instead of
 // being held in registers (VPL more float4s) while the gradient rows are summed
-template <int VPL, int G, bool LAZY_STATE = false>
+template <class WT, int VPL, int G, bool LAZY_STATE = false>
 __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
                                                                 int64_t lin, int l, EmbeddingBagBackwardRow<VPL>& r) {
 #pragma unroll
     for (int v = 0; v < VPL; v++) {
         const int c4 = l + G * v;
         const bool in = on && 4 * c4 < D;
-        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load_w4(a, wrow + 4 * c4)
+        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load_w4<WT>(a, wrow + 4 * c4)
                                                                   : embedding_bag_backward_zero4();
         if (!LAZY_STATE)
             r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
@@ -597,7 +618,7 @@ __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingB
     r.mrow = (on && a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) ? a.state[lin] : 0.0f;
 }
 
-template <int VPL, int G, bool LAZY_STATE = false>
+template <class WT, int VPL, int G, bool LAZY_STATE = false>
 __device__ __forceinline__ void embedding_bag_backward_update_row(const EmbeddingBagBackwardArgs& a, bool on, int D, int64_t wrow,
                                                                   int64_t lin, int l, const float4 (&g)[VPL],
                                                                   const EmbeddingBagBackwardRow<VPL>& r) {
@@ -615,7 +636,7 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
+                embedding_bag_backward_store_w4<WT>(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - mult * g[v].x, r.w[v].y - mult * g[v].y,
                                                           r.w[v].z - mult * g[v].z, r.w[v].w - mult * g[v].w));
         }
@@ -632,14 +653,14 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
             w.z -= a.lr * g[v].z / (sqrtf(m.z) + a.eps);
             w.w -= a.lr * g[v].w / (sqrtf(m.w) + a.eps);
             embedding_bag_backward_store4(a.state + wrow + 4 * c4, m);
-            embedding_bag_backward_store_w4(a, wrow + 4 * c4, w);
+            embedding_bag_backward_store_w4<WT>(a, wrow + 4 * c4, w);
         }
     } else if (a.opt == EmbeddingBagBackwardOpt::sgd) {
 #pragma unroll
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (on && 4 * c4 < D)
-                embedding_bag_backward_store_w4(a, wrow + 4 * c4,
+                embedding_bag_backward_store_w4<WT>(a, wrow + 4 * c4,
                                               make_float4(r.w[v].x - a.lr * g[v].x, r.w[v].y - a.lr * g[v].y,
                                                           r.w[v].z - a.lr * g[v].z, r.w[v].w - a.lr * g[v].w));
         }
@@ -682,6 +703,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_scatter(Em
     }
 }
 
+template <class WT>
 __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(EmbeddingBagBackwardArgs a, float* acc, unsigned* flags,
                                                                             const int64_t* list, const unsigned* count) {
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -710,9 +732,9 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel1_apply(Embe
         } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
             const float m = a.state[wrow + d] + gd * gd;
             a.state[wrow + d] = m;
-            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - a.lr * gd / (sqrtf(m) + a.eps));
+            embedding_bag_backward_store_w<WT>(a, wrow + d, embedding_bag_backward_load_w<WT>(a, wrow + d) - a.lr * gd / (sqrtf(m) + a.eps));
         } else {
-            embedding_bag_backward_store_w(a, wrow + d, embedding_bag_backward_load_w(a, wrow + d) - mult * gd);
+            embedding_bag_backward_store_w<WT>(a, wrow + d, embedding_bag_backward_load_w<WT>(a, wrow + d) - mult * gd);
         }
     }
     if (lane == 0) flags[lin] = 0u;
@@ -816,7 +838,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_run(const EmbeddingBa
 // Version 2: one warp per unique row (run r of the sorted keys): sum its lookups, then the optimizer.
 // The grid covers N warps (the most runs there can be); warps past num_runs (on the device) return.
 // SKIP_LONG (version 3's short-run kernel): runs of 32 or more are left to the block-per-row kernel.
-template <int VPL, bool SKIP_LONG>
+template <class WT, int VPL, bool SKIP_LONG>
 __global__ void __launch_bounds__(512) embedding_bag_backward_kernel2(EmbeddingBagBackwardArgs a, const uint64_t* run_keys,
                                                                       const int* run_starts, const int* run_lengths,
                                                                       const int* num_runs, const uint32_t* bags,
@@ -835,8 +857,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel2(EmbeddingB
     for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_zero4();
     embedding_bag_backward_sum_run<VPL>(a, bags, psw, go, t, D, start, start + len, lane, acc);
     EmbeddingBagBackwardRow<VPL> row;
-    embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
-    embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+    embedding_bag_backward_load_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, row);
+    embedding_bag_backward_update_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
 }
 
 // version 3: the runs of 32 or more, listed (in any order: each is then handled by one block, so the
@@ -849,7 +871,7 @@ __global__ void embedding_bag_backward_find_long(const int* run_lengths, const i
 // Version 3, FBGEMM's block per long row: the W warps of the block take W consecutive slices of the run,
 // a shared-memory tree (fixed pairing, so deterministic) adds the W partial sums, warp 0 updates the row.
 // Blocks stride over the long runs; W is a power of two.
-template <int VPL>
+template <class WT, int VPL>
 __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(EmbeddingBagBackwardArgs a, const uint64_t* run_keys,
                                                                           const int* run_starts, const int* run_lengths,
                                                                           const int* long_ids, const int* num_long,
@@ -885,8 +907,8 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
             for (int v = 0; v < VPL; v++) acc[v] = embedding_bag_backward_smem[v * 32 + lane];
             const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
             EmbeddingBagBackwardRow<VPL> row;
-            embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
-            embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+            embedding_bag_backward_load_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, row);
+            embedding_bag_backward_update_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
         }
         __syncthreads();                                     // the shared sums are reused by the next run
     }
@@ -1052,7 +1074,7 @@ __device__ __forceinline__ EmbeddingBagBackwardPiece embedding_bag_backward_piec
 // partial for the combine kernel. Loops run the warp's longest trip count so shuffles see every lane.
 // PREFETCH (version 5): the next piece's weight/state rows are loaded before this piece's gradient rows
 // are summed (two rows in flight); only for VPL <= 2, where the registers allow it.
-template <int G, int VPL, bool PREFETCH, class VAL>
+template <class WT, int G, int VPL, bool PREFETCH, class VAL>
 __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                      const VAL* __restrict__ vals, float* __restrict__ partials) {
     constexpr int UNR = VPL >= 8 ? 1 : 8 / VPL;
@@ -1076,22 +1098,22 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
 
     EmbeddingBagBackwardPiece cur = embedding_bag_backward_piece_at<G>(a, 0, cnt, starts, ends, key, tt);
     EmbeddingBagBackwardRow<VPL> rc;
-    if constexpr (PF) embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
+    if constexpr (PF) embedding_bag_backward_load_row<WT, VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
     while (__any_sync(full, cur.act)) {
         EmbeddingBagBackwardPiece nxt = cur;
         EmbeddingBagBackwardRow<VPL> rn;
         if constexpr (PF) {
             nxt = embedding_bag_backward_piece_at<G>(a, cur.act ? cur.end + 1 : cnt, cnt, starts, ends, key, tt);
-            embedding_bag_backward_load_row<VPL, G>(a, nxt.complete, nxt.D, nxt.wrow, nxt.lin, l, rn);
+            embedding_bag_backward_load_row<WT, VPL, G>(a, nxt.complete, nxt.D, nxt.wrow, nxt.lin, l, rn);
         } else {
-            embedding_bag_backward_load_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
+            embedding_bag_backward_load_row<WT, VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, rc);
         }
         float4 acc[VPL];
         embedding_bag_backward_zero_row(acc);
         const int plen = cur.act ? cur.end - cur.begin + 1 : 0;
         const int maxlen = (int)__reduce_max_sync(full, (unsigned)plen);
         embedding_bag_backward_sum_rows<VPL, G, UNR, G>(a, a.grad_output, acc, plen, maxlen, cur.begin, bt, s, cur.t, cur.D, l);
-        embedding_bag_backward_update_row<VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
+        embedding_bag_backward_update_row<WT, VPL, G>(a, cur.complete, cur.D, cur.wrow, cur.lin, l, acc, rc);
         if (cur.act && !cur.complete) embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, cur.tail ? 1 : 0, cur.D, l, acc);
         if constexpr (PF) {
             cur = nxt;
@@ -1113,7 +1135,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
 // holding it would cost VPL more float4 registers per lane.
 static const int EMBEDDING_BAG_BACKWARD_LONG_PIECE = 8;
 
-template <int VPL, class VAL>
+template <class WT, int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                              const VAL* __restrict__ vals, float* __restrict__ partials) {
     constexpr int G = 8, NG = 4, UNR = VPL >= 4 ? 1 : 8 / VPL;   // gradient rows in flight per lane
@@ -1145,11 +1167,11 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
         const bool complete = embedding_bag_backward_piece_complete(starts, ends, b, e);
         EmbeddingBagBackwardRow<VPLW> row;
-        embedding_bag_backward_load_row<VPLW, 32>(a, complete, D, wrow, lin, lane, row);
+        embedding_bag_backward_load_row<WT, VPLW, 32>(a, complete, D, wrow, lin, lane, row);
         float4 acc[VPLW];
         embedding_bag_backward_zero_row(acc);
         embedding_bag_backward_sum_rows<VPLW, 32, UNRW, 32>(a, a.grad_output, acc, len, len, b, bt, s, t, D, lane);
-        embedding_bag_backward_update_row<VPLW, 32>(a, complete, D, wrow, lin, lane, acc, row);
+        embedding_bag_backward_update_row<WT, VPLW, 32>(a, complete, D, wrow, lin, lane, acc, row);
         if (!complete)
             embedding_bag_backward_store_partial<VPLW, 32>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, lane, acc);
     }
@@ -1163,7 +1185,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         const int D = a.D_offsets[t + 1] - a.D_offsets[t];
         const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
         EmbeddingBagBackwardRow<VPL> row;
-        embedding_bag_backward_load_row<VPL, G, true>(a, act && embedding_bag_backward_piece_complete(starts, ends, b, e), D, wrow, lin, l,
+        embedding_bag_backward_load_row<WT, VPL, G, true>(a, act && embedding_bag_backward_piece_complete(starts, ends, b, e), D, wrow, lin, l,
                                                       row);
         float4 acc[VPL];
         embedding_bag_backward_zero_row(acc);
@@ -1171,7 +1193,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_chunks_grouped(Emb
         const int maxlen = (int)__reduce_max_sync(full, (unsigned)len);
         embedding_bag_backward_sum_rows<VPL, G, UNR, 32>(a, a.grad_output, acc, len, maxlen, b, bt, s, t, D, l);
         const bool complete = act && embedding_bag_backward_piece_complete(starts, ends, b, e);
-        embedding_bag_backward_update_row<VPL, G, true>(a, complete, D, wrow, lin, l, acc, row);
+        embedding_bag_backward_update_row<WT, VPL, G, true>(a, complete, D, wrow, lin, l, acc, row);
         if (act && !complete)
             embedding_bag_backward_store_partial<VPL, G>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, l, acc);
     }
@@ -1216,7 +1238,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_partials(const Embedd
 // for the block-per-run kernel below (the list's order varies, the arithmetic does not).
 static const int EMBEDDING_BAG_BACKWARD_WARP_SPAN = 64;
 
-template <int VPL, class VAL>
+template <class WT, int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                      const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                      int C, int64_t num_chunks, int64_t* long_owners, int64_t* long_spans,
@@ -1246,15 +1268,15 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     const int64_t lin = (int64_t)K;
     const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
     EmbeddingBagBackwardRow<VPL> row;
-    embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
-    embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+    embedding_bag_backward_load_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, row);
+    embedding_bag_backward_update_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
 }
 
 // Versions 4-8, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
 // run in the one-row input). One block of 8 warps per run (blocks stride over the list): warp w adds the
 // w-th of 8 equal slices of the partials in order, then warp 0 adds the 8 slice sums in warp order and
 // updates the row. Fixed order: the same bits on every run.
-template <int VPL, class VAL>
+template <class WT, int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                           const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                           int C, const int64_t* long_owners, const int64_t* long_spans,
@@ -1284,8 +1306,8 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
             }
             const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
             EmbeddingBagBackwardRow<VPL> row;
-            embedding_bag_backward_load_row<VPL, 32>(a, true, D, wrow, lin, lane, row);
-            embedding_bag_backward_update_row<VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
+            embedding_bag_backward_load_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, row);
+            embedding_bag_backward_update_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
         }
         __syncthreads();                                     // red is reused by the next run
     }
@@ -1434,12 +1456,13 @@ inline void embedding_bag_backward_free(EmbeddingBagBackwardWorkspace& ws) {
 
 inline unsigned embedding_bag_backward_grid(int64_t threads, int block) { return grid_x(ceil_div<int64_t>(threads, block), "embedding_bag_backward"); }
 
+template <class WT>
 void embedding_bag_backward1(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     cudaCheck(cudaMemsetAsync(ws.count, 0, sizeof(unsigned), stream));
     embedding_bag_backward_kernel1_scatter<<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, block), block, 0, stream>>>(
         a, ws.acc, ws.flags, ws.list, ws.count);
-    embedding_bag_backward_kernel1_apply<<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(a, ws.acc, ws.flags, ws.list,
+    embedding_bag_backward_kernel1_apply<WT><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(a, ws.acc, ws.flags, ws.list,
                                                                                                              ws.count);
 }
 
@@ -1470,14 +1493,14 @@ inline const float* embedding_bag_backward_runs(const EmbeddingBagBackwardArgs& 
     return go;
 }
 
-template <int VPL>
+template <class WT, int VPL>
 void embedding_bag_backward2_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     const float* go = embedding_bag_backward_runs(a, ws, stream);
-    embedding_bag_backward_kernel2<VPL, false><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
+    embedding_bag_backward_kernel2<WT, VPL, false><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
-template <int VPL>
+template <class WT, int VPL>
 void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     const float* go = embedding_bag_backward_runs(a, ws, stream);
     cudaCheck(cudaMemsetAsync(ws.num_long, 0, sizeof(int), stream));
@@ -1486,15 +1509,15 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
     // FBGEMM's grid for the long runs: one block per 1024 lookups, striding over the long runs
     const unsigned cta_grid = grid_x(std::max<int64_t>(1, ceil_div<int64_t>(a.N, 1024)), "embedding_bag_backward version 8");
     const size_t smem = (size_t)(block / 32) * VPL * 32 * sizeof(float4);
-    embedding_bag_backward_kernel3_cta<VPL><<<cta_grid, block, smem, stream>>>(a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.long_ids,
+    embedding_bag_backward_kernel3_cta<WT, VPL><<<cta_grid, block, smem, stream>>>(a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.long_ids,
                                                                               ws.num_long, ws.bags_sorted, ws.psw_sorted, go);
-    embedding_bag_backward_kernel2<VPL, true><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
+    embedding_bag_backward_kernel2<WT, VPL, true><<<embedding_bag_backward_grid(a.N * 32, block), block, 0, stream>>>(
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
 // versions 4-8: linearize, sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version 7's,
 // G = 8 lanes per row in chunks of 32 lookups), the combine kernels
-template <int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
+template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
     VAL* vals_sorted = (VAL*)ws.vals_sorted;
@@ -1513,108 +1536,128 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
     const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, C);
     constexpr int VPLB = G * VPL >= 32 ? G * VPL / 32 : 1;     // the combine kernels hold a row in a full warp
     if constexpr (GROUPED)
-        embedding_bag_backward_chunks_grouped<VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+        embedding_bag_backward_chunks_grouped<WT, VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
             a, ws.keys32_sorted, vals_sorted, ws.partials);
     else
-        embedding_bag_backward_chunks<G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+        embedding_bag_backward_chunks<WT, G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
             a, ws.keys32_sorted, vals_sorted, ws.partials);
     cudaCheck(cudaMemsetAsync(ws.num_long_owners, 0, sizeof(unsigned), stream));
-    embedding_bag_backward_combine<VPLB, VAL><<<embedding_bag_backward_grid(chunks * 32, 256), 256, 0, stream>>>(
+    embedding_bag_backward_combine<WT, VPLB, VAL><<<embedding_bag_backward_grid(chunks * 32, 256), 256, 0, stream>>>(
         a, ws.keys32_sorted, vals_sorted, ws.partials, C, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners);
     // enough blocks for every long run there can be (one per WARP_SPAN chunks), at most 2 per SM's worth
     const unsigned long_grid = (unsigned)std::min<int64_t>(264, chunks / EMBEDDING_BAG_BACKWARD_WARP_SPAN + 1);
-    embedding_bag_backward_combine_long<VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, C,
+    embedding_bag_backward_combine_long<WT, VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, C,
                                                                                   ws.long_owners, ws.long_spans, ws.num_long_owners);
 }
 
-template <int G, int VPL, bool PREFETCH, bool GROUPED = false, bool TABLES = false>
+template <class WT, int G, int VPL, bool PREFETCH, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked_vals(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<G, VPL, PREFETCH, uint64_t, GROUPED, TABLES>(a, ws, block, stream);
-    else embedding_bag_backward_chunked<G, VPL, PREFETCH, uint32_t, GROUPED, TABLES>(a, ws, block, stream);
+    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint64_t, GROUPED, TABLES>(a, ws, block, stream);
+    else embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint32_t, GROUPED, TABLES>(a, ws, block, stream);
 }
 
+template <class WT>
 void embedding_bag_backward2(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     switch (embedding_bag_backward_vpl(a.max_D)) {
-        case 1: embedding_bag_backward2_vpl<1>(a, ws, block, stream); break;
-        case 2: embedding_bag_backward2_vpl<2>(a, ws, block, stream); break;
-        case 4: embedding_bag_backward2_vpl<4>(a, ws, block, stream); break;
-        default: embedding_bag_backward2_vpl<8>(a, ws, block, stream); break;
+        case 1: embedding_bag_backward2_vpl<WT, 1>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward2_vpl<WT, 2>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward2_vpl<WT, 4>(a, ws, block, stream); break;
+        default: embedding_bag_backward2_vpl<WT, 8>(a, ws, block, stream); break;
     }
 }
 
+template <class WT>
 void embedding_bag_backward3(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     switch (embedding_bag_backward_vpl(a.max_D)) {
-        case 1: embedding_bag_backward3_vpl<1>(a, ws, block, stream); break;
-        case 2: embedding_bag_backward3_vpl<2>(a, ws, block, stream); break;
-        case 4: embedding_bag_backward3_vpl<4>(a, ws, block, stream); break;
-        default: embedding_bag_backward3_vpl<8>(a, ws, block, stream); break;
+        case 1: embedding_bag_backward3_vpl<WT, 1>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward3_vpl<WT, 2>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward3_vpl<WT, 4>(a, ws, block, stream); break;
+        default: embedding_bag_backward3_vpl<WT, 8>(a, ws, block, stream); break;
     }
 }
 
-template <bool PREFETCH>
+template <class WT, bool PREFETCH>
 void embedding_bag_backward_warp_chunks(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     switch (embedding_bag_backward_vpl(a.max_D)) {
-        case 1: embedding_bag_backward_chunked_vals<32, 1, PREFETCH>(a, ws, block, stream); break;
-        case 2: embedding_bag_backward_chunked_vals<32, 2, PREFETCH>(a, ws, block, stream); break;
-        case 4: embedding_bag_backward_chunked_vals<32, 4, PREFETCH>(a, ws, block, stream); break;
-        default: embedding_bag_backward_chunked_vals<32, 8, PREFETCH>(a, ws, block, stream); break;
+        case 1: embedding_bag_backward_chunked_vals<WT, 32, 1, PREFETCH>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward_chunked_vals<WT, 32, 2, PREFETCH>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward_chunked_vals<WT, 32, 4, PREFETCH>(a, ws, block, stream); break;
+        default: embedding_bag_backward_chunked_vals<WT, 32, 8, PREFETCH>(a, ws, block, stream); break;
     }
 }
 
+template <class WT>
 void embedding_bag_backward4(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
-    embedding_bag_backward_warp_chunks<false>(a, ws, block, stream);
+    embedding_bag_backward_warp_chunks<WT, false>(a, ws, block, stream);
 }
 
+template <class WT>
 void embedding_bag_backward5(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
-    embedding_bag_backward_warp_chunks<true>(a, ws, block, stream);
+    embedding_bag_backward_warp_chunks<WT, true>(a, ws, block, stream);
 }
 
+template <class WT>
 void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
-    if (embedding_bag_backward_group(a.max_D) == 8) embedding_bag_backward_chunked_vals<8, 1, true>(a, ws, block, stream);
-    else embedding_bag_backward_chunked_vals<16, 1, true>(a, ws, block, stream);
+    if (embedding_bag_backward_group(a.max_D) == 8) embedding_bag_backward_chunked_vals<WT, 8, 1, true>(a, ws, block, stream);
+    else embedding_bag_backward_chunked_vals<WT, 16, 1, true>(a, ws, block, stream);
 }
 
 // version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps.
 // Version 8 (TABLES): the same with the table-by-table sort.
-template <bool TABLES>
+template <class WT, bool TABLES>
 void embedding_bag_backward_grouped(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     const int v = ceil_div(a.max_D, 32);       // 4-column vectors per lane of a group of 8
-    if (v <= 1) embedding_bag_backward_chunked_vals<8, 1, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 2) embedding_bag_backward_chunked_vals<8, 2, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 4) embedding_bag_backward_chunked_vals<8, 4, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 8) embedding_bag_backward_chunked_vals<8, 8, false, true, TABLES>(a, ws, block, stream);
-    else embedding_bag_backward_warp_chunks<false>(a, ws, block, stream);
+    if (v <= 1) embedding_bag_backward_chunked_vals<WT, 8, 1, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 2) embedding_bag_backward_chunked_vals<WT, 8, 2, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 4) embedding_bag_backward_chunked_vals<WT, 8, 4, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 8) embedding_bag_backward_chunked_vals<WT, 8, 8, false, true, TABLES>(a, ws, block, stream);
+    else embedding_bag_backward_warp_chunks<WT, false>(a, ws, block, stream);
 }
 
-void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block,
+template <class WT>
+void embedding_bag_backward_typed(int kernel_num, const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block,
                             cudaStream_t stream) {
     switch (kernel_num) {
-        case 1: embedding_bag_backward1(a, ws, block, stream); break;
-        case 2: embedding_bag_backward2(a, ws, block, stream); break;
-        case 3: embedding_bag_backward3(a, ws, block, stream); break;
-        case 4: embedding_bag_backward4(a, ws, block, stream); break;
-        case 5: embedding_bag_backward5(a, ws, block, stream); break;
-        case 6: embedding_bag_backward6(a, ws, block, stream); break;
-        case 7: embedding_bag_backward_grouped<false>(a, ws, block, stream); break;
-        case 8: embedding_bag_backward_grouped<true>(a, ws, block, stream); break;
+        case 1: embedding_bag_backward1<WT>(a, ws, block, stream); break;
+        case 2: embedding_bag_backward2<WT>(a, ws, block, stream); break;
+        case 3: embedding_bag_backward3<WT>(a, ws, block, stream); break;
+        case 4: embedding_bag_backward4<WT>(a, ws, block, stream); break;
+        case 5: embedding_bag_backward5<WT>(a, ws, block, stream); break;
+        case 6: embedding_bag_backward6<WT>(a, ws, block, stream); break;
+        case 7: embedding_bag_backward_grouped<WT, false>(a, ws, block, stream); break;
+        case 8: embedding_bag_backward_grouped<WT, true>(a, ws, block, stream); break;
         default: fail_args("embedding_bag_backward has no version %d", kernel_num);
     }
 }
 
+// the one dispatch on the weights' type
+void embedding_bag_backward(int kernel_num, const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block,
+                            cudaStream_t stream) {
+    if (a.wtype == EmbeddingBagWeights::fp16) embedding_bag_backward_typed<__half>(kernel_num, a, ws, block, stream);
+    else if (a.wtype == EmbeddingBagWeights::bf16) embedding_bag_backward_typed<__nv_bfloat16>(kernel_num, a, ws, block, stream);
+    else embedding_bag_backward_typed<float>(kernel_num, a, ws, block, stream);
+}
+
 // version 3's block-per-row kernel takes up to 16 warps * 8 vectors * 512 B = 64 KB of shared memory:
 // allow it once, outside any launcher (and outside graph capture)
+template <class WT>
+inline void embedding_bag_backward_setup_kernels_of(int max_smem) {
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<WT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<WT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<WT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<WT, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+}
 inline void embedding_bag_backward_setup_kernels() {
     const int max_smem = 16 * 8 * 32 * (int)sizeof(float4);
-    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    cudaCheck(cudaFuncSetAttribute(embedding_bag_backward_kernel3_cta<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    embedding_bag_backward_setup_kernels_of<float>(max_smem);
+    embedding_bag_backward_setup_kernels_of<__half>(max_smem);
+    embedding_bag_backward_setup_kernels_of<__nv_bfloat16>(max_smem);
 }
 
 // the precondition of each version on a shape, "" when it can run
