@@ -1040,7 +1040,8 @@ static void test_v7_filter() {
     };
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
-    report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 64");
+    report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: version 8 at rank 64 (measured faster there)");
+    report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at q 8,4,4 ranks 32");
     report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 4,4,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");

@@ -3020,7 +3020,8 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
-// their block with the pivot slice G_h fits in 110 KB (ranks up to 64); else version 8's per-slice GEMMs, which run
+// their block with the pivot slice G_h fits in 110 KB and every rank is below 64 (at ranks 64,64, 2026-12-01:
+// version 8 0.454 ms, version 6 0.531); else version 8's per-slice GEMMs, which run
 // any shape whose per-lookup buffers fit 32 GB (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at
 // EL-Rec's q 2,2,4, B 4096, L 20); else version 2's pipeline. At another block size than 256 version 6 runs
 // wherever its block fits (version 8 runs at its own 256 threads).
@@ -3029,8 +3030,10 @@ enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUP
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
+    int max_rank = 1;
+    for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
     if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
-        (block != TT_EMBEDDING_BACKWARD8_BLOCK || tt_embedding_backward6_make_plan(s, W_off, block).roomy))
+        (block != TT_EMBEDDING_BACKWARD8_BLOCK || (max_rank < 64 && tt_embedding_backward6_make_plan(s, W_off, block).roomy)))
         return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
     TtEmbeddingBackward8Plan P8;
     if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
