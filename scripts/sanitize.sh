@@ -2,7 +2,8 @@
 # `make sanitize`: compute-sanitizer's memcheck and racecheck over every version of every op (fp32 and
 # bf16) at small shapes, including the shapes the specialised versions need (vector widths, D <= 64 rows,
 # mixed table widths, weighted and mean bags, every optimizer, the TT ops' compiled tensor-core shapes and
-# rank 128), SAN_JOBS runs at a time (default 8). GPU only: on a machine without a GPU it
+# rank 128, the LFU cache, half weights), SAN_JOBS runs at a time (default 8); SAN_ONLY=REGEX runs the
+# cases it matches; SAN_NO_BUILD=1 uses the binaries as they are. GPU only: on a machine without a GPU it
 # says so and exits 0. Ends with `N passed, M failed, K skipped` (skipped: the op refused the line, e.g. a
 # build without that mode) and exits 1 if a run reported an error.
 set -u
@@ -12,7 +13,7 @@ if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1;
 fi
 SAN=${COMPUTE_SANITIZER:-compute-sanitizer}
 command -v "$SAN" > /dev/null 2>&1 || SAN=/usr/local/cuda/bin/compute-sanitizer
-make -C dev/cuda -j"$(nproc)" all > /dev/null 2>&1 || { echo "build failed: run make -C dev/cuda all"; exit 1; }
+[ -n "${SAN_NO_BUILD:-}" ] || make -C dev/cuda -j"$(nproc)" all > /dev/null 2>&1 || { echo "build failed: run make -C dev/cuda all"; exit 1; }
 mkdir -p build/sanitize
 cases=(
   "repkv_forward all --check-only --B 2 --T 5 --NH 8 --NKV 2 --HD 16"
@@ -34,6 +35,11 @@ cases=(
   "tt_embedding_backward all --check-only --p 7,9,5 --q 4,4,4 --ranks 16,16 --B 5 --L 3 --optimizer adagrad --tables 2"
   "tt_embedding_backward all --check-only --p 5,3,4 --q 2,2,4 --ranks 128,128 --B 3 --L 2 --optimizer dense"
   "lfu_count all --check-only --E 1000 --B 16 --L 5 --H 300 --steps 2"
+  "tt_cache all --check-only --p 7,11,13 --q 2,3,2 --ranks 5,3 --B 17 --L 5 --optimizer adagrad"
+  "tt_cache all --check-only --p 10,10,10 --q 4,4,4 --ranks 32,32 --tables 2 --B 9 --L 3 --cache-rows 300"
+  "embedding_bag_forward all --check-only --T 3 --Ds 4,12,132 --Es 50,7,33 --B 13 --L 7 --weights fp16"
+  "embedding_bag_backward all --check-only --T 3 --Ds 4,16,64 --Es 50,7,33 --B 17 --L 9 --weights bf16"
+  "embedding_bag_backward all --check-only --T 2 --D 36 --E 60 --B 11 --L 6 --weights fp16 --optimizer sgd --pooling none"
 )
 # one sanitizer run: prints PASS / SKIP / FAIL and its log's name; the runs go SAN_JOBS at a time (default 8)
 san_one() {
@@ -53,6 +59,7 @@ export SAN
 jobs_file=build/sanitize/jobs.txt
 : > "$jobs_file"
 for c in "${cases[@]}"; do
+    [[ "$c" =~ ${SAN_ONLY:-.} ]] || continue          # SAN_ONLY=REGEX: only the cases it matches
     for dt in "" _bf16; do
         line="${c%% *}$dt ${c#* }"
         [ -x "dev/cuda/${line%% *}" ] || continue

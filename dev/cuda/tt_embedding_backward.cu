@@ -29,13 +29,14 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
      where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
-     block with the pivot slice fits in 110 KB (rank <= 64), else version 8                     0.0656 29.2%
+     block with the pivot slice fits in 110 KB and ranks are below 64, else version 8         0.0656 29.2%
   8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
      tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.445   4.3%
-     (measured at commit cbc3825; the double-buffered K-steps and narrow tiles since: not yet)
-  Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; ranks 64,64 0.610; T = 4 (p
-  40,50,55,60, q 4,4,2,4) 0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 at EL-Rec's shapes (B 4096, ranks 128,128):
-  q 2,2,4 L 20 3.10 ms (18.6%; version 6 took 18.8), L 1 0.332 (1.70), q 4,4,4 L 20 9.89 (23.4%; 18.4).
+     (at the default, commit cbc3825; with double-buffered K-steps and narrow tiles, ranks 64,64: 0.454)
+  Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; T = 4 (p 40,50,55,60, q 4,4,2,4)
+  0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 (the default there) at ranks 64,64: 0.454 (6: 0.531); at EL-Rec's
+  shapes (B 4096, ranks 128,128): q 2,2,4 L 20 2.307 ms (25.1%; version 6 took 18.8), L 1 0.286 (1.70), q 4,4,4
+  L 20 7.835 (29.5%; 18.4), L 1 0.655 (results/logs/2026-12-01_bench_tt_rank128_v7_v8.log).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)

@@ -24,7 +24,8 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); 7's or 3's kernel at every other shape       0.0332  20.0
   7  version 6's items where G_1's slice exceeds shared memory (rank 128): G_1 in column tiles of
-     whole a_1, step 2 inside each tile; FP32 (EL-Rec's q 4,4,4, ranks 128, B 4096, L 20)     to be measured
+     whole a_1, step 2 inside each tile; FP32 (EL-Rec's q 4,4,4, ranks 128, B 4096, L 20;
+     version 3 there 4.671 ms; q 2,2,4: 7 1.412, 3 1.276; logs/2026-12-01_bench_tt_rank128_v7_v8)  2.220  35.1
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
