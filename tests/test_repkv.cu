@@ -54,61 +54,55 @@ static std::vector<float> backward_by_scatter(const std::vector<float>& dout, co
     return std::vector<float>(acc.begin(), acc.end());
 }
 
+static size_t input_size(const Shape& s) { return (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HD; }
+static size_t output_size(const Shape& s) { return (size_t)s.B * s.T * 3 * s.NH * s.HD; }
+
+// Runs `check` on every shape; the first non-empty answer, prefixed with its shape, is the reason for a failure.
+template <typename Check>
+static std::string first_failure(const std::vector<Shape>& shapes, Check check) {
+    for (const Shape& s : shapes) {
+        std::string why = check(s);
+        if (!why.empty()) return shape_name(s) + ": " + why;
+    }
+    return "";
+}
+
 int main() {
     Rng rng(2026);
     std::vector<Shape> shapes = random_shapes(40, rng);
 
     // 1. adjoint identity <fwd(x), y> == <x, bwd(y)> over many shapes
-    {
-        bool ok = true;
-        std::string why;
-        for (const Shape& s : shapes) {
-            size_t n_in = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HD, n_out = (size_t)s.B * s.T * 3 * s.NH * s.HD;
-            std::vector<float> x = make_random_floats(n_in, rng), y = make_random_floats(n_out, rng);
-            std::vector<float> fx(n_out), by(n_in);
-            repkv_forward_cpu(fx.data(), x.data(), s.B, s.T, s.NH, s.NKV, s.HD);
-            repkv_backward_cpu(by.data(), y.data(), s.B, s.T, s.NH, s.NKV, s.HD);
-            double lhs = 0, rhs = 0, scale = 0;
-            for (size_t i = 0; i < n_out; i++) { lhs += (double)fx[i] * y[i]; scale += fabs((double)fx[i] * y[i]); }
-            for (size_t i = 0; i < n_in; i++) rhs += (double)x[i] * by[i];
-            // by[] is rounded to float once per element: the two sides agree to ~1e-7 of the sum of |terms|
-            if (fabs(lhs - rhs) > 1e-6 * scale + 1e-12) {
-                ok = false;
-                why = shape_name(s) + ": <fwd(x),y>=" + std::to_string(lhs) + " <x,bwd(y)>=" + std::to_string(rhs);
-                break;
-            }
-        }
-        report(ok, "repkv adjoint identity over " + std::to_string(shapes.size()) + " random shapes", why);
-    }
+    std::string why = first_failure(shapes, [&](const Shape& s) -> std::string {
+        std::vector<float> x = make_random_floats(input_size(s), rng), y = make_random_floats(output_size(s), rng);
+        std::vector<float> fx(y.size()), by(x.size());
+        repkv_forward_cpu(fx.data(), x.data(), s.B, s.T, s.NH, s.NKV, s.HD);
+        repkv_backward_cpu(by.data(), y.data(), s.B, s.T, s.NH, s.NKV, s.HD);
+        double lhs = 0, rhs = 0, scale = 0;
+        for (size_t i = 0; i < y.size(); i++) { lhs += (double)fx[i] * y[i]; scale += fabs((double)fx[i] * y[i]); }
+        for (size_t i = 0; i < x.size(); i++) rhs += (double)x[i] * by[i];
+        // by[] is rounded to float once per element: the two sides agree to ~1e-7 of the sum of |terms|
+        if (fabs(lhs - rhs) <= 1e-6 * scale + 1e-12) return "";
+        return "<fwd(x),y>=" + std::to_string(lhs) + " <x,bwd(y)>=" + std::to_string(rhs);
+    });
+    report(why.empty(), "repkv adjoint identity over " + std::to_string(shapes.size()) + " random shapes", why);
 
     // 2. the forward reference against the column-map formulation (exact: both are copies)
-    {
-        bool ok = true;
-        std::string why;
-        for (const Shape& s : shapes) {
-            size_t n_in = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HD, n_out = (size_t)s.B * s.T * 3 * s.NH * s.HD;
-            std::vector<float> x = make_random_floats(n_in, rng), out(n_out);
-            repkv_forward_cpu(out.data(), x.data(), s.B, s.T, s.NH, s.NKV, s.HD);
-            std::vector<float> alt = forward_by_column_map(x, s);
-            if (memcmp(out.data(), alt.data(), n_out * sizeof(float)) != 0) { ok = false; why = shape_name(s); break; }
-        }
-        report(ok, "repkv_forward_cpu equals the column-map gather", why);
-    }
+    why = first_failure(shapes, [&](const Shape& s) -> std::string {
+        std::vector<float> x = make_random_floats(input_size(s), rng), out(output_size(s));
+        repkv_forward_cpu(out.data(), x.data(), s.B, s.T, s.NH, s.NKV, s.HD);
+        return memcmp(out.data(), forward_by_column_map(x, s).data(), out.size() * sizeof(float)) == 0 ? "" : "differs";
+    });
+    report(why.empty(), "repkv_forward_cpu equals the column-map gather", why);
 
     // 3. the backward reference against the scatter-add formulation
-    {
-        bool ok = true;
-        std::string why;
-        for (const Shape& s : shapes) {
-            size_t n_in = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HD, n_out = (size_t)s.B * s.T * 3 * s.NH * s.HD;
-            std::vector<float> y = make_random_floats(n_out, rng), dinp(n_in);
-            repkv_backward_cpu(dinp.data(), y.data(), s.B, s.T, s.NH, s.NKV, s.HD);
-            std::vector<float> alt = backward_by_scatter(y, s);
-            ValidateStats st = compare_arrays(dinp.data(), alt.data(), n_in, 0.0f, 0.0f);  // both round a double sum once
-            if (st.failures) { ok = false; why = shape_name(s) + ": " + std::to_string(st.failures) + " elements differ"; break; }
-        }
-        report(ok, "repkv_backward_cpu equals the scatter-add transpose", why);
-    }
+    why = first_failure(shapes, [&](const Shape& s) -> std::string {
+        std::vector<float> y = make_random_floats(output_size(s), rng), dinp(input_size(s));
+        repkv_backward_cpu(dinp.data(), y.data(), s.B, s.T, s.NH, s.NKV, s.HD);
+        std::vector<float> alt = backward_by_scatter(y, s);
+        ValidateStats st = compare_arrays(dinp.data(), alt.data(), dinp.size(), 0.0f, 0.0f);  // both round a double sum once
+        return st.failures ? std::to_string(st.failures) + " elements differ" : "";
+    });
+    report(why.empty(), "repkv_backward_cpu equals the scatter-add transpose", why);
 
     // 4. the backward reference is not trivially zero or a copy: a hand-checked element
     {

@@ -563,6 +563,15 @@ struct Cli {
     }
 };
 
+// the flags of make_bag_indices's recipe, for every op that draws its bags with it (the bag ops, the TT ops)
+inline void add_bag_recipe_flags(Cli& cli, int* B, int* L, double* alpha, std::string* distinct) {
+    cli.add_int("B", B, "bags per table (the batch size)");
+    cli.add_int("L", L, "lookups per bag");
+    cli.add_double("alpha", alpha, "Zipf exponent of the row ids (FBGEMM's recipe), any finite value; <= 1 gives uniform ids");
+    cli.add_choice("distinct", distinct, {"on", "off"},
+                   "Zipf bags of L distinct rows where E >= L (FBGEMM's recipe); off: rows drawn with repeats, as in real traces");
+}
+
 // shape error helper: `require(NH % NKV == 0, "NH (%d) must be a multiple of NKV (%d)", NH, NKV)`
 #define require(cond, ...) do { if (!(cond)) fail_args(__VA_ARGS__); } while (0)
 

@@ -306,21 +306,20 @@ inline void embedding_bag_add_flags(Cli& cli, EmbeddingBagConfig& c, EmbeddingBa
     cli.add_int("T", &c.T, "tables");
     cli.add_int64("E", &c.E, "rows per table");
     cli.add_int("D", &c.D, "columns per table (a multiple of 4)");
-    cli.add_int("B", &c.B, "bags per table (batch size)");
-    cli.add_int("L", &c.L, "lookups per bag");
-    cli.add_double("alpha", &c.alpha, "Zipf exponent of the row ids (FBGEMM's recipe), any finite value; <= 1 gives uniform ids");
-    cli.add_choice("distinct", &f.distinct, {"on", "off"},
-                   "Zipf bags of L distinct rows where E >= L (FBGEMM's recipe); off: rows drawn with repeats, as in real traces");
+    add_bag_recipe_flags(cli, &c.B, &c.L, &c.alpha, &f.distinct);
     cli.add_choice("pooling", &f.pooling, {"sum", "mean", "none"},
                    "pooling; none: one output row per lookup (FBGEMM's nobag; one D for all tables, unweighted)");
     cli.add_flag("weighted", &c.weighted, "per-sample weights");
+    // tables of different sizes
     cli.add_flag("mixed-dims", &c.mixed_dims, "tables of different D (4,12,36,64,132,260 cycled) and E (E halved over every 4 tables)");
     cli.add_int_list("Ds", &c.Ds, "per-table D, cycled over the tables (overrides --D, --mixed-dims)");
     cli.add_int_list("Es", &c.Es, "per-table E, cycled over the tables (overrides --E, --mixed-dims)");
-    cli.add_double("empty-frac", &c.empty_frac, "fraction of bags made empty (1: all bags empty)");
-    cli.add_flag("one-row", &c.one_row, "adversarial input: every lookup of a table hits the same row");
+    // adversarial and broken inputs
     cli.add_choice("break-input", &f.break_input, {"none", "index", "order", "count"},
                    "test only: corrupt the generated input (an index = E, offsets decreasing, an offset missing) to see it rejected");
+    cli.add_double("empty-frac", &c.empty_frac, "fraction of bags made empty (1: all bags empty)");
+    cli.add_flag("one-row", &c.one_row, "adversarial input: every lookup of a table hits the same row");
+    // the weights' precision
     cli.add_choice("weights", &f.weights, {"fp32", "fp16", "bf16"}, "the tables' element type (accumulation and optimizer state stay fp32)");
     cli.add_choice("rounding", &f.rounding, {"nearest", "stochastic"},
                    "how the backward rounds updated half weights (stochastic: Philox bits from --seed, as FBGEMM; fp32 weights ignore it)");

@@ -191,13 +191,10 @@ inline void tt_embedding_add_flags(Cli& cli, TtEmbeddingConfig& c, std::string& 
     cli.add_int_list("p", &c.p, "row factors p_0..p_{T-1} (T = len(p) cores, 2..6)");
     cli.add_int_list("q", &c.q, "column factors q_0..q_{T-1} (D = prod q)");
     cli.add_int_list("ranks", &c.ranks, "inner TT ranks R_1..R_{T-1}");
+    add_bag_recipe_flags(cli, &c.B, &c.L, &c.alpha, &distinct);
     cli.add_int("tables", &c.tables, "tables (cores batched over tables)");
-    cli.add_int("B", &c.B, "bags per table");
-    cli.add_int("L", &c.L, "lookups per bag");
     cli.add_int64("E", &c.E, "rows per table (0: prod p)");
     cli.add_int("D", &c.D, "embedding dimension, must equal prod q (0: prod q)");
-    cli.add_double("alpha", &c.alpha, "Zipf exponent of the row ids (FBGEMM's recipe), any finite value; <= 1 gives uniform ids");
-    cli.add_choice("distinct", &distinct, {"on", "off"}, "Zipf bags of L distinct rows where E >= L (FBGEMM's recipe); off: rows drawn with repeats");
     cli.add_flag("ragged", &c.ragged, "bags of random sizes (the first bag of every table empty), same total lookups");
     cli.supports_load = true;
 }
