@@ -902,34 +902,38 @@ __host__ __device__ inline int tt_embedding_forward_r1_pad(int R1) {
     return (R1 + TT_EMBEDDING_FORWARD_G1_BATCH - 1) / TT_EMBEDDING_FORWARD_G1_BATCH * TT_EMBEDDING_FORWARD_G1_BATCH;
 }
 
-// One lane's share of one lookup: g0t = G_0's slice transposed (R_1 padded x Q0, zeros past R_1), g1 = G_1's
-// slice (R_1 rows of q_1 R_2 floats), g2 = G_2's slice (R_2 x Q2). Adds this lane's partial of the row,
-// out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[Q0][Q2]. The CPU tests run
-// it for lanes 0..31 and sum the partials as the kernel's shuffles do.
-template <int Q0, int Q2>
-__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_lane(float (&part)[Q0][Q2], const float* __restrict__ g0t,
+// One lane's share of LPW lookups (1 in version 4; version 7 stacks several, see there): g0t = their G_0 slices
+// transposed side by side (R_1 padded rows of LPW Q0 floats, lookup l's M_0[a_0][k] at k LPW Q0 + l Q0 + a_0, zeros
+// past R_1), g1 = G_1's slice (R_1 rows of ncols floats), g2[l] = lookup l's G_2 slice (R_2 x Q2). Adds this lane's
+// partial of each row, out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[l Q0 + a_0][Q2].
+// The CPU tests run it for lanes 0..31 and sum the partials as the kernel's shuffles do.
+template <int Q0, int Q2, int LPW = 1>
+__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_lane(float (&part)[Q0 * LPW][Q2], const float* __restrict__ g0t,
                                                                       const float* __restrict__ g1,
-                                                                      const float* __restrict__ g2, int R1, int R2,
+                                                                      const float* const (&g2)[LPW], int R1, int R2,
                                                                       int ncols, int lane) {
+    constexpr int ROWS = Q0 * LPW;
     const int col = 4 * lane;
     if (col >= ncols) return;                              // idle lane (q_1 R_2 < 128)
     const int k2 = col % R2;
-    float g2r[4][Q2];                                      // G_2 rows k_2..k_2+3
+    float g2r[LPW][4][Q2];                                 // G_2 rows k_2..k_2+3 of each lookup
 TT_EMBEDDING_FORWARD_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-        if constexpr (Q2 == 4) {                           // a row is 16 aligned bytes (slices are R_2 * 4 floats)
-            const float4 t = *reinterpret_cast<const float4*>(g2 + (k2 + kk) * 4);
-            g2r[kk][0] = t.x; g2r[kk][1] = t.y; g2r[kk][2] = t.z; g2r[kk][3] = t.w;
-        } else {
+    for (int l = 0; l < LPW; l++)
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < Q2; a2++) g2r[kk][a2] = g2[(k2 + kk) * Q2 + a2];
+        for (int kk = 0; kk < 4; kk++) {
+            if constexpr (Q2 == 4) {                       // a row is 16 aligned bytes (slices are R_2 * 4 floats)
+                const float4 t = *reinterpret_cast<const float4*>(g2[l] + (k2 + kk) * 4);
+                g2r[l][kk][0] = t.x; g2r[l][kk][1] = t.y; g2r[l][kk][2] = t.z; g2r[l][kk][3] = t.w;
+            } else {
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int a2 = 0; a2 < Q2; a2++) g2r[l][kk][a2] = g2[l][(k2 + kk) * Q2 + a2];
+            }
         }
-    }
-    float acc[Q0][4];
+    float acc[ROWS][4];
 TT_EMBEDDING_FORWARD_UNROLL
-    for (int a0 = 0; a0 < Q0; a0++)
+    for (int r = 0; r < ROWS; r++)
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int c = 0; c < 4; c++) acc[a0][c] = 0.0f;
+        for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
     const float* g1c = g1 + col;
     const int R1p = tt_embedding_forward_r1_pad(R1);
     for (int k = 0; k < R1p; k += TT_EMBEDDING_FORWARD_G1_BATCH) {
@@ -941,29 +945,32 @@ TT_EMBEDDING_FORWARD_UNROLL
         }
 TT_EMBEDDING_FORWARD_UNROLL
         for (int u = 0; u < TT_EMBEDDING_FORWARD_G1_BATCH; u++) {
-            float w[Q0];                                   // M_0[a_0][k_1] for every a_0
-            if constexpr (Q0 == 4) {
-                const float4 t = *reinterpret_cast<const float4*>(g0t + (k + u) * 4);
-                w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+            float w[ROWS];                                 // M_0[a_0][k_1] for every row
+            if constexpr (ROWS % 4 == 0) {
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int r = 0; r < ROWS; r += 4) {
+                    const float4 t = *reinterpret_cast<const float4*>(g0t + (k + u) * ROWS + r);
+                    w[r] = t.x; w[r + 1] = t.y; w[r + 2] = t.z; w[r + 3] = t.w;
+                }
             } else {
 TT_EMBEDDING_FORWARD_UNROLL
-                for (int a0 = 0; a0 < Q0; a0++) w[a0] = g0t[(k + u) * Q0 + a0];
+                for (int r = 0; r < ROWS; r++) w[r] = g0t[(k + u) * ROWS + r];
             }
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++) {
-                acc[a0][0] = fmaf(w[a0], v[u].x, acc[a0][0]);
-                acc[a0][1] = fmaf(w[a0], v[u].y, acc[a0][1]);
-                acc[a0][2] = fmaf(w[a0], v[u].z, acc[a0][2]);
-                acc[a0][3] = fmaf(w[a0], v[u].w, acc[a0][3]);
+            for (int r = 0; r < ROWS; r++) {
+                acc[r][0] = fmaf(w[r], v[u].x, acc[r][0]);
+                acc[r][1] = fmaf(w[r], v[u].y, acc[r][1]);
+                acc[r][2] = fmaf(w[r], v[u].z, acc[r][2]);
+                acc[r][3] = fmaf(w[r], v[u].w, acc[r][3]);
             }
         }
     }
 TT_EMBEDDING_FORWARD_UNROLL
-    for (int a0 = 0; a0 < Q0; a0++)
+    for (int r = 0; r < ROWS; r++)
 TT_EMBEDDING_FORWARD_UNROLL
         for (int kk = 0; kk < 4; kk++)
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = fmaf(acc[a0][kk], g2r[kk][a2], part[a0][a2]);
+            for (int a2 = 0; a2 < Q2; a2++) part[r][a2] = fmaf(acc[r][kk], g2r[r / Q0][kk][a2], part[r][a2]);
 }
 
 // the partials of the R_2 / 4 lanes of each a_1 (consecutive lanes, an aligned power of two) summed into every
@@ -987,29 +994,24 @@ inline size_t tt_embedding_forward_smem_bytes4(const TtEmbeddingForwardShape& s,
            tt_embedding_forward_list_bytes(cap);
 }
 
-// the staged part of one lookup, by one warp: G_0's slice transposed into t0 (R_1 rows of Q0, a row k at k Q0), G_2's
-// (R_2 rows of 4) into t0 + R_1p Q0. Host-callable: the CPU tests stage with it.
+// the staged part of one lookup, by one warp: G_0's slice transposed into t0 (R_1 rows of ld floats, M_0[a_0][k] at
+// k ld + a_0: ld = LPW Q0 and t0 offset by l Q0 for slot l of a stacked group), and G_2's slice (R_2 rows of 4) into
+// t0 + R_1p ld unless g2 is null. Host-callable: the CPU tests stage with it.
 template <int Q0>
-__host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float* t0, const float* g0, const float* g2, int R1, int R2, int lane) {
+__host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float* t0, const float* g0, const float* g2, int R1, int R2, int lane,
+                                                                        int ld = Q0) {
     for (int k = lane; k < R1; k += 32)
-        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * Q0 + a0, g0 + a0 * R1 + k, false);
-    float* s2 = t0 + tt_embedding_forward_r1_pad(R1) * Q0;
-    for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
+        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * ld + a0, g0 + a0 * R1 + k, false);
+    float* s2 = t0 + tt_embedding_forward_r1_pad(R1) * ld;
+    if (g2)
+        for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
 }
 
+// A lane's reduced partials of one lookup (rows a_0 of part) -> its row: the first lane of each a_1 writes
+// out[a_0][a1_base + a_1][0..3] (q_2 = 4). a1_base: the first a_1 of the columns in g1 (version 7's column tiles; 0 in
+// version 4). Host-callable.
 template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_stage_g0_g2(float* t0, const TtEmbeddingForwardCores& cores,
-                                                              const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& f,
-                                                              bool fast, int tbl, int64_t idx, int lane) {
-    tt_embedding_forward_stage_copies<Q0>(t0, tt_embedding_forward_fast_slice(cores, s, f, fast, tbl, idx, 0),
-                                          tt_embedding_forward_fast_slice(cores, s, f, fast, tbl, idx, 2), s.R[1], s.R[2], lane);
-    tt_embedding_forward_async_commit();
-}
-
-// A lane's reduced partials -> the row: the first lane of each a_1 writes out[a_0][a1_base + a_1][0..3] (q_2 = 4).
-// a1_base: the first a_1 of the columns in g1 (version 7's column tiles; 0 in version 4). Host-callable.
-template <int Q0>
-__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_store(float* row, const float (&part)[Q0][4], int q1, int R2,
+__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_store(float* row, const float (*part)[4], int q1, int R2,
                                                                          int a1_base, int ncols, int lane) {
     const int col = 4 * lane, a1 = a1_base + col / R2;
     if (col % R2 != 0 || col >= ncols) return;
@@ -1018,37 +1020,55 @@ TT_EMBEDDING_FORWARD_UNROLL
         *reinterpret_cast<float4*>(row + (a0 * q1 + a1) * 4) = make_float4(part[a0][0], part[a0][1], part[a0][2], part[a0][3]);
 }
 
-// The warps' share of one round (versions 4 and 7): warp w computes unique entries w, w+W, ... against the ncols
-// columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next entry's G_0/G_2 are staged while
-// one computes (two stages per warp of stage_floats = R_1p Q0 + 4 R_2 floats each, padding rows zero).
-template <int Q0>
+// The warps' share of one round (versions 4 and 7): warp w computes groups w, w+W, ... of LPW unique entries each
+// against the ncols columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next group's G_0 slices
+// (and G_2's where G2_STAGED, version 4) are staged while one computes: two stages per warp of stage_floats = R_1p LPW
+// Q0 (+ 4 R_2) floats, padding rows zero. Version 7 reads G_2's rows from L2 straight into registers (each lane needs
+// its own 4 rows at R_2 = 128, so a staged copy saved nothing and cost 2 KB of shared memory per lookup).
+template <int Q0, int LPW, bool G2_STAGED>
 __device__ __forceinline__ void tt_embedding_forward_g1_rows_warp(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int nu,
                                                                float* stages, int stage_floats, const float* g1, int ncols, int a1_base,
                                                                const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                                const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl) {
+    static_assert(!G2_STAGED || LPW == 1, "a staged G_2 is one lookup's");
+    constexpr int ROWS = Q0 * LPW;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    const int R1 = s.R[1], R2 = s.R[2], R1p = tt_embedding_forward_r1_pad(R1);
+    const int R1 = s.R[1], R2 = s.R[2], R1p = tt_embedding_forward_r1_pad(R1), groups = (nu + LPW - 1) / LPW;
     float* my_stages = stages + warp * 2 * stage_floats;
+    auto slice = [&](int e, int t) { return tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, list.idx[list.uniq[e]], t); };
+    auto stage = [&](float* t0, int g) {                    // a partial group's missing slots keep stale values: their
+        for (int l = 0; l < LPW && g * LPW + l < nu; l++)  // rows are computed and never stored
+            tt_embedding_forward_stage_copies<Q0>(t0 + l * Q0, slice(g * LPW + l, 0), G2_STAGED ? slice(g * LPW + l, 2) : nullptr, R1, R2,
+                                                  lane, ROWS);
+        tt_embedding_forward_async_commit();
+    };
     int buf = 0;
-    if (warp < nu) tt_embedding_forward_stage_g0_g2<Q0>(my_stages, cores, s, fd, fast, tbl, list.idx[list.uniq[warp]], lane);
-    for (int u = warp; u < nu; u += W) {                    // warp-uniform
-        if (u + W < nu) {
-            tt_embedding_forward_stage_g0_g2<Q0>(my_stages + (buf ^ 1) * stage_floats, cores, s, fd, fast, tbl, list.idx[list.uniq[u + W]], lane);
+    if (warp < groups) stage(my_stages, warp);
+    for (int g = warp; g < groups; g += W) {                // warp-uniform
+        if (g + W < groups) {
+            stage(my_stages + (buf ^ 1) * stage_floats, g + W);
             tt_embedding_forward_async_wait_group<1>();
         } else {
             tt_embedding_forward_async_wait_group<0>();
         }
         __syncwarp();
         const float* t0 = my_stages + buf * stage_floats;
-        float part[Q0][4];
+        const float* g2[LPW];
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int a0 = 0; a0 < Q0; a0++)
+        for (int l = 0; l < LPW; l++) g2[l] = G2_STAGED ? t0 + R1p * ROWS : slice(min(g * LPW + l, nu - 1), 2);
+        float part[ROWS][4];
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < 4; a2++) part[a0][a2] = 0.0f;
-        tt_embedding_forward_g1_rows_lane<Q0, 4>(part, t0, g1, t0 + R1p * Q0, R1, R2, ncols, lane);
-        tt_embedding_forward_g1_rows_reduce<Q0, 4>(part, R2);
-        tt_embedding_forward_g1_rows_store<Q0>(rowbuf + (int64_t)list.pos[list.uniq[u]] * s.D, part, s.q[1], R2, a1_base, ncols, lane);
-        __syncwarp();                                       // the stage is refilled two lookups on
+        for (int r = 0; r < ROWS; r++)
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int a2 = 0; a2 < 4; a2++) part[r][a2] = 0.0f;
+        tt_embedding_forward_g1_rows_lane<Q0, 4, LPW>(part, t0, g1, g2, R1, R2, ncols, lane);
+        tt_embedding_forward_g1_rows_reduce<ROWS, 4>(part, R2);
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int l = 0; l < LPW; l++)
+            if (g * LPW + l < nu)
+                tt_embedding_forward_g1_rows_store<Q0>(rowbuf + (int64_t)list.pos[list.uniq[g * LPW + l]] * s.D, part + l * Q0, s.q[1], R2,
+                                                       a1_base, ncols, lane);
+        __syncwarp();                                       // the stage is refilled two groups on
         buf ^= 1;
     }
 }
@@ -1080,7 +1100,7 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
     };
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
-        tt_embedding_forward_g1_rows_warp<Q0>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
+        tt_embedding_forward_g1_rows_warp<Q0, 1, true>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
     };
     tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                               on_work, on_ready, compute);
@@ -1370,9 +1390,13 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // k_2 of its a_1 and step 2's sum over k_2 (x G_2) finishes inside the tile: each tile writes its own (a_0, a_1, *)
 // values of the row, no partial sums cross tiles, no atomics. Per round of an item: for each tile, the block copies
 // it (cp.async, rows of 128 floats) and the warps run version 4's FP32 lane step on it (a float4 of columns per lane,
-// G_0/G_2 staged per lookup), so G_1 is read from L2 once per item instead of once per lookup; each lookup's G_0 and
-// G_2 slices (4 KB at rank 128) are staged once per tile. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in
-// 4..128, any R_1; the default runs it where version 5's copies of the slice exceed shared memory.
+// G_0 staged per lookup), so G_1 is read from L2 once per item instead of once per lookup. A warp runs LPW = 4 / 2 / 1
+// lookups (q_0 <= 2 / 4 / 8) at once as one M_0 of LPW q_0 rows, G_0's slices transposed side by side: each float4
+// of the tile a lane loads from shared memory then feeds 32 FMAs (8 rows) instead of q_0 x 4 (8 at EL-Rec's q_0 = 2,
+// where the one-lookup lane was slower than version 3: 1.412 against 1.276 ms), and the per-lookup costs (staging,
+// shuffle tree, G_2's rows, read from L2 into registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 =
+// 4, R_2 a power of two in 4..128, any R_1; the default runs it where version 5's copies of the slice exceed shared
+// memory.
 #ifndef TT_EMBEDDING_FORWARD_TARGET7
 #define TT_EMBEDDING_FORWARD_TARGET7 64
 #endif
@@ -1394,11 +1418,14 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, cons
     }
 }
 
-// shared memory: one column tile, two stages per warp (G_0 transposed, G_2), version 6's list and hash set
+// lookups a warp runs at once (its lane step's rows: LPW q_0)
+__host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }
+
+// shared memory: one column tile, two stages per warp (LPW lookups' G_0 transposed), version 6's list and hash set
 inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
-    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] + 4 * (size_t)s.R[2];
+    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw7(s.q[0]);
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
 }
 
@@ -1413,12 +1440,13 @@ __global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __res
     const int W = blockDim.x / 32;
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1);
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
-    const int stage_floats = R1p * Q0 + R2 * 4;
+    constexpr int LPW = tt_embedding_forward_lpw7(Q0);
+    const int stage_floats = R1p * Q0 * LPW;
     float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem7);    // [R1][tile_a1 R2]
     float* stages = tile + R1 * tile_a1 * R2;                               // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
-        for (int e = R1 * Q0 + threadIdx.x; e < R1p * Q0; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
+        for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
     auto on_work = [](int, int) {};
@@ -1432,7 +1460,7 @@ __global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __res
             tt_embedding_forward_async_commit();
             tt_embedding_forward_async_wait_group<0>();
             __syncthreads();
-            tt_embedding_forward_g1_rows_warp<Q0>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd, fast, tbl);
+            tt_embedding_forward_g1_rows_warp<Q0, LPW, false>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd, fast, tbl);
         }
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL)
