@@ -600,6 +600,8 @@ struct TtEmbeddingForwardList {
     int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] the digit scan's overflow
                       // position; [4 ..] the digit scan's matches per (chunk, warp) of a pass
     int* slots;       // version 6: hash set of indices (2 cap entries; unused by versions 4 and 5)
+    int64_t* keep_idx; // versions 6, 7: rows an item's earlier rounds computed that had equal indices (KEEP slots,
+    int64_t* keep_pos; // index -1 when empty): later rounds copy them instead of computing them again
 };
 
 // lookups per item (key, segment) at uniform indices the host aims at (scripts/tt_forward_sweep.sh builds others)
@@ -614,10 +616,11 @@ struct TtEmbeddingForwardList {
 #endif
 #define TT_EMBEDDING_FORWARD_SCAN_UNROLL 4    // versions 4, 5: indices each thread loads per pass of the scan
 #define TT_EMBEDDING_FORWARD_SCAN_CHUNKS 4    // version 6: 16-byte loads of 8 digits each thread makes per pass
+#define TT_EMBEDDING_FORWARD_KEEP 16           // versions 6, 7: rows kept across an item's rounds (probes: 4)
 __host__ __device__ inline int tt_embedding_forward_hash_slots(int cap) { return 2 * cap; }
 inline size_t tt_embedding_forward_list_bytes(int cap, bool slots = false) {
     return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32) * sizeof(int) +
-           (slots ? (size_t)tt_embedding_forward_hash_slots(cap) * sizeof(int) : 0);
+           (slots ? (size_t)tt_embedding_forward_hash_slots(cap) * sizeof(int) + TT_EMBEDDING_FORWARD_KEEP * 2 * sizeof(int64_t) : 0);
 }
 
 __device__ __forceinline__ TtEmbeddingForwardList tt_embedding_forward_list(void* base, int cap) {
@@ -628,6 +631,8 @@ __device__ __forceinline__ TtEmbeddingForwardList tt_embedding_forward_list(void
     l.uniq = l.first + cap;
     l.counters = l.uniq + cap;
     l.slots = l.counters + 4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32;
+    l.keep_idx = reinterpret_cast<int64_t*>(l.slots + tt_embedding_forward_hash_slots(cap));   // 8-byte aligned: cap is even
+    l.keep_pos = l.keep_idx + TT_EMBEDDING_FORWARD_KEEP;
     return l;
 }
 
@@ -792,6 +797,7 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
     const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / nseg, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / nseg;
     bool worked = false;
     int64_t cursor = seg_lo;
+    if (DIGITS && threadIdx.x < TT_EMBEDDING_FORWARD_KEEP) list.keep_idx[threadIdx.x] = -1;   // ordered by the round's barrier
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
         if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
         __syncthreads();
@@ -825,21 +831,42 @@ TT_EMBEDDING_FORWARD_UNROLL
         const bool fresh = !worked;
         if (fresh) { on_work(tbl, i1); worked = true; }
         // equal indices: one entry computes, the others copy its row
-        if constexpr (DIGITS) {                             // version 6: a shared-memory hash set, O(m) (4, 5: O(m^2))
+        // Version 6: a shared-memory hash set, O(m) (4, 5: O(m^2)). An index already in keep_idx (computed in an earlier
+        // round of this item) copies that row: where one row is most of an item (Zipf's hottest row at L 1: ~95% of
+        // the bags) the rounds no longer recompute it. An index met twice in a round is marked (bit 30 of its slot)
+        // and offered to keep_idx after the round's hashing.
+        if constexpr (DIGITS) {
+            constexpr int K = TT_EMBEDDING_FORWARD_KEEP, MARK = 1 << 30;
             const int HS = tt_embedding_forward_hash_slots(cap);
+            auto keep_slot = [&](int64_t v) { return (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (K - 1); };
             for (int h = threadIdx.x; h < HS; h += blockDim.x) list.slots[h] = -1;
             __syncthreads();
             for (int i = threadIdx.x; i < m; i += blockDim.x) {
                 const int64_t v = list.idx[i];
-                int h = (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (HS - 1), f;
+                int f = -1;
+                for (int j = 0, h = keep_slot(v); j < 4 && list.keep_idx[h] != -1; j++, h = (h + 1) & (K - 1))
+                    if (list.keep_idx[h] == v) { f = -2 - h; break; }
+                if (f != -1) { list.first[i] = f; continue; }
+                int h = (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (HS - 1);
                 for (;;) {                                  // linear probing; the table is at most half full
                     const int prev = atomicCAS(&list.slots[h], -1, i);
                     if (prev == -1) { f = i; break; }
-                    if (list.idx[prev] == v) { f = prev; break; }
+                    if (list.idx[prev & ~MARK] == v) { f = prev & ~MARK; atomicOr(&list.slots[h], MARK); break; }
                     h = (h + 1) & (HS - 1);
                 }
                 list.first[i] = f;                          // any entry of the index will do: rows depend on it alone
                 if (f == i) list.uniq[atomicAdd(&counters[1], 1)] = i;
+            }
+            __syncthreads();
+            for (int h = threadIdx.x; h < HS; h += blockDim.x) {
+                const int e = list.slots[h];
+                if (e == -1 || !(e & MARK)) continue;
+                const int64_t v = list.idx[e & ~MARK];
+                for (int j = 0, k = keep_slot(v); j < 4; j++, k = (k + 1) & (K - 1)) {
+                    if (atomicCAS(reinterpret_cast<unsigned long long*>(&list.keep_idx[k]), ~0ull, (unsigned long long)v) != ~0ull) continue;
+                    list.keep_pos[k] = list.pos[e & ~MARK];
+                    break;
+                }
             }
         } else {
             for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -859,7 +886,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         for (int i = warp; i < m; i += W) {                 // copies for equal indices
             const int f = list.first[i];
             if (f == i) continue;
-            const float* src = rowbuf + (int64_t)list.pos[f] * s.D;
+            const float* src = rowbuf + (f >= 0 ? list.pos[f] : list.keep_pos[-2 - f]) * s.D;
             float* dst = rowbuf + (int64_t)list.pos[i] * s.D;
             for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
         }
@@ -1452,6 +1479,7 @@ __global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __res
     auto on_work = [](int, int) {};
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
+        if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
             const int n_a1 = min(tile_a1, q1 - a1_base);
