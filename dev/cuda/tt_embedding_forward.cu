@@ -1375,6 +1375,7 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // side): each float4 of the tile a lane loads from shared memory feeds 32 FMAs instead of q_0 x 4 (8 at EL-Rec's
 // q_0 = 2, where the one-lookup lane lost to version 3), and the staging, shuffle tree and G_2's rows (from L2 into
 // registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
+// __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
 #ifndef TT_EMBEDDING_FORWARD_TARGET7
 #define TT_EMBEDDING_FORWARD_TARGET7 64
 #endif
@@ -1393,10 +1394,9 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, cons
     }
 }
 
-// lookups a warp runs at once (its lane step's rows: LPW q_0)
-__host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }
+__host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
-// shared memory: one column tile, two stages per warp (LPW lookups' G_0 transposed), version 6's list and hash set
+// shared memory: one column tile, two stages per warp (LPW lookups' G_0 transposed), version 6's list (and kept rows)
 inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
@@ -1405,7 +1405,7 @@ inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s,
 }
 
 template <int Q0>
-__global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                    const __grid_constant__ TtEmbeddingForwardShape s, int segments,
