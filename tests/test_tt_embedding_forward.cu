@@ -519,11 +519,11 @@ static void test_v4() {
             tt_embedding_forward_row_cpu(row.data(), P.ptrs.data(), s, tbl, idx);
             for (int d = 0; d < s.D; d++) want[d] += row[d];
             const float* g0 = tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 0);
-            for (int k = 0; k < R1; k++)                           // as tt_embedding_forward_stage_g0_g2 copies it
+            for (int k = 0; k < R1; k++)                           // as tt_embedding_forward_stage_copies stages it
                 for (int a0 = 0; a0 < 4; a0++) g0t[k * 4 + a0] = g0[a0 * R1 + k];
+            const float* g2[1] = {tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2)};
             for (int lane = 0; lane < 32; lane++)
-                tt_embedding_forward_g1_rows_lane<4, 4>(part[lane], g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1),
-                                                   tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, ncols, lane);
+                tt_embedding_forward_g1_rows_lane<4, 4>(part[lane], g0t.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1), g2, R1, R2, ncols, lane);
         }
         emulate_g1_rows_reduce<4>(part, R2);
         std::vector<float> got(s.D, NAN);
@@ -549,50 +549,67 @@ static void test_v4() {
     }, rng);
 }
 
-// version 7's column tiles on the CPU, lane by lane: per lookup and tile, the tile as tt_embedding_forward_copy_tile7
-// copies it, G_0/G_2 as tt_embedding_forward_stage_copies stages them (padding rows zero), version 4's lane step on
-// the tile, the xor-shuffle tree, and each lane's store into a NaN-poisoned row; every row against the double
-// reference (so a tile's a_1 range, its store offsets, and a value no tile writes all fail). Ranks 128 and 64 with
-// tiles of one and two a_1, q_1 = 1..4 (a last tile of fewer a_1), q_0 = 1, 2, 4, 8, odd R_1.
+// version 7's column tiles on the CPU, lane by lane: two groups of lookups that share i_1 (the second group one
+// lookup short of LPW), per group and tile the tile as tt_embedding_forward_copy_tile7 copies it, G_0 as
+// tt_embedding_forward_stage_copies stages each slot (padding rows zero, a missing slot NaN), G_2 read from the core,
+// version 4's lane step on the stacked rows, the xor-shuffle tree, and each present lookup's store into a
+// NaN-poisoned row; every row against the double reference (so a tile's a_1 range, a slot's offsets, and a value no
+// tile writes all fail). Ranks 128 and 64 with tiles of one and two a_1, q_1 = 1..4 (a last tile of fewer a_1),
+// q_0 = 1, 2, 4, 8, odd R_1.
 template <int Q0>
 static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, Rng& rng) {
+    constexpr int LPW = tt_embedding_forward_lpw7(Q0), ROWS = Q0 * LPW;
     Problem P;
     if (!make_problem(P, p, q, r, 2, 1, 1, rng)) return;
     const TtEmbeddingForwardShape& s = P.s;
     const std::string why = tt_embedding_forward_reason7(s);
     if (!why.empty()) { report(false, P.name + ": version 7 accepts the shape", why); return; }
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1), tile_a1 = tt_embedding_forward_tile_a1(q1, R2);
-    std::vector<float> tile((size_t)R1 * tile_a1 * R2), stage((size_t)R1p * Q0 + 4 * R2), got(s.D);
+    std::vector<float> tile((size_t)R1 * tile_a1 * R2), stage((size_t)R1p * ROWS), got(s.D);
     std::vector<double> want(s.D);
     std::string bad;
-    int tiles = 0;
-    for (int n = 0; n < 4; n++) {
-        const int tbl = n % 2;
-        const int64_t idx = n == 0 ? s.E - 1 : rng.randint(0, s.E);
-        tt_embedding_forward_row_cpu(want.data(), P.ptrs.data(), s, tbl, idx);
-        std::fill(got.begin(), got.end(), NAN);
-        std::fill(stage.begin(), stage.end(), 0.0f);
-        for (int lane = 0; lane < 32; lane++)
-            tt_embedding_forward_stage_copies<Q0>(stage.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 0),
-                                                  tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 2), R1, R2, lane);
+    int tiles = 0, rows = 0;
+    const int tbl = 1, i1 = s.p[1] - 1;                        // every lookup of a group has the item's i_1
+    for (int g = 0; g < 2; g++) {
+        const int present = g == 0 ? LPW : LPW - 1;
+        int64_t idx[LPW];
+        const float* g2[LPW];
+        std::fill(stage.begin(), stage.end(), NAN);
+        std::fill(stage.begin() + (size_t)R1 * ROWS, stage.end(), 0.0f);   // the kernel zeroes the padding rows
+        for (int l = 0; l < LPW; l++) {
+            idx[l] = g + l == 0 ? s.E - 1 : rng.randint(0, s.p[0]) * s.stride[0] + (int64_t)i1 * s.stride[1] + rng.randint(0, s.p[2]);
+            g2[l] = tt_embedding_forward_slice_ptr(P.c, s, tbl, l < present ? idx[l] : idx[0], 2);
+            if (l >= present) continue;
+            for (int lane = 0; lane < 32; lane++)
+                tt_embedding_forward_stage_copies<Q0>(stage.data() + l * Q0, tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[l], 0), nullptr, R1,
+                                                      R2, lane, ROWS);
+        }
+        std::vector<std::vector<float>> out(present, std::vector<float>(s.D, NAN));
         for (int a1_base = 0; a1_base < q1; a1_base += tile_a1, tiles++) {
             const int n_a1 = std::min(tile_a1, q1 - a1_base), ncols = n_a1 * R2;
             std::fill(tile.begin(), tile.end(), NAN);
             for (int tid = 0; tid < 96; tid++)                 // three warps' threads
-                tt_embedding_forward_copy_tile7(tile.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx, 1), R1, q1, R2, a1_base, n_a1, tid, 96);
-            float part[32][Q0][4] = {};
+                tt_embedding_forward_copy_tile7(tile.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[0], 1), R1, q1, R2, a1_base, n_a1, tid, 96);
+            float part[32][ROWS][4] = {};
             for (int lane = 0; lane < 32; lane++)
-                tt_embedding_forward_g1_rows_lane<Q0, 4>(part[lane], stage.data(), tile.data(), stage.data() + R1p * Q0, R1, R2, ncols, lane);
-            emulate_g1_rows_reduce<Q0>(part, R2);
-            for (int lane = 0; lane < 32; lane++) tt_embedding_forward_g1_rows_store<Q0>(got.data(), part[lane], q1, R2, a1_base, ncols, lane);
+                tt_embedding_forward_g1_rows_lane<Q0, 4, LPW>(part[lane], stage.data(), tile.data(), g2, R1, R2, ncols, lane);
+            emulate_g1_rows_reduce<ROWS>(part, R2);
+            for (int l = 0; l < present; l++)
+                for (int lane = 0; lane < 32; lane++)
+                    tt_embedding_forward_g1_rows_store<Q0>(out[l].data(), part[lane] + l * Q0, q1, R2, a1_base, ncols, lane);
         }
-        double scale = 0.0;
-        for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(want[d]));
-        for (int d = 0; d < s.D; d++)
-            if (!close(got[d], want[d], 1e-5 * std::max(scale, 1.0), 0)) bad += " n" + std::to_string(n) + "d" + std::to_string(d);
+        for (int l = 0; l < present; l++, rows++) {
+            tt_embedding_forward_row_cpu(want.data(), P.ptrs.data(), s, tbl, idx[l]);
+            double scale = 0.0;
+            for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(want[d]));
+            for (int d = 0; d < s.D; d++)
+                if (!close(out[l][d], want[d], 1e-5 * std::max(scale, 1.0), 0))
+                    bad += " g" + std::to_string(g) + "l" + std::to_string(l) + "d" + std::to_string(d);
+        }
     }
-    report(bad.empty() && tiles == 4 * ((q1 + tile_a1 - 1) / tile_a1),
-           P.name + ": version 7's " + std::to_string(tiles / 4) + " column tiles per row (emulated) = reference", bad.substr(0, 200));
+    report(bad.empty() && tiles == 2 * ((q1 + tile_a1 - 1) / tile_a1) && rows == 2 * LPW - 1,
+           P.name + ": version 7's " + std::to_string(tiles / 2) + " column tiles per row, " + std::to_string(LPW) +
+               " lookups per lane step (emulated) = reference", bad.substr(0, 200));
 }
 
 static void test_v7() {

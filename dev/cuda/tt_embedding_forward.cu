@@ -24,8 +24,10 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); 7's or 3's kernel at every other shape       0.0332  20.0
   7  version 6's items where G_1's slice exceeds shared memory (rank 128): G_1 in column tiles of
-     whole a_1, step 2 inside each tile; FP32 (EL-Rec's q 4,4,4, ranks 128, B 4096, L 20;
-     version 3 there 4.671 ms; q 2,2,4: 7 1.412, 3 1.276; logs/2026-12-01_bench_tt_rank128_v7_v8)  2.220  35.1
+     whole a_1, step 2 inside each tile, a warp's lane step on 4 / 2 lookups at once (q_0 <= 2 / 4);
+     FP32. EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 (run as the default; version 3 4.631 ms);
+     L 1 0.165 (3: 0.339); q 2,2,4 L 20 0.604 (3: 1.277), L 1 0.065 (3: 0.121), Zipf 1.15 L 1 0.128
+     (3: 0.098); results/logs/2026-12-01_tt_forward_v7_groups{,_keep_rows}.log                    1.809  43.0
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
@@ -42,23 +44,22 @@ Compile and run:
   make tt_embedding_forward_bf16 && ./tt_embedding_forward_bf16 all --check-only
 
 Lessons:
-  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x: no launches per step, no intermediates
-    through memory. A buffer pointer chosen at run time between shared and global memory made 3 a third slower
-    (0.0709 ms: generic loads and stores); one instantiation per memory space fixed it.
+  - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x; a buffer pointer chosen at run time between
+    shared and global memory made 3 a third slower (generic loads and stores): one instantiation per memory space.
   - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
     follows the serial latency of each chain and each item, not bytes.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu) and left its time unchanged; version 6's 27%
     came from shortening an item's serial path (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
+  - At q_0 = 2 version 7's lane did 8 FMAs per 16-byte shared load and ran at 14% of the FMA peak; four lookups per
+    lane step (32 FMAs per load) took EL-Rec's q 2,2,4 from 1.412 to 0.604 ms, q 4,4,4 (two) from 2.220 to 1.809.
 */
 #include "tt_embedding.h"
 
-// Tolerances: a pooled value is a sum of L rows of O(1) (the cores are scaled so that each row element has
-// unit variance); fp32 chains of dot products of length R differ from the double chain by a few 1e-7 per
-// step, so 1e-4 absolute and relative leaves a wide margin while any indexing bug gives O(1) errors. bf16
-// adds one rounding of the output (2^-9 relative). Versions 5 and 6 split their tensor-core operands in
-// 3xTF32 (accurate to about FP32's rounding) and are checked at the same tolerance.
+// Tolerances: a pooled value is a sum of L rows of O(1) (unit-variance row elements); fp32 chains differ from the
+// double chain by a few 1e-7 per step, so 1e-4 leaves a wide margin while an indexing bug gives O(1) errors. bf16 adds
+// one rounding of the output. Versions 5 and 6 run 3xTF32 (about FP32's rounding) and are checked the same.
 #ifdef ENABLE_BF16
 static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL = 5e-3f;
 #else
@@ -600,6 +601,8 @@ struct TtEmbeddingForwardList {
     int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] the digit scan's overflow
                       // position; [4 ..] the digit scan's matches per (chunk, warp) of a pass
     int* slots;       // version 6: hash set of indices (2 cap entries; unused by versions 4 and 5)
+    int64_t* keep_idx; // versions 6, 7: rows an item's earlier rounds computed that had equal indices (KEEP slots,
+    int64_t* keep_pos; // index -1 when empty): later rounds copy them instead of computing them again
 };
 
 // lookups per item (key, segment) at uniform indices the host aims at (scripts/tt_forward_sweep.sh builds others)
@@ -614,10 +617,11 @@ struct TtEmbeddingForwardList {
 #endif
 #define TT_EMBEDDING_FORWARD_SCAN_UNROLL 4    // versions 4, 5: indices each thread loads per pass of the scan
 #define TT_EMBEDDING_FORWARD_SCAN_CHUNKS 4    // version 6: 16-byte loads of 8 digits each thread makes per pass
+#define TT_EMBEDDING_FORWARD_KEEP 16           // versions 6, 7: rows kept across an item's rounds (probes: 4)
 __host__ __device__ inline int tt_embedding_forward_hash_slots(int cap) { return 2 * cap; }
 inline size_t tt_embedding_forward_list_bytes(int cap, bool slots = false) {
     return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32) * sizeof(int) +
-           (slots ? (size_t)tt_embedding_forward_hash_slots(cap) * sizeof(int) : 0);
+           (slots ? (size_t)tt_embedding_forward_hash_slots(cap) * sizeof(int) + TT_EMBEDDING_FORWARD_KEEP * 2 * sizeof(int64_t) : 0);
 }
 
 __device__ __forceinline__ TtEmbeddingForwardList tt_embedding_forward_list(void* base, int cap) {
@@ -628,6 +632,8 @@ __device__ __forceinline__ TtEmbeddingForwardList tt_embedding_forward_list(void
     l.uniq = l.first + cap;
     l.counters = l.uniq + cap;
     l.slots = l.counters + 4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32;
+    l.keep_idx = reinterpret_cast<int64_t*>(l.slots + tt_embedding_forward_hash_slots(cap));   // 8-byte aligned: cap is even
+    l.keep_pos = l.keep_idx + TT_EMBEDDING_FORWARD_KEEP;
     return l;
 }
 
@@ -642,14 +648,12 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 }
 
 // The digit scan of version 6 (a building block of the item loop below). An item's serial path in versions 4 and 5
-// is its scan (7 dependent passes of 512 int64 indices per item at 128 threads, each an L2 round trip, a 64-bit
-// digit and two barriers), the all-pairs search for equal indices, and 2.5 items per block in series. Version 6
-// computes every lookup's i_1 ONCE (a small kernel writes them as uint16: 20 KB at the default instead of 80 KB
-// of indices re-read by every key) and scans them with 16-byte loads of 8 digits (two per 32-bit compare,
-// __vcmpeq2), CHUNKS loads per thread in flight: 8,192 lookups per pass at 256 threads. The list is filled in
-// position order by a prefix count (each thread's 8-bit match mask, a warp scan of the counts, per-(chunk, warp)
-// totals in shared memory): no atomics, so a pass may overfill the list: the entries past `cap` are dropped and
-// the next round restarts at the first of them (its position is known exactly: the entry whose slot is cap).
+// is its scan (7 dependent passes of 512 int64 indices at 128 threads, each an L2 round trip, a 64-bit digit and two
+// barriers), the all-pairs search for equal indices, and 2.5 items per block in series. Version 6 computes every
+// lookup's i_1 ONCE (uint16: 20 KB at the default instead of 80 KB of indices re-read by every key) and scans them 8
+// per 16-byte load (__vcmpeq2), CHUNKS loads per thread in flight. The list is filled in position order by a prefix
+// count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
+// past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
 __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                      const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
@@ -757,15 +761,14 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
     return cursor;
 }
 
-// The item loop of versions 4-6: a persistent block takes items (key = (table, i_1), segment) from the
-// global counter work[0], reads every index of the segment, lists the lookups whose i_1 matches, marks equal
-// indices, and hands the list to the version's engine; the last block out resets the counters. The engine's
-// hooks, each called by every thread of the block:
+// The item loop of versions 4-7: a persistent block takes items (key = (table, i_1), segment) from work[0], lists
+// the segment's lookups whose i_1 matches, marks equal indices and hands the list to the version's engine (the last
+// block out resets the counters). The hooks, each called by every thread of the block:
 //   on_item(tbl, i1)   at the start of an item (versions 5, 6 start the copy of G_1's slice here)
 //   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
-// after which the entries equal to an earlier one copy its row. DIGITS: version 6's digit scan and hash set.
+// after which the entries equal to another copy its row. DIGITS: version 6's digit scan and hash set (6, 7).
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
 __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1,
@@ -792,6 +795,7 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
     const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / nseg, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / nseg;
     bool worked = false;
     int64_t cursor = seg_lo;
+    if (DIGITS && threadIdx.x < TT_EMBEDDING_FORWARD_KEEP) list.keep_idx[threadIdx.x] = -1;   // ordered by the round's barrier
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
         if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
         __syncthreads();
@@ -824,22 +828,41 @@ TT_EMBEDDING_FORWARD_UNROLL
         if (m == 0) continue;                               // block-uniform
         const bool fresh = !worked;
         if (fresh) { on_work(tbl, i1); worked = true; }
-        // equal indices: one entry computes, the others copy its row
-        if constexpr (DIGITS) {                             // version 6: a shared-memory hash set, O(m) (4, 5: O(m^2))
+        // equal indices: one entry computes, the others copy its row. DIGITS: a hash set, O(m) (else O(m^2)); an index
+        // in keep_idx (met twice in an earlier round of the item: its slot was marked, bit 30) copies that row, so
+        // where one row is most of an item (Zipf's hottest row at L 1, ~95% of the bags) rounds do not recompute it.
+        if constexpr (DIGITS) {
+            constexpr int K = TT_EMBEDDING_FORWARD_KEEP, MARK = 1 << 30;
             const int HS = tt_embedding_forward_hash_slots(cap);
+            auto keep_slot = [&](int64_t v) { return (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (K - 1); };
             for (int h = threadIdx.x; h < HS; h += blockDim.x) list.slots[h] = -1;
             __syncthreads();
             for (int i = threadIdx.x; i < m; i += blockDim.x) {
                 const int64_t v = list.idx[i];
-                int h = (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (HS - 1), f;
+                int f = -1;
+                for (int j = 0, h = keep_slot(v); j < 4 && list.keep_idx[h] != -1; j++, h = (h + 1) & (K - 1))
+                    if (list.keep_idx[h] == v) { f = -2 - h; break; }
+                if (f != -1) { list.first[i] = f; continue; }
+                int h = (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (HS - 1);
                 for (;;) {                                  // linear probing; the table is at most half full
                     const int prev = atomicCAS(&list.slots[h], -1, i);
                     if (prev == -1) { f = i; break; }
-                    if (list.idx[prev] == v) { f = prev; break; }
+                    if (list.idx[prev & ~MARK] == v) { f = prev & ~MARK; atomicOr(&list.slots[h], MARK); break; }
                     h = (h + 1) & (HS - 1);
                 }
                 list.first[i] = f;                          // any entry of the index will do: rows depend on it alone
                 if (f == i) list.uniq[atomicAdd(&counters[1], 1)] = i;
+            }
+            __syncthreads();
+            for (int h = threadIdx.x; h < HS; h += blockDim.x) {
+                const int e = list.slots[h];
+                if (e == -1 || !(e & MARK)) continue;
+                const int64_t v = list.idx[e & ~MARK];
+                for (int j = 0, k = keep_slot(v); j < 4; j++, k = (k + 1) & (K - 1)) {
+                    if (atomicCAS(reinterpret_cast<unsigned long long*>(&list.keep_idx[k]), ~0ull, (unsigned long long)v) != ~0ull) continue;
+                    list.keep_pos[k] = list.pos[e & ~MARK];
+                    break;
+                }
             }
         } else {
             for (int i = threadIdx.x; i < m; i += blockDim.x) {
@@ -859,7 +882,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         for (int i = warp; i < m; i += W) {                 // copies for equal indices
             const int f = list.first[i];
             if (f == i) continue;
-            const float* src = rowbuf + (int64_t)list.pos[f] * s.D;
+            const float* src = rowbuf + (f >= 0 ? list.pos[f] : list.keep_pos[-2 - f]) * s.D;
             float* dst = rowbuf + (int64_t)list.pos[i] * s.D;
             for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
         }
@@ -880,20 +903,17 @@ TT_EMBEDDING_FORWARD_UNROLL
 
 // ---- version 4: lookups grouped by the index of core 1, which each group reads once
 
-// Version 3 streams each lookup's own 16 KB slice of G_1 from L2 (174 MB per call at the default). Version 4
-// shares it: block (key, segment) owns one value (table, i_1) of core 1 and one contiguous segment of that
-// table's lookups; it reads every index of its segment, keeps the lookups whose i_1 matches (a shared-memory
-// list), and computes them against ONE copy of G_1's slice in shared memory; equal indices (Zipf's hot rows) are
-// computed once and copied. No sort and no planning kernel: the redundant index reads cost (keys) x (lookups) x 8
-// bytes, 18 MB at the default, against the 164 MB of G_1 slices saved. Items are handed to persistent blocks by a
-// global counter, so a Poisson-heavy key does not set the kernel's tail. Rows go to a per-lookup buffer and the
-// pooling kernel sums every bag in lookup order: no float atomics, deterministic at any block size.
-// Each lookup's step 1, M_1 = M_0 (q_0 x R_1) . G_1 (R_1 x q_1 R_2), runs by rows of G_1: row k_1 holds q_1 R_2 <=
-// 128 floats (a float4 per lane), each lane keeps its 4 columns (a_1, k_2..k_2+3) of M_1 for all q_0 rows in
-// registers, and M_0's column k_1 comes from a transposed copy of G_0's slice (one broadcast float4). Step 2 needs
-// the sum over all k_2, spread over R_2 / 4 lanes: each lane multiplies its 4 k_2 by G_2's rows and keeps the
-// partial (q_0 x q_2 values for its a_1); xor shuffles add the partials. G_0 and G_2 are staged per warp with
-// cp.async, the next lookup's while this one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
+// Version 3 streams each lookup's own 16 KB slice of G_1 from L2 (174 MB per call at the default). Version 4 shares
+// it: block (key, segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups,
+// lists the lookups of the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's
+// slice; equal indices (Zipf's hot rows) are computed once and copied. No sort, no planning kernel: the redundant
+// index reads (keys x lookups x 8 bytes, 18 MB at the default) against 164 MB of slices saved. Persistent blocks take
+// items from a global counter; rows go to a per-lookup buffer that the pooling kernel sums in lookup order (no float
+// atomics, deterministic at any block size). Step 1 runs by rows of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per
+// lane) times M_0's column k_1 (a broadcast float4 of G_0's slice, transposed), each lane keeping its 4 columns (a_1,
+// k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's rows into a per-lane partial that xor shuffles
+// add over the R_2 / 4 lanes of each a_1. G_0 and G_2 are staged per warp with cp.async, the next lookup's while this
+// one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
 #define TT_EMBEDDING_FORWARD_G1_COLS 128        // q_1 R_2 at most: a float4 of columns per lane
 #define TT_EMBEDDING_FORWARD_G1_BATCH 8          // G_1 rows loaded per batch (unrolled)
 
@@ -902,34 +922,27 @@ __host__ __device__ inline int tt_embedding_forward_r1_pad(int R1) {
     return (R1 + TT_EMBEDDING_FORWARD_G1_BATCH - 1) / TT_EMBEDDING_FORWARD_G1_BATCH * TT_EMBEDDING_FORWARD_G1_BATCH;
 }
 
-// One lane's share of one lookup: g0t = G_0's slice transposed (R_1 padded x Q0, zeros past R_1), g1 = G_1's
-// slice (R_1 rows of q_1 R_2 floats), g2 = G_2's slice (R_2 x Q2). Adds this lane's partial of the row,
-// out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[Q0][Q2]. The CPU tests run
-// it for lanes 0..31 and sum the partials as the kernel's shuffles do.
-template <int Q0, int Q2>
-__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_lane(float (&part)[Q0][Q2], const float* __restrict__ g0t,
+// One lane's share of LPW lookups (1 in version 4; version 7 stacks several, see there): g0t = their G_0 slices
+// transposed side by side (R_1 padded rows of LPW Q0 floats, lookup l's M_0[a_0][k] at k LPW Q0 + l Q0 + a_0, zeros
+// past R_1), g1 = G_1's slice (R_1 rows of ncols floats), g2[l] = lookup l's G_2 slice (R_2 x Q2). Adds this lane's
+// partial of each row, out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[l Q0 + a_0][Q2].
+// The CPU tests run it for lanes 0..31 and sum the partials as the kernel's shuffles do.
+template <int Q0, int Q2, int LPW = 1>
+__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_lane(float (&part)[Q0 * LPW][Q2], const float* __restrict__ g0t,
                                                                       const float* __restrict__ g1,
-                                                                      const float* __restrict__ g2, int R1, int R2,
+                                                                      const float* const (&g2)[LPW], int R1, int R2,
                                                                       int ncols, int lane) {
+    constexpr int ROWS = Q0 * LPW;
+    static_assert(Q2 == 4 && ROWS % 4 == 0, "a row of G_2 and of the transposed G_0 is read as float4s");
     const int col = 4 * lane;
     if (col >= ncols) return;                              // idle lane (q_1 R_2 < 128)
     const int k2 = col % R2;
-    float g2r[4][Q2];                                      // G_2 rows k_2..k_2+3
+    float4 g2r[LPW][4];                                    // G_2 rows k_2..k_2+3 of each lookup (16 aligned bytes)
 TT_EMBEDDING_FORWARD_UNROLL
-    for (int kk = 0; kk < 4; kk++) {
-        if constexpr (Q2 == 4) {                           // a row is 16 aligned bytes (slices are R_2 * 4 floats)
-            const float4 t = *reinterpret_cast<const float4*>(g2 + (k2 + kk) * 4);
-            g2r[kk][0] = t.x; g2r[kk][1] = t.y; g2r[kk][2] = t.z; g2r[kk][3] = t.w;
-        } else {
+    for (int l = 0; l < LPW; l++)
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < Q2; a2++) g2r[kk][a2] = g2[(k2 + kk) * Q2 + a2];
-        }
-    }
-    float acc[Q0][4];
-TT_EMBEDDING_FORWARD_UNROLL
-    for (int a0 = 0; a0 < Q0; a0++)
-TT_EMBEDDING_FORWARD_UNROLL
-        for (int c = 0; c < 4; c++) acc[a0][c] = 0.0f;
+        for (int kk = 0; kk < 4; kk++) g2r[l][kk] = *reinterpret_cast<const float4*>(g2[l] + (k2 + kk) * 4);
+    float acc[ROWS][4] = {};
     const float* g1c = g1 + col;
     const int R1p = tt_embedding_forward_r1_pad(R1);
     for (int k = 0; k < R1p; k += TT_EMBEDDING_FORWARD_G1_BATCH) {
@@ -941,29 +954,31 @@ TT_EMBEDDING_FORWARD_UNROLL
         }
 TT_EMBEDDING_FORWARD_UNROLL
         for (int u = 0; u < TT_EMBEDDING_FORWARD_G1_BATCH; u++) {
-            float w[Q0];                                   // M_0[a_0][k_1] for every a_0
-            if constexpr (Q0 == 4) {
-                const float4 t = *reinterpret_cast<const float4*>(g0t + (k + u) * 4);
-                w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-            } else {
+            float w[ROWS];                                 // M_0[a_0][k_1] for every row
 TT_EMBEDDING_FORWARD_UNROLL
-                for (int a0 = 0; a0 < Q0; a0++) w[a0] = g0t[(k + u) * Q0 + a0];
+            for (int r = 0; r < ROWS; r += 4) {
+                const float4 t = *reinterpret_cast<const float4*>(g0t + (k + u) * ROWS + r);
+                w[r] = t.x; w[r + 1] = t.y; w[r + 2] = t.z; w[r + 3] = t.w;
             }
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a0 = 0; a0 < Q0; a0++) {
-                acc[a0][0] = fmaf(w[a0], v[u].x, acc[a0][0]);
-                acc[a0][1] = fmaf(w[a0], v[u].y, acc[a0][1]);
-                acc[a0][2] = fmaf(w[a0], v[u].z, acc[a0][2]);
-                acc[a0][3] = fmaf(w[a0], v[u].w, acc[a0][3]);
+            for (int r = 0; r < ROWS; r++) {
+                acc[r][0] = fmaf(w[r], v[u].x, acc[r][0]);
+                acc[r][1] = fmaf(w[r], v[u].y, acc[r][1]);
+                acc[r][2] = fmaf(w[r], v[u].z, acc[r][2]);
+                acc[r][3] = fmaf(w[r], v[u].w, acc[r][3]);
             }
         }
     }
 TT_EMBEDDING_FORWARD_UNROLL
-    for (int a0 = 0; a0 < Q0; a0++)
+    for (int r = 0; r < ROWS; r++)
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int kk = 0; kk < 4; kk++)
-TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < Q2; a2++) part[a0][a2] = fmaf(acc[a0][kk], g2r[kk][a2], part[a0][a2]);
+        for (int kk = 0; kk < 4; kk++) {
+            const float4 g = g2r[r / Q0][kk];
+            part[r][0] = fmaf(acc[r][kk], g.x, part[r][0]);
+            part[r][1] = fmaf(acc[r][kk], g.y, part[r][1]);
+            part[r][2] = fmaf(acc[r][kk], g.z, part[r][2]);
+            part[r][3] = fmaf(acc[r][kk], g.w, part[r][3]);
+        }
 }
 
 // the partials of the R_2 / 4 lanes of each a_1 (consecutive lanes, an aligned power of two) summed into every
@@ -987,29 +1002,24 @@ inline size_t tt_embedding_forward_smem_bytes4(const TtEmbeddingForwardShape& s,
            tt_embedding_forward_list_bytes(cap);
 }
 
-// the staged part of one lookup, by one warp: G_0's slice transposed into t0 (R_1 rows of Q0, a row k at k Q0), G_2's
-// (R_2 rows of 4) into t0 + R_1p Q0. Host-callable: the CPU tests stage with it.
+// the staged part of one lookup, by one warp: G_0's slice transposed into t0 (R_1 rows of ld floats, M_0[a_0][k] at
+// k ld + a_0: ld = LPW Q0 and t0 offset by l Q0 for slot l of a stacked group), and G_2's slice (R_2 rows of 4) into
+// t0 + R_1p ld unless g2 is null. Host-callable: the CPU tests stage with it.
 template <int Q0>
-__host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float* t0, const float* g0, const float* g2, int R1, int R2, int lane) {
+__host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float* t0, const float* g0, const float* g2, int R1, int R2, int lane,
+                                                                        int ld = Q0) {
     for (int k = lane; k < R1; k += 32)
-        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * Q0 + a0, g0 + a0 * R1 + k, false);
-    float* s2 = t0 + tt_embedding_forward_r1_pad(R1) * Q0;
-    for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
+        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * ld + a0, g0 + a0 * R1 + k, false);
+    float* s2 = t0 + tt_embedding_forward_r1_pad(R1) * ld;
+    if (g2)
+        for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
 }
 
+// A lane's reduced partials of one lookup (rows a_0 of part) -> its row: the first lane of each a_1 writes
+// out[a_0][a1_base + a_1][0..3] (q_2 = 4). a1_base: the first a_1 of the columns in g1 (version 7's column tiles; 0 in
+// version 4). Host-callable.
 template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_stage_g0_g2(float* t0, const TtEmbeddingForwardCores& cores,
-                                                              const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& f,
-                                                              bool fast, int tbl, int64_t idx, int lane) {
-    tt_embedding_forward_stage_copies<Q0>(t0, tt_embedding_forward_fast_slice(cores, s, f, fast, tbl, idx, 0),
-                                          tt_embedding_forward_fast_slice(cores, s, f, fast, tbl, idx, 2), s.R[1], s.R[2], lane);
-    tt_embedding_forward_async_commit();
-}
-
-// A lane's reduced partials -> the row: the first lane of each a_1 writes out[a_0][a1_base + a_1][0..3] (q_2 = 4).
-// a1_base: the first a_1 of the columns in g1 (version 7's column tiles; 0 in version 4). Host-callable.
-template <int Q0>
-__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_store(float* row, const float (&part)[Q0][4], int q1, int R2,
+__host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_store(float* row, const float (*part)[4], int q1, int R2,
                                                                          int a1_base, int ncols, int lane) {
     const int col = 4 * lane, a1 = a1_base + col / R2;
     if (col % R2 != 0 || col >= ncols) return;
@@ -1018,37 +1028,51 @@ TT_EMBEDDING_FORWARD_UNROLL
         *reinterpret_cast<float4*>(row + (a0 * q1 + a1) * 4) = make_float4(part[a0][0], part[a0][1], part[a0][2], part[a0][3]);
 }
 
-// The warps' share of one round (versions 4 and 7): warp w computes unique entries w, w+W, ... against the ncols
-// columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next entry's G_0/G_2 are staged while
-// one computes (two stages per warp of stage_floats = R_1p Q0 + 4 R_2 floats each, padding rows zero).
-template <int Q0>
+// The warps' share of one round (versions 4 and 7): warp w computes groups w, w+W, ... of LPW unique entries each
+// against the ncols columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next group's G_0 slices
+// (and G_2's where G2_STAGED, version 4) are staged while one computes: two stages per warp of stage_floats = R_1p LPW
+// Q0 (+ 4 R_2) floats, padding rows zero. Version 7 reads G_2's rows from L2 straight into registers (each lane needs
+// its own 4 rows at R_2 = 128, so a staged copy saved nothing and cost 2 KB of shared memory per lookup).
+template <int Q0, int LPW, bool G2_STAGED>
 __device__ __forceinline__ void tt_embedding_forward_g1_rows_warp(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int nu,
                                                                float* stages, int stage_floats, const float* g1, int ncols, int a1_base,
                                                                const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                                const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl) {
+    static_assert(!G2_STAGED || LPW == 1, "a staged G_2 is one lookup's");
+    constexpr int ROWS = Q0 * LPW;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    const int R1 = s.R[1], R2 = s.R[2], R1p = tt_embedding_forward_r1_pad(R1);
+    const int R1 = s.R[1], R2 = s.R[2], R1p = tt_embedding_forward_r1_pad(R1), groups = (nu + LPW - 1) / LPW;
     float* my_stages = stages + warp * 2 * stage_floats;
+    auto slice = [&](int e, int t) { return tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, list.idx[list.uniq[e]], t); };
+    auto stage = [&](float* t0, int g) {                    // a partial group's missing slots keep stale values: their
+        for (int l = 0; l < LPW && g * LPW + l < nu; l++)  // rows are computed and never stored
+            tt_embedding_forward_stage_copies<Q0>(t0 + l * Q0, slice(g * LPW + l, 0), G2_STAGED ? slice(g * LPW + l, 2) : nullptr, R1, R2,
+                                                  lane, ROWS);
+        tt_embedding_forward_async_commit();
+    };
     int buf = 0;
-    if (warp < nu) tt_embedding_forward_stage_g0_g2<Q0>(my_stages, cores, s, fd, fast, tbl, list.idx[list.uniq[warp]], lane);
-    for (int u = warp; u < nu; u += W) {                    // warp-uniform
-        if (u + W < nu) {
-            tt_embedding_forward_stage_g0_g2<Q0>(my_stages + (buf ^ 1) * stage_floats, cores, s, fd, fast, tbl, list.idx[list.uniq[u + W]], lane);
+    if (warp < groups) stage(my_stages, warp);
+    for (int g = warp; g < groups; g += W) {                // warp-uniform
+        if (g + W < groups) {
+            stage(my_stages + (buf ^ 1) * stage_floats, g + W);
             tt_embedding_forward_async_wait_group<1>();
         } else {
             tt_embedding_forward_async_wait_group<0>();
         }
         __syncwarp();
         const float* t0 = my_stages + buf * stage_floats;
-        float part[Q0][4];
+        const float* g2[LPW];
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int a0 = 0; a0 < Q0; a0++)
+        for (int l = 0; l < LPW; l++) g2[l] = G2_STAGED ? t0 + R1p * ROWS : slice(min(g * LPW + l, nu - 1), 2);
+        float part[ROWS][4] = {};
+        tt_embedding_forward_g1_rows_lane<Q0, 4, LPW>(part, t0, g1, g2, R1, R2, ncols, lane);
+        tt_embedding_forward_g1_rows_reduce<ROWS, 4>(part, R2);
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int a2 = 0; a2 < 4; a2++) part[a0][a2] = 0.0f;
-        tt_embedding_forward_g1_rows_lane<Q0, 4>(part, t0, g1, t0 + R1p * Q0, R1, R2, ncols, lane);
-        tt_embedding_forward_g1_rows_reduce<Q0, 4>(part, R2);
-        tt_embedding_forward_g1_rows_store<Q0>(rowbuf + (int64_t)list.pos[list.uniq[u]] * s.D, part, s.q[1], R2, a1_base, ncols, lane);
-        __syncwarp();                                       // the stage is refilled two lookups on
+        for (int l = 0; l < LPW; l++)
+            if (g * LPW + l < nu)
+                tt_embedding_forward_g1_rows_store<Q0>(rowbuf + (int64_t)list.pos[list.uniq[g * LPW + l]] * s.D, part + l * Q0, s.q[1], R2,
+                                                       a1_base, ncols, lane);
+        __syncwarp();                                       // the stage is refilled two groups on
         buf ^= 1;
     }
 }
@@ -1080,7 +1104,7 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
     };
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
-        tt_embedding_forward_g1_rows_warp<Q0>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
+        tt_embedding_forward_g1_rows_warp<Q0, 1, true>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
     };
     tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                               on_work, on_ready, compute);
@@ -1095,37 +1119,28 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
         return fail("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_G1_COLS)
-        return fail("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2,
-                    s.q[1]);
+        return fail("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2, s.q[1]);
     return "";
 }
 
 // ---- version 5: version 4's groups, the chain on tensor cores in 3xTF32
 
-// ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the lane function's FP32 step 1 (16,384
-// FMAs a lookup, 512 per lane, each with its share of shared-memory loads). Version 5 keeps version 4's items
-// and lists and runs the chain of 16 / q_0 unique lookups at a time (four at q_0 = 4) as one 16-row tile of
-// mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
-//   step 1  [16 / q_0 lookups x q_0 rows of M_0 = G_0 slices] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of
-//           R_1 / 8 k-steps. In 3xTF32: x = hi + lo with hi = tf32(x), lo = tf32(x - hi); the product is
-//           hi.hi + hi.lo + lo.hi (lo.lo, ~2^-22 relative, dropped): three mma per tile and k-step, accurate to
-//           about FP32's rounding, so version 5 is checked at the FP32 tolerance.
-//   step 2  each n-tile's accumulators are, per lane, M_1 at (row, a_1, two consecutive k_2): the lane multiplies
-//           them by the matching rows of G_2 (FP32 FMAs, 16 per tile) into its (a_1, row, a_2) partial sums, and
-//           the four lanes of a quad, which hold the other k_2 of the same rows, add theirs at the end.
-// Per tile of 4 lookups at FBTT's default, per lane: 192 mma, 64 16-byte shared loads of B fragments, 256 FFMA
-// (step 2), 64 shuffles; version 4's lane function issues 576 FFMA per lookup per lane (512 of them step 1).
-// Layout tricks, both free because K's order inside a GEMM is arbitrary as long as A and B agree:
-//   - the fragment column c of k-step s is k = KL * (c % 4) + 2 s + c / 4 (KL = R_1 / 4 values per lane), so a lane
-//     needs KL CONTIGUOUS values of each G_0 row (float4 loads from L2) and KL contiguous rows of B;
-//   - G_1's slice is stored once per item in fragment order, hi and lo: lane l's KL values of n-tile j at
-//     (j * 32 + l) * KL, so each k-step's B fragment comes from float4 loads that are 512 contiguous bytes per warp.
-// The slice is copied (cp.async, rows padded by 4 floats) at the start of the item, under the index scan, and
-// converted (split and scattered to fragment order; conflict-free in both directions) once the list is ready.
-// A row's value does not depend on which tile slot it lands in: deterministic at any block size, like version 4.
-// Compiled for q_0 = Q0, R_1 = 8 KS, q_1 = Q1, R_2 = 8 JT, q_2 = 4 with (Q0, KS, Q1, JT) = (4, 4, 4, 4) (FBTT's
-// default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64) and (8, 4, 4, 4) (q 8,4,4: a tile is 2 lookups of 8 rows).
-
+// ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the FP32 step 1. Version 5 keeps version 4's
+// items and runs the chain of 16 / q_0 unique lookups at a time as one 16-row tile of mma.sync.m16n8k8 (TF32 in,
+// FP32 accumulate):
+//   step 1  [16 / q_0 lookups x q_0 rows of M_0] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of R_1 / 8
+//           k-steps, in 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi), product hi.hi + hi.lo + lo.hi (lo.lo,
+//           ~2^-22 relative, dropped): three mma per tile and k-step, about FP32's rounding;
+//   step 2  each lane's accumulators are M_1 at (row, a_1, two consecutive k_2): FP32 FMAs with G_2's rows into
+//           (a_1, row, a_2) partials, which the quad's four lanes (the other k_2) add at the end.
+// Per tile of 4 lookups at FBTT's default, per lane: 192 mma, 64 16-byte shared loads, 256 FFMA, 64 shuffles
+// (version 4: 576 FFMA per lookup). K's order inside a GEMM is free as long as A and B agree, so fragment column c of
+// k-step s holds k = KL (c % 4) + 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row
+// (float4 loads from L2), and G_1's slice, stored once per item in fragment order (hi and lo; lane l's KL values of
+// n-tile j at (32 j + l) KL), gives each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied
+// (cp.async, rows padded by 4 floats) under the index scan and split into fragment order once the list is ready.
+// Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2) = (Q0, 8 KS, Q1, 8 JT), q_2 = 4: (4, 4, 4, 4)
+// (FBTT's default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64), (8, 4, 4, 4) (q 8,4,4: 2 lookups of 8 rows).
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_k(int KS, int s, int c) { return 2 * KS * (c & 3) + 2 * s + (c >> 2); }
@@ -1143,8 +1158,6 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
     const int cap = digits ? tt_embedding_forward_digit_list_cap(32 * warps) : tt_embedding_forward_list_cap(32 * warps);
     return sizeof(float) * (2 * g1 + raw) + tt_embedding_forward_list_bytes(cap, digits);
 }
-
-
 
 // Tile row r (0..15) holds row a_0 = r % Q0 of M_0 of the tile's lookup slot r / Q0 (16 / Q0 lookups per tile). Lane
 // (group g, tig t) holds rows g and g + 8: with Q0 | 8 both are row a_0 = g % Q0, of slots g / Q0 and (g + 8) / Q0.
@@ -1194,13 +1207,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
             ahi[st][r] = __float_as_uint(hi);
             alo[st][r] = __float_as_uint(lo);
         }
-    float acc[Q1][2][4];                                    // (a_1, row, a_2) partial sums over this lane's k_2
-#pragma unroll
-    for (int b = 0; b < Q1; b++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[b][h][c] = 0.0f;
+    float acc[Q1][2][4] = {};                               // (a_1, row, a_2) partial sums over this lane's k_2
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int jj = 0; jj < JT; jj++) {                       // k_2 = 8 jj + 2 tig + e of every a_1
@@ -1350,38 +1357,31 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 
 // ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; 7 or 3 at every other shape
 
-// Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, with
-// 12% of the warp slots active): the chain was not what held an item up, its serial path was. Version 6 cuts
-// it: the digit kernel and scan above, equal indices found by a shared-memory hash set (O(m); versions 4 and 5
-// compare all pairs), 64 lookups per item at uniform indices (the default's 220 items are one wave on 2 blocks of
-// 256 threads per SM), and the chain and pooling kernels launched with programmatic dependent launch (their
-// launch and start-up overlap the kernel before). It is the default, so it runs every shape: where its compiled
-// kernel does not apply (tt_embedding_forward_reason6) it runs version 7's kernel if G_1's slice is too big for
-// version 5's copies and version 7 runs the shape, else version 3's (tt_embedding_forward_tiled6 and the
-// dispatcher below).
+// Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, 12% of the
+// warp slots active): an item's serial path, not the chain, held it up. Version 6 cuts that path: the digit kernel
+// and scan above, a hash set for equal indices (O(m)), 64 lookups per item (one wave of items at the default), the
+// chain and pooling kernels launched with PDL. As the default it runs every shape: version 7's kernel where G_1's
+// slice is too big for version 5's copies and 7 runs the shape, else version 3's (tt_embedding_forward_tiled6).
 
 // ---- version 7: version 6's items where G_1's slice exceeds shared memory, G_1 in column tiles
 
-// At EL-Rec's rank 128 (q 4,4,4: G_1's slice is 128 x 4 x 128 floats, 256 KB; q 2,2,4: 128 KB) version 5's three
-// copies of the slice do not fit a block, so version 6 ran version 3's kernel there: every lookup streams its own
-// slice from L2 (21 GB per call at B 4096, L 20). Version 7 keeps version 6's items (digit kernel, digit scan, hash
-// set, PDL, pooling kernel) and shares the slice again, a column tile at a time: step 1's N = q_1 R_2 columns are
-// cut into tiles of whole a_1 (128 / R_2 values of a_1 each: 128 columns, 64 KB at R_1 = 128), so a tile holds every
-// k_2 of its a_1 and step 2's sum over k_2 (x G_2) finishes inside the tile: each tile writes its own (a_0, a_1, *)
-// values of the row, no partial sums cross tiles, no atomics. Per round of an item: for each tile, the block copies
-// it (cp.async, rows of 128 floats) and the warps run version 4's FP32 lane step on it (a float4 of columns per lane,
-// G_0/G_2 staged per lookup), so G_1 is read from L2 once per item instead of once per lookup; each lookup's G_0 and
-// G_2 slices (4 KB at rank 128) are staged once per tile. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in
-// 4..128, any R_1; the default runs it where version 5's copies of the slice exceed shared memory.
+// At EL-Rec's rank 128 (G_1's slice 256 KB at q 4,4,4, 128 KB at q 2,2,4) version 5's three copies of the slice do
+// not fit a block, and version 3 streams every lookup's slice from L2 (21 GB per call at B 4096, L 20). Version 7
+// keeps version 6's items and shares the slice a column tile at a time: tiles of whole a_1 (128 columns, 64 KB at
+// R_1 = 128) hold every k_2 of their a_1, so step 2 (x G_2) finishes inside the tile and each tile writes its own
+// (a_0, a_1, *) values of the row: no partial sums cross tiles, no atomics. Per round of an item and tile the block
+// copies the tile (cp.async) and the warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs
+// LPW = 4 / 2 / 1 lookups (q_0 <= 2 / 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by
+// side): each float4 of the tile a lane loads from shared memory feeds 32 FMAs instead of q_0 x 4 (8 at EL-Rec's
+// q_0 = 2, where the one-lookup lane lost to version 3), and the staging, shuffle tree and G_2's rows (from L2 into
+// registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
+// __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
 #ifndef TT_EMBEDDING_FORWARD_TARGET7
 #define TT_EMBEDDING_FORWARD_TARGET7 64
 #endif
 
 // a_1 values per column tile (the last tile may hold fewer)
-__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) {
-    const int a = TT_EMBEDDING_FORWARD_G1_COLS / R2;
-    return a < q1 ? a : q1;
-}
+__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) { return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1; }
 
 // G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats); thread
 // tid of nthreads. Host-callable.
@@ -1394,36 +1394,39 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, cons
     }
 }
 
-// shared memory: one column tile, two stages per warp (G_0 transposed, G_2), version 6's list and hash set
+__host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
+
+// shared memory: one column tile, two stages per warp (LPW lookups' G_0 transposed), version 6's list (and kept rows)
 inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
-    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] + 4 * (size_t)s.R[2];
+    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw7(s.q[0]);
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
 }
 
 template <int Q0>
-__global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                    const __grid_constant__ TtEmbeddingForwardShape s, int segments,
                                                                    const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
                                                                    int* __restrict__ work) {
     extern __shared__ float4 tt_embedding_forward_smem7[];
-    const int W = blockDim.x / 32;
-    const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1);
+    const int W = blockDim.x / 32, R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1);
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
-    const int stage_floats = R1p * Q0 + R2 * 4;
+    constexpr int LPW = tt_embedding_forward_lpw7(Q0);
+    const int stage_floats = R1p * Q0 * LPW;
     float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem7);    // [R1][tile_a1 R2]
     float* stages = tile + R1 * tile_a1 * R2;                               // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
-        for (int e = R1 * Q0 + threadIdx.x; e < R1p * Q0; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
+        for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
-    auto on_work = [](int, int) {};
+    auto on_work = [](int, int) {};                         // version 7 copies G_1 per tile, in compute
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
+        if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
             const int n_a1 = min(tile_a1, q1 - a1_base);
@@ -1432,10 +1435,10 @@ __global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __res
             tt_embedding_forward_async_commit();
             tt_embedding_forward_async_wait_group<0>();
             __syncthreads();
-            tt_embedding_forward_g1_rows_warp<Q0>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd, fast, tbl);
+            tt_embedding_forward_g1_rows_warp<Q0, LPW, false>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd, fast, tbl);
         }
     };
-    pdl_wait_prior();                      // the digit kernel's output (launched with PDL)
+    pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
     pdl_allow_next();
     tt_embedding_forward_grouped_items<true>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
                                              on_ready, compute);
@@ -1444,10 +1447,8 @@ __global__ void __launch_bounds__(256) tt_embedding_forward_kernel7(float* __res
 // version 7's kernel for the shape's q_0, null where it is not compiled
 inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel7_for(const TtEmbeddingForwardShape& s) {
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tt_embedding_forward_kernel7<1>;
-        case 2: return tt_embedding_forward_kernel7<2>;
-        case 4: return tt_embedding_forward_kernel7<4>;
-        case 8: return tt_embedding_forward_kernel7<8>;
+        case 1: return tt_embedding_forward_kernel7<1>;   case 2: return tt_embedding_forward_kernel7<2>;
+        case 4: return tt_embedding_forward_kernel7<4>;   case 8: return tt_embedding_forward_kernel7<8>;
         default: return nullptr;
     }
 }
@@ -1686,7 +1687,6 @@ void tt_embedding_forward2(floatX* out, const int64_t* indices, const int64_t* o
         tt_embedding_forward_kernel_to_floatX<<<(unsigned)ceil_div<int64_t>(n, 256), 256>>>(out, acc, n);
     }
 }
-
 
 void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
                            const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
