@@ -7,14 +7,6 @@
 
 #include <numeric>
 
-// keys with the given home slot, searched upwards from `from`
-static std::vector<int64_t> homed(uint64_t home, uint64_t H, int count, int64_t from = 0) {
-    std::vector<int64_t> out;
-    for (int64_t k = from; (int)out.size() < count; k++)
-        if (lfu_count_slot(k, H) == home) out.push_back(k);
-    return out;
-}
-
 // each key `reps` times, in order
 static void count_keys(LfuCountHostTable& t, const std::vector<std::pair<int64_t, int>>& keys) {
     std::vector<int64_t> idx;
@@ -66,13 +58,13 @@ int main() {
             LfuCountHostTable t(H);
             std::vector<int> state(H, -1);
             std::vector<int64_t> rows;
-            const int64_t A = homed(5, H, 1)[0];
-            std::vector<int64_t> hot = homed(20, H, 3, 1000);
+            const int64_t A = lfu_count_keys_with_home(5, H, 1)[0];
+            std::vector<int64_t> hot = lfu_count_keys_with_home(20, H, 3, 1000);
             count_keys(t, {{A, 50}, {hot[0], 1}, {hot[1], 1}});
             ours ? (void)tt_cache_populate_cpu(t, state, 2, rows) : fbtt_populate(t, state, 2, rows);   // A cached
             count_keys(t, {{hot[0], 100}, {hot[1], 100}, {hot[2], 100}});
             ours ? (void)tt_cache_populate_cpu(t, state, 2, rows) : fbtt_populate(t, state, 2, rows);   // A evicted
-            const int64_t X = homed(5, H, 1, A + 1)[0];                                                 // a new key at A's home
+            const int64_t X = lfu_count_keys_with_home(5, H, 1, A + 1)[0];                                                 // a new key at A's home
             count_keys(t, {{X, 1}});
             return rows_consistent(t, state, rows);
         };
@@ -105,7 +97,7 @@ int main() {
     // 3. no holes: find stops at an empty slot, so a kept key behind an evicted one must be moved
     {
         const uint64_t H = 32;
-        const std::vector<int64_t> k = homed(7, H, 2);     // k[0] (rare) at slot 7, k[1] (hot) at slot 8
+        const std::vector<int64_t> k = lfu_count_keys_with_home(7, H, 2);     // k[0] (rare) at slot 7, k[1] (hot) at slot 8
         LfuCountHostTable t(H);
         count_keys(t, {{k[0], 1}, {k[1], 9}});
         LfuCountHostTable f = t;
@@ -118,7 +110,7 @@ int main() {
                fmt("slot %lld, probes %d", (long long)s, probes));
         fbtt_populate(f, fstate, 1, rows);
         report(lfu_count_find(f.keys.data(), H, k[1]) == -1, "FBTT's emptied slot hides the kept key from a find that stops at empty");
-        const int64_t miss = homed(7, H, 1, k[1] + 1)[0];
+        const int64_t miss = lfu_count_keys_with_home(7, H, 1, k[1] + 1)[0];
         lfu_count_find(t.keys.data(), H, miss, &probes);
         report(probes == 2, "find of a missing key stops at the first empty slot (2 probes here, FBTT: always 3)", fmt("%d probes", probes));
     }
@@ -158,12 +150,13 @@ int main() {
         report(why.empty() && cases > 100, fmt("rebuild of %d random crowded tables (H 2..59, wrap included): kept keys in place, counts kept", cases), why);
     }
 
-    // 5. the cached backward grouped per row (the GPU's order: stable sort by row, a warp of 32 lanes per row) against
+    // 5. the cached backward grouped per row (the GPU's order: stable sort by row, a warp of 32 lanes per row, chunks of
+    //    32 occurrences: states chained, multipliers apart, then the updates) against
     //    the sequential reference, bitwise, for each optimizer; rows shared by several bags; D not a multiple of 128
     for (int D : {37, 64, 200}) {
         Rng rng(11 + D);
-        const int64_t nbags = 9, C = 5;
-        const int L = 6;
+        const int64_t nbags = 41, C = 5;          // ~45 occurrences a row: two chunks of the kernel
+        const int L = 6, chunk = TT_CACHE_CHUNK;
         std::vector<int64_t> offsets(nbags + 1);
         for (int64_t b = 0; b <= nbags; b++) offsets[b] = b * L;
         std::vector<int> crow((size_t)(nbags * L));
@@ -173,7 +166,7 @@ int main() {
         std::vector<float> msq(nbags);
         for (int64_t b = 0; b < nbags; b++) msq[b] = tt_cache_mean_square(dY.data() + b * D, D);
         const std::vector<float> W0 = make_random_floats((size_t)(C * D), rng), st0 = make_random_floats((size_t)C, rng, 0.1f, 1.0f);
-        for (int opt : {TT_CACHE_DENSE, TT_CACHE_SGD, TT_CACHE_ADAGRAD}) {
+        for (int opt : {TT_EMBEDDING_BACKWARD_DENSE, TT_EMBEDDING_BACKWARD_SGD, TT_EMBEDDING_BACKWARD_ADAGRAD}) {
             std::vector<float> W = W0, st = st0, dW((size_t)(C * D), 0.0f), Wg = W0, stg = st0, dWg((size_t)(C * D), 0.0f);
             tt_cache_backward_cpu(opt, 0.05f, 1e-8f, W.data(), st.data(), dW.data(), crow.data(), offsets.data(), nbags, dY.data(), D, C);
             std::vector<std::pair<int, int>> occ;                 // (row, bag) in lookup order, then stably sorted by row
@@ -185,18 +178,34 @@ int main() {
                 std::vector<int> bags;
                 while (j < occ.size() && occ[j].first == occ[i].first) bags.push_back(occ[j++].second);
                 const int c = occ[i].first;
-                float s = 0.0f;
-                for (int lane = 0; lane < 32; lane++)
-                    s = tt_cache_update_row(opt, 0.05f, 1e-8f, Wg.data() + c * D, dWg.data() + c * D, stg[c], bags.data(), (int)bags.size(), dY.data(),
-                                            msq.data(), D, lane, 32);
-                if (opt == TT_CACHE_ADAGRAD) stg[c] = s;
+                float* w = (opt == TT_EMBEDDING_BACKWARD_DENSE ? dWg.data() : Wg.data()) + c * D;
+                for (size_t c0 = 0; c0 < bags.size(); c0 += chunk) {   // the kernel's chunks: stage, states, multipliers, apply
+                    const int n = (int)std::min(bags.size() - c0, (size_t)chunk);
+                    float mult[64];
+                    for (int o = 0; o < n; o++) mult[o] = opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? msq[bags[c0 + o]] : 0.05f;
+                    if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) {
+                        stg[c] = tt_cache_row_states(stg[c], mult, n);
+                        for (int o = 0; o < n; o++) mult[o] = 0.05f / (sqrtf(mult[o]) + 1e-8f);
+                    }
+                    for (int lane = 0; lane < 32; lane++)
+                        for (int d0 = 0; d0 < D; d0 += 32 * TT_CACHE_EPL) {
+                            float x[TT_CACHE_EPL];
+                            for (int e = 0; e < TT_CACHE_EPL; e++) {
+                                const int d = d0 + e * 32 + lane;
+                                x[e] = d < D && (opt != TT_EMBEDDING_BACKWARD_DENSE || c0 > 0) ? w[d] : 0.0f;
+                            }
+                            tt_cache_apply_chunk(opt, x, bags.data() + c0, mult, n, dY.data(), D, d0, lane, 32);
+                            for (int e = 0; e < TT_CACHE_EPL; e++)
+                                if (d0 + e * 32 + lane < D) w[d0 + e * 32 + lane] = x[e];
+                        }
+                }
                 i = j;
             }
             const bool same = memcmp(W.data(), Wg.data(), W.size() * 4) == 0 && memcmp(st.data(), stg.data(), st.size() * 4) == 0 &&
                               memcmp(dW.data(), dWg.data(), dW.size() * 4) == 0;
-            report(same, fmt("cached backward (%s, D %d): grouped per row, 32 lanes = the sequential reference, bitwise (row 2 in 4 bags)",
-                             TT_CACHE_OPT_NAMES[opt], D));
-            if (opt == TT_CACHE_ADAGRAD && D == 64) {
+            report(same, fmt("cached backward (%s, D %d): grouped per row in chunks of %d, 32 lanes = the sequential reference, bitwise (rows in ~40 bags)",
+                             TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], D, chunk));
+            if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD && D == 64) {
                 // FBTT's rowwise kernel: every bag of row 2 reads the row, then all write (the race): the result differs
                 std::vector<float> Wr = W0, str = st0;
                 std::vector<float> row(W0.begin() + 2 * D, W0.begin() + 3 * D);
