@@ -41,7 +41,7 @@ Compile and run:
                                                          B 512 L 20, Zipf 1.15, cache 10% of E, 4 warm-up steps)
 Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
-    took the step from 1.03x to 0.37x of the TT ops alone (the backward's general kernels ran the whole batch).
+    took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
   - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
     its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.644x against
     0.504x); the main stream runs 12 kernels in series (partition 4, TT forward 3, cached forward 1, TT backward 4).
