@@ -8,14 +8,6 @@
 #include <map>
 #include <random>
 
-// keys with the given home slot, searched upwards from `from`
-static std::vector<int64_t> keys_with_home(uint64_t home, uint64_t H, int count, int64_t from = 0) {
-    std::vector<int64_t> out;
-    for (int64_t k = from; (int)out.size() < count; k++)
-        if (lfu_count_slot(k, H) == home) out.push_back(k);
-    return out;
-}
-
 static LfuCountHostTable insert_all(uint64_t H, const std::vector<int64_t>& idx) {
     LfuCountHostTable t(H);
     lfu_count_cpu(t, idx.data(), (int64_t)idx.size());
@@ -59,7 +51,7 @@ int main() {
     // 2. the probe window: home, home+1, home+2, wrapping from H-1 to 0; the fourth key of a home is dropped
     {
         const uint64_t H = 7;
-        std::vector<int64_t> k = keys_with_home(H - 1, H, 4);
+        std::vector<int64_t> k = lfu_count_keys_with_home(H - 1, H, 4);
         std::vector<int64_t> idx = {k[0], k[1], k[2], k[3], k[1], k[3], k[0], k[0]};
         LfuCountHostTable t = insert_all(H, idx);
         bool ok = t.keys[6] == k[0] && t.keys[0] == k[1] && t.keys[1] == k[2] && t.counts[6] == 3 && t.counts[0] == 2 &&
@@ -130,12 +122,12 @@ int main() {
     // 6. the check rejects each kind of broken table
     {
         const uint64_t H = 11;
-        std::vector<int64_t> a = keys_with_home(4, H, 4), b = keys_with_home(9, H, 1, 1000);
+        std::vector<int64_t> a = lfu_count_keys_with_home(4, H, 4), b = lfu_count_keys_with_home(9, H, 1, 1000);
         std::vector<int64_t> idx = {a[0], a[1], a[0], a[2], b[0], a[3], a[3], a[1]};   // a[3] dropped (window 4-6 full)
         LfuCountHostTable good = insert_all(H, idx);
         report(check(good, idx).empty() && good.dropped == 2, "check accepts the reference table", check(good, idx));
         struct Broken { const char* name; std::function<void(LfuCountHostTable&)> apply; const char* expect; };
-        const int64_t other = keys_with_home(2, H, 1, 5000)[0];
+        const int64_t other = lfu_count_keys_with_home(2, H, 1, 5000)[0];
         std::vector<Broken> broken = {
             {"a count off by one", [](LfuCountHostTable& t) { t.counts[4]++; }, "expected its"},
             {"a count in an empty slot", [](LfuCountHostTable& t) { t.counts[0] = 1; }, "empty slot"},
@@ -157,7 +149,7 @@ int main() {
     // 7. find: kept keys at their slots; a missing key stops at the first empty slot (FBTT's find reads all three)
     {
         const uint64_t H = 13;
-        std::vector<int64_t> a = keys_with_home(5, H, 4), c = keys_with_home(12, H, 2, 1000);
+        std::vector<int64_t> a = lfu_count_keys_with_home(5, H, 4), c = lfu_count_keys_with_home(12, H, 2, 1000);
         std::vector<int64_t> idx = {a[0], a[1], c[0], a[2], a[3]};   // slots 5, 6, 12, 7; a[3] dropped
         LfuCountHostTable t = insert_all(H, idx);
         int p = -1;
@@ -169,7 +161,7 @@ int main() {
                "probes " + std::to_string(p));
         int64_t r = lfu_count_find(t.keys.data(), H, c[1], &p);   // window 12, 0, 1: 12 taken, 0 empty
         report(r == -1 && p == 2, "find stops at an empty slot (home taken, next empty: 2 probes)", "probes " + std::to_string(p));
-        int64_t absent = keys_with_home(2, H, 1, 2000)[0];
+        int64_t absent = lfu_count_keys_with_home(2, H, 1, 2000)[0];
         r = lfu_count_find(t.keys.data(), H, absent, &p);
         report(r == -1 && p == 1, "find stops at an empty home slot after 1 probe (FBTT's find: 3)", "probes " + std::to_string(p));
         report(lfu_count_find(t.keys.data(), H, LFU_COUNT_EMPTY, &p) == -1 && p == 0, "find(-1) does not match an empty slot");

@@ -84,6 +84,14 @@ __host__ __device__ inline int64_t lfu_count_find(const int64_t* keys, uint64_t 
     return found;
 }
 
+// `count` keys whose home slot is `home`, the smallest from `from` up (the tests build collisions with them)
+inline std::vector<int64_t> lfu_count_keys_with_home(uint64_t home, uint64_t H, int count, int64_t from = 0) {
+    std::vector<int64_t> out;
+    for (int64_t k = from; (int)out.size() < count; k++)
+        if (lfu_count_slot(k, H) == home) out.push_back(k);
+    return out;
+}
+
 // ----------------------------------------------------------------------------------------------
 // CPU reference: the lookups inserted one by one, in order
 

@@ -94,7 +94,12 @@ struct TtEmbeddingBackwardShape {
     int64_t Lrad[7];        // mixed radix of a row: prod_{j > t} p_j
     int64_t core_off[7];    // float offset of core t in the one buffer that holds all cores (128-byte aligned)
     int64_t E;
+    const int64_t* nnz_dev; // optional (make_shape: nullptr): the lookups' count on the device (<= nnz, e.g. offsets[num_bags]);
+                            // versions 6-8 then treat positions past it as padding (nnz: the buffers' size)
 };
+
+// the lookups a kernel works on: *nnz_dev where given, else nnz
+__host__ __device__ inline int tt_embedding_backward_count(const TtEmbeddingBackwardShape& s) { return s.nnz_dev ? (int)*s.nnz_dev : s.nnz; }
 
 inline int64_t tt_embedding_backward_core_elems(const TtEmbeddingBackwardShape& s, int t) { return (int64_t)s.tables * s.p[t] * s.S[t]; }
 
@@ -1254,7 +1259,7 @@ __host__ __device__ inline void tt_embedding_backward6_collect(Exec& ex, const i
 __host__ __device__ inline void tt_embedding_backward6_prep_lookup(const TtEmbeddingBackwardShape& s, int key_stride, int j,
                                                                   const int64_t* offsets, const int64_t* indices, int* keys,
                                                                   int* bag_of, int* counts) {
-    if (j >= s.nnz) {                                      // the pad of every key row
+    if (j >= tt_embedding_backward_count(s)) {             // the pad of every key row
         if (j < key_stride)
             for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + j] = -1;
         return;
@@ -2347,8 +2352,9 @@ tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     pdl_allow_next();
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // 64-bit: num_bags * 32 threads
     const int lane = threadIdx.x & 31;
-    if (bag == 0 && s.nnz + lane < key_stride)
-        for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + s.nnz + lane] = -1;
+    const int nnz = tt_embedding_backward_count(s);   // past it (up to 32 keys) the pad; the scans stop at a slice's last lookup
+    if (bag == 0 && nnz + lane < key_stride)
+        for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + nnz + lane] = -1;
     if (bag >= s.num_bags) return;             // (no wait needed: this thread counts nothing)
     const int tbl = (int)(bag / s.B);
     const int64_t j0 = offsets[bag], j1 = offsets[bag + 1];
@@ -3192,13 +3198,17 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM: tt_embedding_backward8(a, block_size); break;
-        default: tt_embedding_backward2(a, block_size); break;
+        default:
+            if (a.s.nnz_dev) fail_args("tt_embedding_backward: version 2's pipeline (the route at this shape) has no device-side lookup count");
+            tt_embedding_backward2(a, block_size);
+            break;
     }
 }
 static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
               "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
+    if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6-8 have)", kernel_num);
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
         case 2: tt_embedding_backward2(a, block_size); break;
