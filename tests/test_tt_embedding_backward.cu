@@ -514,6 +514,8 @@ struct HostAcc8 {
     __host__ __device__ float* operator()(int tid) { return p + (size_t)tid * 16; }
 };
 
+// (TC: version 9, the same blocks with the K-steps' products on the tensor cores' fragments, emulated per accumulator)
+template <bool TC>
 static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool reverse, Emu8Info* info = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     StepOut o = start_step(pr, opt);
@@ -539,14 +541,14 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     const int nt = TT_EMBEDDING_BACKWARD8_BLOCK, BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN;
     std::vector<float> accbuf((size_t)nt * 16);
     HostAcc8 acc{accbuf.data()};
-    TtEmbeddingBackward8Smem sm;
+    std::conditional_t<TC, TtEmbeddingBackward9Smem, TtEmbeddingBackward8Smem> sm;
     auto launch = [&](auto kind, int t, int gx, int gy) {
         for (int bi = 0; bi < gx * gy; bi++) {
             const int b = reverse ? gx * gy - 1 - bi : bi;
             std::fill(accbuf.begin(), accbuf.end(), std::numeric_limits<float>::quiet_NaN());
             memset((void*)&sm, 0xFF, sizeof sm);
             HostExec6 ex{nt, reverse};
-            tt_embedding_backward8_gemm_block<decltype(kind)::value>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
+            tt_embedding_backward8_gemm_block<decltype(kind)::value, TC>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
         }
     };
     using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_F>;
@@ -580,20 +582,20 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     return o;
 }
 
-// Version 8 against the reference, and bit for bit the same with blocks and threads in the opposite order
-static void test_v8(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false) {
+// Version 8 (or 9: tc) against the reference, and bit for bit the same with blocks and threads in the opposite order
+static void test_v8(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false, bool tc = false) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     for (int opt : opts) {
         Emu8Info info;
-        StepOut o = emulate8(pr, opt, lr, eps, false, &info);
+        StepOut o = tc ? emulate8<true>(pr, opt, lr, eps, false, &info) : emulate8<false>(pr, opt, lr, eps, false, &info);
         const bool ok = check_step(pr, ref, opt, lr, eps, o);
-        StepOut o2 = emulate8(pr, opt, lr, eps, true);
+        StepOut o2 = tc ? emulate8<true>(pr, opt, lr, eps, true) : emulate8<false>(pr, opt, lr, eps, true);
         const bool same = same_bits(o, o2);
         const bool multi = !expect_multi_part || info.multi_part_slices > 0;
         char name[160], why[300];
-        snprintf(name, sizeof name, "emulate_v8_%s_%s", c.name.c_str(), opt_name(opt));
+        snprintf(name, sizeof name, "emulate_v%d_%s_%s", tc ? 9 : 8, c.name.c_str(), opt_name(opt));
         snprintf(why, sizeof why, "check %d, bitwise same in reverse order %d, lists within the grid bounds %d, %d row tiles, %d parts, "
                  "%d slices in several parts (expected some: %d)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
                  info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part);
@@ -1040,15 +1042,20 @@ static void test_v7_filter() {
     };
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
-    report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: version 8 at rank 64 (measured faster there)");
+    report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 64");
     report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at q 8,4,4 ranks 32");
-    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 4,4,4");
-    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at rank 128, q 2,2,4");
+    report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 4,4,4");
+    report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
-    report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at D = 256");
-    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM,
+    report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at D = 256");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at T = 4, ranks 32");
+    report(route({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
+           "default version: version 9 at T = 6, ranks 32");
+    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at ranks 16,16");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at T = 4, ranks 16");
+    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
            "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
-    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM, "default version: per-slice GEMMs at --block 1024");
+    report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
            "default version: cuBLAS pipeline where version 8's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
     report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
@@ -1129,6 +1136,15 @@ int main() {
     test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S});
     test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A});
     test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {S});
+    // version 9 (its mma fragments emulated per accumulator): the narrow G tiles (n <= 16), wide tiles with rows, columns
+    // and K not multiples of 32, 16 and 8, several parts, T = 2 and 5, every optimizer
+    test_v8({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, false, true);
+    test_v8({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {A}, false, true);
+    test_v8({"zipf_parts", {3, 20, 5}, {4, 4, 4}, {8, 8}, 1, 90, 30, 1.3, false, 11}, {S, D}, true, true);
+    test_v8({"rank128_q224_odd_p", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 18}, {A, D}, false, true);
+    test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S}, false, true);
+    test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A}, false, true);
+    test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {D}, false, true);
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
     test_v7(TT_EMBEDDING_BACKWARD7_NB);

@@ -29,45 +29,48 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
      where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
-     block with the pivot slice fits in 110 KB and ranks are below 64, else version 8         0.0656 29.2%
+     block fits in 110 KB and ranks are below 32 (or 32 at T = 3, D < 256), else version 9   0.0656 29.2%
   8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
-     tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.445   4.3%
-     (at the default, commit cbc3825; with double-buffered K-steps and narrow tiles, ranks 64,64: 0.454)
-  Version 7 at other shapes (2026-12-01): q 8,4,4 0.218 ms; ranks 16,16 0.100; T = 4 (p 40,50,55,60, q 4,4,2,4)
-  0.703. Zipf 1.15: 7 0.0973, 6 0.192. Version 8 (the default there) at ranks 64,64: 0.454 (6: 0.531); at EL-Rec's
-  shapes (B 4096, ranks 128,128): q 2,2,4 L 20 2.307 ms (25.1%; version 6 took 18.8), L 1 0.286 (1.70), q 4,4,4
-  L 20 7.835 (29.5%; 18.4), L 1 0.655 (results/logs/2026-12-01_bench_tt_rank128_v7_v8.log).
+     tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.333   5.8%
+  9  version 8 with each K-step's products on tensor cores (mma.sync m16n8k8, 3xTF32)           0.256   7.5%
+  Versions 8 / 9 in one run (2026-12-01, results/logs/2026-12-01_tt_backward_v9.log), EL-Rec's shapes (B 4096, ranks
+  128,128): q 2,2,4 L 20 2.652 / 1.990 ms (29.0%), L 1 0.312 / 0.252; q 4,4,4 L 20 9.082 / 6.551 (35.3%), L 1 0.728 /
+  0.565; ranks 64,64 (B 512) 0.530 / 0.412; T = 6 (ranks 32) 0.963 / 0.724 (version 6: 1.800). Version 6 keeps q 8,4,4
+  (0.200; 9: 0.412) and ranks 16,16 (0.098; 9: 0.185). Zipf 1.15 within 1% of uniform at EL-Rec's L 20.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
 Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
   first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
-  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-8 run twice, same bits.
+  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-9 run twice, same bits.
 
 Lessons:
   - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
     registers; versions 4-5 sorted and grouped too but summed the other cores' gradients one slice per block.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
-  - On tensor cores in 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions):
-    cvt.rna splits were 11.3M of version 7's first 24.6M warp instructions.
+  - In 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
   - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
-    GEMM per product (version 8) reads each slice once per 64 rows from L2 and needs no shared slice: 6x faster at
-    EL-Rec's q 2,2,4. At B 512 and rank <= 64 its ten launches and serial K-steps lose to version 6 (0.45 ms).
+    GEMM per product (versions 8-9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
+  - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
+    version 9 summed wrong, with NaN, and reruns differed (results/logs/2026-12-01_tt_backward_v9_before_syncwarp.log).
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "tt_embedding.h"
 
 #define TT_EMBEDDING_BACKWARD_MAX_T TT_EMBEDDING_MAX_CORES
-// #pragma unroll inside __host__ __device__ code, for the device pass only (the host compiler warns)
+// #pragma unroll inside __host__ __device__ code, for the device pass only (the host compiler warns); DEV_HOST(d, h):
+// expression d in the device pass, h in the host pass (the CPU test's)
 #ifdef __CUDA_ARCH__
 #define TT_EMBEDDING_BACKWARD_UNROLL _Pragma("unroll")
 #define TT_EMBEDDING_BACKWARD_UNROLL4 _Pragma("unroll 4")
 #define TT_EMBEDDING_BACKWARD_UNROLL2 _Pragma("unroll 2")
+#define TT_EMBEDDING_BACKWARD_DEV_HOST(d, h) (d)
 #else
 #define TT_EMBEDDING_BACKWARD_UNROLL
 #define TT_EMBEDDING_BACKWARD_UNROLL4
 #define TT_EMBEDDING_BACKWARD_UNROLL2
+#define TT_EMBEDDING_BACKWARD_DEV_HOST(d, h) (h)
 #endif
 enum { TT_EMBEDDING_BACKWARD_DENSE = 0, TT_EMBEDDING_BACKWARD_SGD = 1, TT_EMBEDDING_BACKWARD_ADAGRAD = 2 };
 static const char* TT_EMBEDDING_BACKWARD_OPT_NAMES[3] = {"dense", "sgd", "adagrad"};
@@ -95,7 +98,7 @@ struct TtEmbeddingBackwardShape {
     int64_t core_off[7];    // float offset of core t in the one buffer that holds all cores (128-byte aligned)
     int64_t E;
     const int64_t* nnz_dev; // optional (make_shape: nullptr): the lookups' count on the device (<= nnz, e.g. offsets[num_bags]);
-                            // versions 6-8 then treat positions past it as padding (nnz: the buffers' size)
+                            // versions 6-9 then treat positions past it as padding (nnz: the buffers' size)
 };
 
 // the lookups a kernel works on: *nnz_dev where given, else nnz
@@ -1138,41 +1141,17 @@ struct TtEmbeddingBackwardWorkspace {
 };
 
 // small helpers that the CPU test runs too
-__host__ __device__ inline int tt_embedding_backward6_atomic_inc(int* p, int v) {
-#ifdef __CUDA_ARCH__
-    return atomicAdd(p, v);
-#else
-    const int old = *p;
-    *p += v;
-    return old;
-#endif
-}
+__host__ __device__ inline int tt_embedding_backward6_atomic_inc(int* p, int v) { return TT_EMBEDDING_BACKWARD_DEV_HOST(atomicAdd(p, v), (*p += v) - v); }
 __host__ __device__ inline void tt_embedding_backward6_fence() {
 #ifdef __CUDA_ARCH__
     __threadfence();
 #endif
 }
 // loads of what other blocks of the same kernel wrote (atomics, parts): from L2, never a stale L1 line
-__host__ __device__ inline int tt_embedding_backward6_ldcg(const int* p) {
-#ifdef __CUDA_ARCH__
-    return __ldcg(p);
-#else
-    return *p;
-#endif
-}
-__host__ __device__ inline float tt_embedding_backward6_ldcg(const float* p) {
-#ifdef __CUDA_ARCH__
-    return __ldcg(p);
-#else
-    return *p;
-#endif
-}
+template <class V>
+__host__ __device__ inline V tt_embedding_backward6_ldcg(const V* p) { return TT_EMBEDDING_BACKWARD_DEV_HOST(__ldcg(p), *p); }
 __host__ __device__ __forceinline__ float4 tt_embedding_backward6_ld4(const float* p) {
-#ifdef __CUDA_ARCH__
-    return *reinterpret_cast<const float4*>(p);
-#else
-    return make_float4(p[0], p[1], p[2], p[3]);
-#endif
+    return TT_EMBEDDING_BACKWARD_DEV_HOST(*reinterpret_cast<const float4*>(p), make_float4(p[0], p[1], p[2], p[3]));
 }
 // c[r][q] += a[r] b[q] (a 4x4 outer product), c[r][q] += a_r . b_q (four 4-long dot products)
 __host__ __device__ __forceinline__ void tt_embedding_backward6_outer(float (&c)[16], float4 a, float4 b) {
@@ -1205,6 +1184,32 @@ __host__ __device__ inline const int* tt_embedding_backward6_scan(Exec& ex, int*
         src = 3 - src;
     }
     return buf + src * nt;
+}
+
+// Threads own contiguous ranges of the keys 0 .. K-1; n(g) is key g's number of entries in an ordered output. A block
+// scan gives the offsets: put(g, off, n(g)) runs for every key with the place of its first entry (by the thread that
+// owns the key), then done(total) once.
+template <class Exec, class Count, class Put, class Done>
+__host__ __device__ inline void tt_embedding_backward6_place(Exec& ex, int K, int* scan, Count&& n, Put&& put, Done&& done) {
+    const int nt = ex.nt, per = (K + nt - 1) / nt;
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+        int c = 0;
+        for (int g = g0; g < g1; g++) c += n(g);
+        scan[tid] = c;
+        scan[nt + tid] = c;
+    });
+    const int* incl = tt_embedding_backward6_scan(ex, scan);
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+        int off = incl[tid] - scan[tid];
+        for (int g = g0; g < g1; g++) {
+            const int c = n(g);
+            put(g, off, c);
+            off += c;
+        }
+        if (tid == nt - 1) done(incl[tid]);
+    });
 }
 
 // The lookups j (in increasing order) with keys[j] == key whose rank among them is in [lo, hi): found(rank -
@@ -1298,94 +1303,44 @@ template <class Exec>
 __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
                                                                  int* item_desc, int* start, int* totals) {
-    const int nt = ex.nt, h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
+    const int h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
     // chunks of every pivot slice
-    const int per_c = (Kc + nt - 1) / nt;
-    ex.phase([&](int tid) {
-        const int k0 = min(tid * per_c, Kc), k1 = min(k0 + per_c, Kc);
-        int c = 0;
-        for (int k = k0; k < k1; k++) c += tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk);
-        scan[tid] = c;
-        scan[nt + tid] = c;
-    });
-    const int* incl = tt_embedding_backward6_scan(ex, scan);
-    ex.phase([&](int tid) {
-        const int k0 = min(tid * per_c, Kc), k1 = min(k0 + per_c, Kc);
-        int off = incl[tid] - scan[tid];
-        for (int k = k0; k < k1; k++) {
-            const int n = tt_embedding_backward6_ldcg(counts + kb + k), nch = tt_embedding_backward6_nchunks(n, P.chunk);
-            choff[k] = off;
-            for (int c = 0; c < nch; c++) {
-                int* d = chunk_desc + (int64_t)(off + c) * 4;
-                d[0] = k;
-                d[1] = (int)((int64_t)c * n / nch);
-                d[2] = (int)((int64_t)(c + 1) * n / nch);
-                d[3] = nch;
-            }
-            off += nch;
+    auto chunks_of = [&](int k) { return tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk); };
+    tt_embedding_backward6_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
+        const int n = tt_embedding_backward6_ldcg(counts + kb + k);
+        choff[k] = off;
+        for (int c = 0; c < nch; c++) {
+            int* d = chunk_desc + (int64_t)(off + c) * 4;
+            d[0] = k;
+            d[1] = (int)((int64_t)c * n / nch);
+            d[2] = (int)((int64_t)(c + 1) * n / nch);
+            d[3] = nch;
         }
-        if (tid == nt - 1) {
-            choff[Kc] = incl[tid];
-            totals[0] = incl[tid];
-        }
-    });
+    }, [&](int total) { choff[Kc] = total; totals[0] = total; });
     // items of the final kernel: every slice with rows, ncol column items x ceil(rows / RC) parts
-    const int per_g = (K_total + nt - 1) / nt;
-    auto items_of = [&](int g, int& parts, int& ncol) {
+    auto parts_of = [&](int g) {
+        const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
+        return (rows + TT_EMBEDDING_BACKWARD6_RC - 1) / TT_EMBEDDING_BACKWARD6_RC;
+    };
+    auto ncol_of = [&](int g) {
         int t = 0;
         while (g >= s.key_base[t + 1]) t++;
-        const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
-        parts = (rows + TT_EMBEDDING_BACKWARD6_RC - 1) / TT_EMBEDDING_BACKWARD6_RC;
-        ncol = P.ncol[t];
-        return parts * ncol;
+        return P.ncol[t];
     };
-    ex.phase([&](int tid) {
-        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
-        int c = 0;
-        for (int g = g0; g < g1; g++) {
-            int parts, ncol;
-            c += items_of(g, parts, ncol);
-        }
-        scan[tid] = c;
-        scan[nt + tid] = c;
-    });
-    incl = tt_embedding_backward6_scan(ex, scan);
-    ex.phase([&](int tid) {
-        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
-        int off = incl[tid] - scan[tid];
-        for (int g = g0; g < g1; g++) {
-            int parts, ncol;
-            const int n = items_of(g, parts, ncol);
-            for (int cc = 0; cc < ncol; cc++)
-                for (int p = 0; p < parts; p++) {
-                    int* d = item_desc + (int64_t)(off + cc * parts + p) * 4;
-                    d[0] = g;
-                    d[1] = cc;
-                    d[2] = p;
-                    d[3] = parts;
-                }
-            off += n;
-        }
-        if (tid == nt - 1) totals[1] = incl[tid];
-    });
+    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return parts_of(g) * ncol_of(g); }, [&](int g, int off, int) {
+        const int parts = parts_of(g), ncol = ncol_of(g);
+        for (int cc = 0; cc < ncol; cc++)
+            for (int p = 0; p < parts; p++) {
+                int* d = item_desc + (int64_t)(off + cc * parts + p) * 4;
+                d[0] = g;
+                d[1] = cc;
+                d[2] = p;
+                d[3] = parts;
+            }
+    }, [&](int total) { totals[1] = total; });
     // where every slice's lookups start in the list
-    ex.phase([&](int tid) {
-        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
-        int c = 0;
-        for (int g = g0; g < g1; g++) c += tt_embedding_backward6_ldcg(counts + g);
-        scan[tid] = c;
-        scan[nt + tid] = c;
-    });
-    incl = tt_embedding_backward6_scan(ex, scan);
-    ex.phase([&](int tid) {
-        const int g0 = min(tid * per_g, K_total), g1 = min(g0 + per_g, K_total);
-        int off = incl[tid] - scan[tid];
-        for (int g = g0; g < g1; g++) {
-            start[g] = off;
-            off += tt_embedding_backward6_ldcg(counts + g);
-        }
-        if (tid == nt - 1) start[K_total] = incl[tid];
-    });
+    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward6_ldcg(counts + g); },
+                                 [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
 }
 
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
@@ -2679,52 +2634,45 @@ struct TtEmbeddingBackward8Io {
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                                   const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
-    const int nt = ex.nt, K = s.key_base[s.T], per = (K + nt - 1) / nt;
+    const int K = s.key_base[s.T];
     for (int kind = 0; kind < 2; kind++) {
-        auto n_of = [&](int g, int& t) {
-            t = 0;
+        auto core_of = [&](int g) {
+            int t = 0;
             while (g >= s.key_base[t + 1]) t++;
+            return t;
+        };
+        auto n_of = [&](int g) {
+            const int t = core_of(g);
             const int64_t c = counts[g];
             if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
             return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
         };
-        ex.phase([&](int tid) {
-            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
-            int c = 0, t;
-            for (int g = g0; g < g1; g++) c += n_of(g, t);
-            scan[tid] = c;
-            scan[nt + tid] = c;
-        });
-        const int* incl = tt_embedding_backward6_scan(ex, scan);
-        ex.phase([&](int tid) {
-            const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
-            int off = incl[tid] - scan[tid], t;
-            int* items = kind == 0 ? io.rt_items : io.pt_items;
-            int* begin = io.totals + kind * (s.T + 1);
-            for (int g = g0; g < g1; g++) {
-                const int n = n_of(g, t);
-                if (g == s.key_base[t]) begin[t] = off;
-                if (kind == 1) io.first_part[g] = off;
-                for (int i = 0; i < n; i++) {
-                    items[2 * (int64_t)(off + i)] = g;
-                    items[2 * (int64_t)(off + i) + 1] = i;
-                }
-                off += n;
+        int* items = kind == 0 ? io.rt_items : io.pt_items;
+        int* begin = io.totals + kind * (s.T + 1);
+        tt_embedding_backward6_place(ex, K, scan, n_of, [&](int g, int off, int n) {
+            const int t = core_of(g);
+            if (g == s.key_base[t]) begin[t] = off;
+            if (kind == 1) io.first_part[g] = off;
+            for (int i = 0; i < n; i++) {
+                items[2 * (int64_t)(off + i)] = g;
+                items[2 * (int64_t)(off + i) + 1] = i;
             }
-            if (tid == nt - 1) begin[s.T] = incl[tid];
-            if (tid == 0 && kind == 0) io.X[0] = 1.0f;   // P_{-1}
+        }, [&](int total) {
+            begin[s.T] = total;
+            if (kind == 0) io.X[0] = 1.0f;   // P_{-1}
         });
     }
 }
 
 // a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 68 keeps the float4 reads of
-// the compute aligned), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
-static const int TT_EMBEDDING_BACKWARD8_PITCH = TT_EMBEDDING_BACKWARD8_BM + 4;
-struct __align__(16) TtEmbeddingBackward8Smem {
+// the compute aligned; version 9's pitch of 72 puts the 32 lanes' fragment reads (k = lane % 4, m = lane / 4) in 32
+// banks), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
+template <int PITCH>
+struct __align__(16) TtEmbeddingBackward8SmemT {
     union {
         struct {
-            float As[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
-            float Bs[2][TT_EMBEDDING_BACKWARD8_BK][TT_EMBEDDING_BACKWARD8_PITCH];
+            float As[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
+            float Bs[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
         } ab;
         float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // G_NARROW: the 4 groups' sums, added in group order at the end
     };
@@ -2733,6 +2681,8 @@ struct __align__(16) TtEmbeddingBackward8Smem {
     const float* kA[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
     const float* kB[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's B row (a dM_t row)
 };
+using TtEmbeddingBackward8Smem = TtEmbeddingBackward8SmemT<TT_EMBEDDING_BACKWARD8_BM + 4>;
+using TtEmbeddingBackward9Smem = TtEmbeddingBackward8SmemT<TT_EMBEDDING_BACKWARD8_BM + 8>;
 
 // lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
 __host__ __device__ inline const float* tt_embedding_backward8_prefix(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
@@ -2747,14 +2697,99 @@ __host__ __device__ inline const float* tt_embedding_backward8_grad(const TtEmbe
     return io.X + P.dM_off[t] + (int64_t)n * s.m[t] * s.R[t + 1];
 }
 
+// ---- version 9: version 8's K-steps on tensor cores (3xTF32) ----
+// Version 8's tiles run FP32 FMAs at 13-17 TFLOP/s at rank 128 (2026-12-01): the products are the time. Version 9 is
+// version 8 (same items, loads, buffers and order of parts) with each K-step's products as mma.sync m16n8k8 in 3xTF32
+// (x = hi + lo, hi x's bits with the 13 low mantissa bits cleared; ahi bhi + ahi blo + alo bhi: FP32's accuracy).
+// Warp w of 8 owns a 32 x 16 piece of the 64 x 64 tile (2 x 2 mma tiles; rows 32 (w / 4), columns 16 (w % 4)), or
+// at G_NARROW a 16 x 8 piece of the 64 x 16 tile (rows 16 (w / 2), columns 8 (w % 2): no K split, no sum of groups).
+
+// thread tid's accumulator e (16 of them): its row m and column c in the tile; false where unused (version 9 narrow)
+template <bool TC, bool NARROW>
+__host__ __device__ inline bool tt_embedding_backward8_cpos(int tid, int e, int& m, int& c) {
+    const int w = tid / 32, lane = tid % 32;
+    if (!TC) {
+        m = NARROW ? 4 * (tid % 64 / 4) + e / 4 : 4 * (tid / 16) + e / 4;
+        c = NARROW ? 4 * (tid % 4) + e % 4 : 4 * (tid % 16) + e % 4;
+        return true;
+    }
+    m = (NARROW ? 16 * (w / 2) : 32 * (w / 4) + 16 * (e / 8)) + tt_embedding_backward7_crow(lane, e % 4);
+    c = (NARROW ? 8 * (w % 2) : 16 * (w % 4) + 8 * (e / 4 % 2)) + tt_embedding_backward7_ccol(lane, e % 4);
+    return !NARROW || e < 4;
+}
+
+// One K-step of version 9: thread tid's accumulators a += As^T Bs over the step's 16 k (As[k][m], Bs[k][c]). On the
+// host (the CPU test) each accumulator is formed from the same TF32 halves, in one order; the device's mma sums in its own.
+template <bool NARROW>
+__host__ __device__ __forceinline__ void tt_embedding_backward9_step(float* a, const float (*As)[TT_EMBEDDING_BACKWARD8_BM + 8],
+                                                                     const float (*Bs)[TT_EMBEDDING_BACKWARD8_BM + 8], int tid) {
+    const int BK = TT_EMBEDDING_BACKWARD8_BK;
+#ifdef __CUDA_ARCH__
+    // mma.sync.aligned needs the warp converged; a barrier does not promise that after the K-table threads' branch
+    // (without this, measured 2026-12-01: wrong sums, NaN and reruns that differ)
+    __syncwarp();
+    const int w = tid / 32, lane = tid % 32, MI = NARROW ? 1 : 2, NI = NARROW ? 1 : 2;
+    const int mb = NARROW ? 16 * (w / 2) : 32 * (w / 4), nb = NARROW ? 8 * (w % 2) : 16 * (w % 4);
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int k8 = 0; k8 < BK; k8 += 8) {
+        uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int mi = 0; mi < MI; mi++)
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int r = 0; r < 4; r++)
+                tf32_split_fast(As[k8 + tt_embedding_backward7_acol(lane, r)][mb + 16 * mi + tt_embedding_backward7_arow(lane, r)], ah[mi][r], al[mi][r]);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int ni = 0; ni < NI; ni++)
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int r = 0; r < 2; r++) tf32_split_fast(Bs[k8 + tt_embedding_backward7_bk(lane, r)][nb + 8 * ni + lane / 4], bh[ni][r], bl[ni][r]);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int mi = 0; mi < MI; mi++)
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int ni = 0; ni < NI; ni++) {
+                float (&d)[4] = *reinterpret_cast<float (*)[4]>(a + 4 * (mi * NI + ni));
+                mma_tf32_m16n8k8(d, al[mi], bh[ni][0], bh[ni][1]);
+                mma_tf32_m16n8k8(d, ah[mi], bl[ni][0], bl[ni][1]);
+                mma_tf32_m16n8k8(d, ah[mi], bh[ni][0], bh[ni][1]);
+            }
+    }
+#else
+    auto split = [](float x, float& hi, float& lo) {   // tf32_split_fast, and the mma's reading of lo (its top 10 mantissa bits)
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        u &= 0xffffe000u;
+        memcpy(&hi, &u, 4);
+        const float l = x - hi;
+        memcpy(&u, &l, 4);
+        u &= 0xffffe000u;
+        memcpy(&lo, &u, 4);
+    };
+    for (int e = 0; e < 16; e++) {
+        int m, c;
+        if (!tt_embedding_backward8_cpos<true, NARROW>(tid, e, m, c)) continue;
+        for (int k8 = 0; k8 < BK; k8 += 8) {
+            float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, xh, xl, yh, yl;
+            for (int k = k8; k < k8 + 8; k++) {
+                split(As[k][m], xh, xl);
+                split(Bs[k][c], yh, yl);
+                s1 = fmaf(xl, yh, s1);
+                s2 = fmaf(xh, yl, s2);
+                s3 = fmaf(xh, yh, s3);
+            }
+            a[e] = ((a[e] + s1) + s2) + s3;
+        }
+    }
+#endif
+}
+
 // One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
 // acc(tid) is the thread's 16 accumulators: thread (ty, tx) = (tid / 16, tid % 16) owns rows 4 ty .. 4 ty + 3 and
-// columns 4 tx .. 4 tx + 3 of the tile (two float4 shared loads per k). One barrier per K-step: the step's global
-// loads are issued before the products of the step before and stored into the other buffer after them.
-template <int KIND, class Exec, class Acc>
+// columns 4 tx .. 4 tx + 3 of the tile (two float4 shared loads per k; TC: version 9's mma fragments, cpos above).
+// One barrier per K-step: the step's global loads are issued before the products of the step before and stored
+// into the other buffer after them.
+template <int KIND, bool TC = false, class Exec, class Acc, class Smem>
 __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
                                                                  const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
-                                                                 int bx, int by, TtEmbeddingBackward8Smem& sm) {
+                                                                 int bx, int by, Smem& sm) {
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
     const bool G_ = KIND >= TT_EMBEDDING_BACKWARD8_G, NARROW = KIND == TT_EMBEDDING_BACKWARD8_G_NARROW;
     const int* begin = io.totals + (G_ ? s.T + 1 : 0);
@@ -2880,6 +2915,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
             const int ty = NARROW ? tid % 64 / 4 : tid / 16, tx = NARROW ? tid % 4 : tid % 16, b = step & 1;
             const int kl = NARROW ? tid / 64 * (BK / 4) : 0, kh = NARROW ? kl + BK / 4 : BK;
             float* a = acc(tid);
+            if constexpr (TC) tt_embedding_backward9_step<NARROW>(a, sm.ab.As[b], sm.ab.Bs[b], tid);
+            else {
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int k = kl; k < kh; k++) {
                 float av[4], bv[4];
@@ -2896,12 +2933,13 @@ TT_EMBEDDING_BACKWARD_UNROLL
 TT_EMBEDDING_BACKWARD_UNROLL
                     for (int c = 0; c < 4; c++) a[r * 4 + c] = fmaf(av[r], bv[c], a[r * 4 + c]);
             }
+            }
             if (step + 1 < steps) store(tid, step + 1, va, vb);   // the other buffer: read by no thread in this phase
             if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
         });
     }
     const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
-    if (NARROW) {
+    if (NARROW && !TC) {
         ex.phase([&](int tid) {
             const int ty = tid % 64 / 4, tx = tid % 4;
             const float* a = acc(tid);
@@ -2920,18 +2958,13 @@ TT_EMBEDDING_BACKWARD_UNROLL
         return;
     }
     ex.phase([&](int tid) {
-        const int ty = tid / 16, tx = tid % 16;
         const float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int r = 0; r < 4; r++) {
-            const int m = 4 * ty + r;
+        for (int e = 0; e < 16; e++) {
+            int m, c;
+            if (!tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c)) continue;
             float* dst = G_ ? (m0 + m < M ? io.partial + prow + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
-            if (!dst) continue;
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int c = 0; c < 4; c++) {
-                const int col = n0 + 4 * tx + c;
-                if (col < N) dst[col] = a[r * 4 + c];
-            }
+            if (dst && n0 + c < N) dst[n0 + c] = a[e];
         }
     });
 }
@@ -2958,15 +2991,15 @@ tt_embedding_backward8_items_kernel(const __grid_constant__ TtEmbeddingBackwardS
     tt_embedding_backward8_items_block(ex, s, P, counts, io, scan);
 }
 
-template <int KIND>
+template <int KIND, bool TC>
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_BLOCK)
 tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
                                    const __grid_constant__ TtEmbeddingBackward8Io io, int t) {
-    __shared__ TtEmbeddingBackward8Smem sm;
+    __shared__ std::conditional_t<TC, TtEmbeddingBackward9Smem, TtEmbeddingBackward8Smem> sm;
     float regs[16];
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     auto acc = [&](int) -> float* { return regs; };
-    tt_embedding_backward8_gemm_block<KIND>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+    tt_embedding_backward8_gemm_block<KIND, TC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
 __global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
@@ -3018,7 +3051,7 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
         const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
         if (tt_embedding_backward6_smem_bytes(P) > smem_limit) {
             snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (the pivot slice and NB = 1 lookup), "
-                     "more than the %zu a block can have; version 8 runs this shape", nt, tt_embedding_backward6_smem_bytes(P), smem_limit);
+                     "more than the %zu a block can have; version 9 runs this shape", nt, tt_embedding_backward6_smem_bytes(P), smem_limit);
             return buf;
         }
     }
@@ -3027,30 +3060,32 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
-// their block with the pivot slice G_h fits in 110 KB and every rank is below 64 (at ranks 64,64, 2026-12-01:
-// version 8 0.454 ms, version 6 0.531); else version 8's per-slice GEMMs, which run
-// any shape whose per-lookup buffers fit 32 GB (at rank 128, 2026-12-01: 3.10 ms where version 6 took 18.8 at
-// EL-Rec's q 2,2,4, B 4096, L 20); else version 2's pipeline. At another block size than 256 version 6 runs
-// wherever its block fits (version 8 runs at its own 256 threads).
+// their block with the pivot slice G_h fits in 110 KB, every rank is below 64, and, at ranks 32 and up, T = 3 and
+// D < 256; else version 9's per-slice GEMMs on tensor cores, which run any shape whose per-lookup buffers fit 32 GB;
+// else version 2's pipeline. Measured 2026-12-01 (results/logs/2026-12-01_tt_backward_v9.log, ms, version 9 against
+// version 6): ranks 64,64 0.412 (version 8 0.530; 6: 0.531 the same day); T = 4 0.530 / 0.654; T = 6 0.724 / 1.800;
+// q 4,8,8 0.407 / 0.488; but q 8,4,4 0.412 / 0.200 and ranks 16,16 0.185 / 0.098. At another block size than 256
+// version 6 runs wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
-       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM = 8 };
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     int max_rank = 1;
     for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
+    const bool v6_loses = max_rank >= 64 || (max_rank >= 32 && (s.T >= 4 || s.D >= 256));
     if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
-        (block != TT_EMBEDDING_BACKWARD8_BLOCK || (max_rank < 64 && tt_embedding_backward6_make_plan(s, W_off, block).roomy)))
+        (block != TT_EMBEDDING_BACKWARD8_BLOCK || (!v6_loses && tt_embedding_backward6_make_plan(s, W_off, block).roomy)))
         return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
     TtEmbeddingBackward8Plan P8;
-    if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM;
+    if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA;
     return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
 }
 inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
-           : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM ? "version 8's per-slice GEMMs (the general path)"
-                                                             : "version 2's cuBLAS pipeline (version 8's buffers would be too large)";
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA  ? "version 9's per-slice GEMMs on tensor cores (the general path)"
+                                                             : "version 2's cuBLAS pipeline (version 9's buffers would be too large)";
 }
 
 // versions 1-3 end with this: the optimizer over the whole summed gradient (nothing for dense)
@@ -3162,9 +3197,10 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }
-// version 8: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items kernel,
-// the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
-void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) {
+// versions 8 and 9 (TC): (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items
+// kernel, the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
+template <bool TC>
+void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
@@ -3181,23 +3217,25 @@ void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) {
     tt_embedding_backward8_items_kernel<<<1, TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK>>>(s, P, a.ws.counts, io);
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
     for (int t = 1; t <= s.T - 2; t++)
-        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
+        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
     for (int t = s.T - 1; t >= 0; t--) {
-        if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
+        if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
-        if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW><<<grid, nb>>>(s, P, io, t);
-        else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G><<<grid, nb>>>(s, P, io, t);
+        if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC><<<grid, nb>>>(s, P, io, t);
+        else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC><<<grid, nb>>>(s, P, io, t);
     }
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     tt_embedding_backward8_reduce_kernel<<<dim3(s.key_base[s.T], P.max_red_y), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(s, P, io, a.ws.counts, o);
 }
+void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<false>(a); }
+void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<true>(a); }
 
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
-        case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_GEMM: tt_embedding_backward8(a, block_size); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA: tt_embedding_backward9(a, block_size); break;
         default:
             if (a.s.nnz_dev) fail_args("tt_embedding_backward: version 2's pipeline (the route at this shape) has no device-side lookup count");
             tt_embedding_backward2(a, block_size);
@@ -3208,7 +3246,7 @@ static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
               "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
-    if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6-8 have)", kernel_num);
+    if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6-9 have)", kernel_num);
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
         case 2: tt_embedding_backward2(a, block_size); break;
@@ -3216,6 +3254,7 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 6: tt_embedding_backward6(a, block_size); break;
         case 7: tt_embedding_backward7(a, block_size); break;
         case 8: tt_embedding_backward8(a, block_size); break;
+        case 9: tt_embedding_backward9(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
 }
@@ -3233,7 +3272,7 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
         }
     }
     if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
-    if (k == 8) {
+    if (k == 8 || k == 9) {
         if (block && block != TT_EMBEDDING_BACKWARD8_BLOCK) {
             snprintf(buf, sizeof buf, "it is compiled for %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD8_BLOCK, block);
             return buf;
@@ -3479,7 +3518,7 @@ bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, i
 // each version's block sizes
 std::vector<int> tt_embedding_backward_blocks(int k) {
     if (k == 1) return {64, 128, 256, 512};
-    if (k == 2 || k == 8) return {256};
+    if (k == 2 || k == 8 || k == 9) return {256};
     if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
     return {128, 256, 512};
 }
@@ -3502,15 +3541,15 @@ int main(int argc, char** argv) {
     Cli cli("tt_embedding_backward",
             "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            8, 7);
+            9, 7);
     tt_embedding_add_flags(cli, c, distinct);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
     cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &eps, "Adagrad epsilon");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) +
         ";\n  tables * sum(p) < 2^31; T * tables * B * L < 2^31; eps > 0.\n"
-        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; version 8 every\n"
-        "  shape whose per-lookup buffers fit 32 GB, at 256 threads per block; version 1 only while its explicit sums\n"
+        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; versions 8 and 9\n"
+        "  every shape whose per-lookup buffers fit 32 GB, at 256 threads per block; version 1 only while its explicit sums\n"
         "  stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at most 512 threads per block\n"
         "  (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
     cli.parse(argc, argv);
