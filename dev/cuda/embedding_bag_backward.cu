@@ -39,7 +39,7 @@ measured in the same process, by the fewest bytes); every number, the sgd and la
 Version 8 at uniform is fbgemm_gbps=2280. PyTorch (nn.EmbeddingBag sparse=True + Adagrad, elementwise:
 it has no rowwise; scripts/peers/embedding_bag_backward.py), 2026-11-30: forward + backward + step 2.0954 /
 1.0496 ms at uniform / Zipf, its forward alone 0.1085 / 0.0818. Nobag, version 8 (2026-12-01): 0.1896 / 0.1395.
-fp16 weights, version 8 (2026-12-01): 0.1828 ms at uniform, fp32 0.1538 in the same run (FBGEMM fp16: 0.3175).
+fp16 weights, version 8 (2026-12-01): 0.1833 ms at uniform, fp32 0.1533 in the same run (FBGEMM fp16: 0.3175).
 
 Lessons:
 - Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;

@@ -48,7 +48,7 @@ Lessons:
 - The large uniform size reads at the copy roof; there the 256-byte hint changes nothing, while at the
   default size (a ~50 us kernel) and on Zipf inputs it takes 3-12% off. The same hint slowed the backward.
 - Half rows stay raw (8 bytes, 2 registers) until accumulated: a conversion at the load held 4 per load in
-  flight (92 registers against fp32's 63); fp16 at the default size 0.0380 -> 0.0348 ms (2026-12-01).
+  flight (92 registers against fp32's 63); fp16 at the default size 0.0378 -> 0.0347 ms (2026-12-01).
 - The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel; it weighs on
   every short kernel here, PyTorch's included (results/notes/embedding_bag_forward.md).
 
