@@ -67,8 +67,7 @@ static void test_against_dense_scatter(const std::string& name, const EmbeddingB
         for (int b = 0; b < in.B; b++) {
             const int64_t bag = (int64_t)t * in.B + b, s0 = in.offsets[bag], s1 = in.offsets[bag + 1];
             for (int64_t l = s0; l < s1; l++) {
-                double s = in.per_sample_weights.empty() ? 1.0 : in.per_sample_weights[l];
-                if (in.mean) s /= (double)(s1 - s0);
+                const double s = embedding_bag_backward_scale(in, bag, l);
                 const int D = in.D(t);
                 for (int d = 0; d < D; d++)
                     G[in.weights_offsets[t] + in.indices[l] * D + d] += s * in.grad_output[(size_t)b * in.total_D() + in.D_offsets[t] + d];
@@ -539,7 +538,7 @@ static void test_philox_kat() {
     report(ok, "host Philox4x32-10 matches Random123's three known-answer vectors", why);
 }
 
-// The mean of K stochastic roundings of v (random words from Philox at K counters) must be within 5 sigma
+// The mean of K stochastic roundings of v (the GPU's 16-bit Philox words of K columns) must be within 5 sigma
 // of v, sigma = ulp * sqrt(q (1 - q) / K) for the rounding-up probability q; also every rounding is one of
 // v's two neighbours, and nearest rounding of the same v is the nearer one
 static void test_rounding_unbiased() {
@@ -555,14 +554,11 @@ static void test_rounding_unbiased() {
             const double ulp = fhi - flo, q = ((double)v - flo) / ulp;
             double sum = 0.0;
             bool neighbours = true;
-            for (int i = 0; i < K; i += 4) {
-                uint32_t r[4];
-                embedding_bag_round_bits_host(12345, 7, i / 4, r);
-                for (int j = 0; j < 4; j++) {
-                    const double x = embedding_bag_half_to_float(embedding_bag_round_half(v, wt, true, r[j]), wt);
-                    neighbours = neighbours && (x == flo || x == fhi);
-                    sum += x;
-                }
+            for (int i = 0; i < K; i++) {   // the GPU's words: 16 bits of a Philox call per weight (rows of 1024 columns)
+                const uint32_t r = embedding_bag_backward_round_word_host(12345, 7, i >> 10, i & 1023);
+                const double x = embedding_bag_half_to_float(embedding_bag_round_half(v, wt, true, r), wt);
+                neighbours = neighbours && (x == flo || x == fhi);
+                sum += x;
             }
             const double mean = sum / K, sigma = std::fabs(ulp) * std::sqrt(q * (1.0 - q) / K);
             const double nearest = embedding_bag_half_to_float(embedding_bag_round_half(v, wt, false, 0u), wt);
@@ -656,17 +652,15 @@ static EmbeddingBagBackwardReference run_reference_half(const EmbeddingBagBackwa
     return embedding_bag_backward_cpu(in, p, [&](int64_t e) { return tb.w(e); }, [&](int64_t i) { return tb.m(i); });
 }
 
-// the GPU's last step for half weights: its fp32 value rounded with the word of the element's position
+// the GPU's last step for half weights: its fp32 value rounded with the word of the element's row and column
 static void emulate_round(const EmbeddingBagBackwardInputs& in, const EmbeddingBagBackwardRows& R, EmbeddingBagWeights wt, bool stochastic,
                           uint64_t round_seed, std::vector<float>& w) {
     for (int64_t u = 0; u < R.U(); u++) {
         const int t = R.table[u], D = in.D(t);
-        const int64_t wrow = in.weights_offsets[t] + R.row[u] * D;
         for (int d = 0; d < D; d++) {
-            uint32_t r[4];
-            embedding_bag_round_bits_host(round_seed, 1, (wrow + d) / 4, r);
+            const uint32_t r = embedding_bag_backward_round_word_host(round_seed, 1, R.linear[u], d);
             float& x = w[R.col[u] + d];
-            x = embedding_bag_half_to_float(embedding_bag_round_half(x, wt, stochastic, r[(wrow + d) % 4]), wt);
+            x = embedding_bag_half_to_float(embedding_bag_round_half(x, wt, stochastic, r), wt);
         }
     }
 }
@@ -846,8 +840,7 @@ static void test_adjoint(const std::string& name, const EmbeddingBagConfig& cfg,
         for (int b = 0; b < in.B; b++) {
             const int64_t bag = (int64_t)t * in.B + b, s0 = in.offsets[bag], s1 = in.offsets[bag + 1];
             for (int64_t l = s0; l < s1; l++) {
-                double s = in.per_sample_weights.empty() ? 1.0 : in.per_sample_weights[l];
-                if (in.mean) s /= (double)(s1 - s0);
+                const double s = embedding_bag_backward_scale(in, bag, l);
                 for (int d = 0; d < in.D(t); d++)
                     out[(size_t)b * total_D + in.D_offsets[t] + d] += s * tb.w(in.weights_offsets[t] + in.indices[l] * in.D(t) + d);
             }

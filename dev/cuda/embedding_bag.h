@@ -207,11 +207,11 @@ inline std::string embedding_bag_validate(const EmbeddingBagInputs& in) {
 //
 // The random words: Philox4x32-10, the counter-based generator of curand (curand_Philox4x32_10 in
 // curand_kernel.h on the GPU; the same rounds written out below for the reference, which the CPU test
-// checks against Random123's published known-answer vectors). Key = the run's seed; counter = (e / 4 as
-// 64 bits, step, 0) for the weight at flat position e, word e % 4 rounding it: a float4 of a row (rows
-// are 16-byte aligned) takes one Philox call, and the bits depend on nothing but (seed, step, e), not on
-// which thread or version wrote the element. A counter-based generator, rather than a hash of our own,
-// because its statistical quality is published and curand ships it.
+// checks against Random123's published known-answer vectors). Key = the run's seed; the backward's counter
+// map (16 bits of a call per weight, 8 weights per call) is embedding_bag_backward_round_word_host: the
+// bits depend on nothing but (seed, step, row, column), not on which thread or version wrote the element.
+// A counter-based generator, rather than a hash of our own, because its statistical quality is published
+// and curand ships it. embedding_bag_round_bits_host: the words at one counter (e / 4, step, 0).
 
 
 // Philox4x32-10 on the host: ctr (4 words), key (2 words) -> out (4 words), Random123's word order

@@ -40,14 +40,15 @@ every number is in results/h200.md.
   5  version 4 with a warp per bag at any D (sub-warp rows)    0.0546 (77.4%)     0.0231    0.2562 (103.8%)
   6  version 5 with the L2::256B prefetch hint (the default)   0.0529 (79.9%)     0.0203    0.2587 (102.8%)
   7  nobag only: the gather, G lanes per row, 4 rows in flight   0.0869 (91.5%) 2026-12-01; Zipf 0.0526 (default, nobag)
-PyTorch's F.embedding_bag (scripts/peers/embedding_bag_forward.py), 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms.
-Other sizes (large Zipf, one row, the 11M x 64 table, bf16) and their peers: results/h200.md.
+PyTorch's F.embedding_bag, 2026-11-30: 0.1082 / 0.0813 / 0.6136 ms; other sizes, peers: results/h200.md.
 
 Lessons:
 - Rows in flight decide it: versions 4-6 keep 8 row loads per lane outstanding and beat the plain warp
   per bag (2) by up to 16%; several bags per warp (3) does not pay at D = 128.
 - The large uniform size reads at the copy roof; there the 256-byte hint changes nothing, while at the
   default size (a ~50 us kernel) and on Zipf inputs it takes 3-12% off. The same hint slowed the backward.
+- Half rows stay raw (8 bytes, 2 registers) until accumulated: a conversion at the load held 4 per load in
+  flight (92 registers against fp32's 63); fp16 at the default size 0.0378 -> 0.0347 ms (2026-12-01).
 - The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel; it weighs on
   every short kernel here, PyTorch's included (results/notes/embedding_bag_forward.md).
 
@@ -252,36 +253,45 @@ inline unsigned embedding_bag_forward_grid_x_groups(int B, int max_D, int block_
     return grid_x(ceil_div<int64_t>(B, bags_per_block), "embedding_bag_forward version 3");
 }
 
-// four consecutive weights as fp32: one 16-byte load in fp32, one 8-byte load for half weights (bf16 is the
-// top half of an fp32, so its conversion is a shift; fp16 converts two at a time). Read-only path, default
-// caching: hot rows (Zipf, the one-row input) should stay in L1/L2.
-__device__ __forceinline__ float4 embedding_bag_forward_halves4(uint32_t x, uint32_t y, const __nv_bfloat16*) {
-    return make_float4(__uint_as_float(x << 16), __uint_as_float(x & 0xFFFF0000u), __uint_as_float(y << 16), __uint_as_float(y & 0xFFFF0000u));
+// Four consecutive weights: one 16-byte load in fp32, one 8-byte load for half weights (half the bytes).
+// Read-only path, default caching: hot rows (Zipf, the one-row input) should stay in L1/L2. A half vector
+// stays in its raw 8 bytes (2 registers) until it is accumulated: converting at the load would hold 4
+// registers per load in flight (ptxas, nvcc 13: version 4's G = 32 kernel took 92 registers for fp16 rows
+// against 63 for fp32). bf16 is the top half of an fp32, so its conversion is a shift; fp16 converts two
+// at a time.
+template <class WT>
+using EmbeddingBagForwardRaw = std::conditional_t<std::is_same_v<WT, float>, float4, uint2>;
+__device__ __forceinline__ float4 embedding_bag_forward_to4(float4 x, const float*) { return x; }
+__device__ __forceinline__ float4 embedding_bag_forward_to4(uint2 r, const __nv_bfloat16*) {
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16), __uint_as_float(r.y & 0xFFFF0000u));
 }
-__device__ __forceinline__ float4 embedding_bag_forward_halves4(uint32_t x, uint32_t y, const __half*) {
-    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&y));
+__device__ __forceinline__ float4 embedding_bag_forward_to4(uint2 r, const __half*) {
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
     return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-__device__ __forceinline__ float4 embedding_bag_forward_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 embedding_bag_forward_load_raw(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 template <class WT>
-__device__ __forceinline__ float4 embedding_bag_forward_load4(const WT* p) {
-    const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
-    return embedding_bag_forward_halves4(r.x, r.y, p);
-}
+__device__ __forceinline__ uint2 embedding_bag_forward_load_raw(const WT* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+template <class WT>
+__device__ __forceinline__ float4 embedding_bag_forward_load4(const WT* p) { return embedding_bag_forward_to4(embedding_bag_forward_load_raw(p), p); }
 
 // Version 6's row load: the same, with PTX's L2::256B prefetch-size hint, so a miss makes L2 fetch the
 // 256-byte block around the vector from DRAM instead of its 32-byte sectors one request at a time. A row of
 // D = 128 fp32 is two such blocks, read by the warp in one instruction.
-__device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const float* p) {
+__device__ __forceinline__ float4 embedding_bag_forward_load_raw_wide(const float* p) {
     float4 r;
     asm("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
     return r;
 }
 template <class WT>
+__device__ __forceinline__ uint2 embedding_bag_forward_load_raw_wide(const WT* p) {
+    uint2 r;
+    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+template <class WT>
 __device__ __forceinline__ float4 embedding_bag_forward_load4_wide(const WT* p) {
-    unsigned x, y;
-    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "l"(p));
-    return embedding_bag_forward_halves4(x, y, p);
+    return embedding_bag_forward_to4(embedding_bag_forward_load_raw_wide(p), p);
 }
 
 // indices and per-sample weights are read once: streaming (evict-first) loads
@@ -374,6 +384,43 @@ __global__ void embedding_bag_forward_kernel3(EmbeddingBagForwardArgs a) {
 // 16-byte row loads each lane has in flight in versions 4-6 (rows per batch * vectors per row)
 #define EMBEDDING_BAG_FORWARD_VECS_IN_FLIGHT 8
 
+// what versions 4-6 need of bag (t, b) before its rows: the table's D, the bag's lookups [start, end), the
+// table's rows, the bag's slice of the output and the MEAN scale
+template <class WT>
+struct EmbeddingBagForwardBag {
+    int D;
+    int64_t start, end;
+    const WT* W;
+    float* out;
+    float scale;
+};
+template <class WT>
+__device__ __forceinline__ EmbeddingBagForwardBag<WT> embedding_bag_forward_bag(const EmbeddingBagForwardArgs& a, int t, int64_t b) {
+    const int64_t bag = (int64_t)t * a.B + b, start = a.offsets[bag], end = a.offsets[bag + 1];
+    return {a.D_offsets[t + 1] - a.D_offsets[t], start, end, (const WT*)a.weights + a.weights_offsets[t], a.out + b * a.total_D + a.D_offsets[t],
+            (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f};
+}
+
+// a batch of ROWS rows (live[u]: row u is in the bag) into acc, columns v1 + k*G (k < NV) of the rows
+// (vectors of 4): all ROWS * NV loads are issued before the first is accumulated; WIDE: version 6's loads
+template <int G, int NV, int ROWS, bool WIDE, class WT>
+__device__ __forceinline__ void embedding_bag_forward_batch(const WT* const (&row)[ROWS], const float (&w)[ROWS], const bool (&live)[ROWS],
+                                                            int v1, int Dv, float4 (&acc)[NV]) {
+    EmbeddingBagForwardRaw<WT> x[ROWS][NV];
+#pragma unroll
+    for (int u = 0; u < ROWS; u++)
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int v = v1 + k * G;
+            x[u][k] = (live[u] && v < Dv) ? (WIDE ? embedding_bag_forward_load_raw_wide(row[u] + 4 * v) : embedding_bag_forward_load_raw(row[u] + 4 * v))
+                                          : EmbeddingBagForwardRaw<WT>{};
+        }
+#pragma unroll
+    for (int u = 0; u < ROWS; u++)
+#pragma unroll
+        for (int k = 0; k < NV; k++) embedding_bag_forward_fma4(acc[k], w[u], embedding_bag_forward_to4(x[u][k], row[u]));
+}
+
 // Version 4, one bag of G lanes (G, NV compile-time; mask = the group's lanes). Per chunk of CHUNK row
 // ids, every lane of the group loads IPL of them (and their per-sample weights) with one coalesced
 // instruction each, before any row is touched; then per batch of ROWS rows the group broadcasts the ids
@@ -388,13 +435,9 @@ __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagFor
     constexpr int IPL = IPL_MIN > IPL_CAP ? IPL_MIN : IPL_CAP;            // row ids held per lane
     constexpr int CHUNK = G * IPL;
     static_assert(ROWS >= 1 && CHUNK % ROWS == 0, "a chunk must be whole batches");
-    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
-    const int64_t bag = (int64_t)t * a.B + b;
-    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
+    const auto [D, start, end, W, out, scale] = embedding_bag_forward_bag<WT>(a, t, b);
+    const int Dv = D / 4;
     const float* psw = a.per_sample_weights;
-    float* out = a.out + b * a.total_D + D0;
-    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
     for (int v0 = 0; v0 < Dv; v0 += NV * G) {              // one pass unless D > 4*NV*G
         float4 acc[NV];
 #pragma unroll
@@ -412,26 +455,17 @@ __device__ __forceinline__ void embedding_bag_forward_bag4(const EmbeddingBagFor
 #pragma unroll
             for (int j0 = 0; j0 < CHUNK; j0 += ROWS) {
                 if (j0 >= n) break;
+                bool live[ROWS];                                   // the batch's rows: addresses, weights
                 const WT* row[ROWS];
                 float w[ROWS];
 #pragma unroll
                 for (int u = 0; u < ROWS; u++) {
                     const int j = j0 + u;                          // compile-time: register ids[j / G] of lane j % G
+                    live[u] = j < n;
                     row[u] = W + (int64_t)__shfl_sync(mask, ids[j / G], j % G, G) * D;
                     w[u] = psw != nullptr ? __shfl_sync(mask, wts[j / G], j % G, G) : 1.0f;
                 }
-                float4 x[ROWS][NV];
-#pragma unroll
-                for (int u = 0; u < ROWS; u++)
-#pragma unroll
-                    for (int k = 0; k < NV; k++) {
-                        const int v = v0 + k * G + g;
-                        x[u][k] = (j0 + u < n && v < Dv) ? embedding_bag_forward_load4(row[u] + 4 * v) : make_float4(0.f, 0.f, 0.f, 0.f);
-                    }
-#pragma unroll
-                for (int u = 0; u < ROWS; u++)
-#pragma unroll
-                    for (int k = 0; k < NV; k++) embedding_bag_forward_fma4(acc[k], w[u], x[u][k]);
+                embedding_bag_forward_batch<G, NV, ROWS, false>(row, w, live, v0 + g, Dv, acc);
             }
         }
 #pragma unroll
@@ -473,13 +507,9 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
     static_assert(32 % BATCH == 0, "a chunk of 32 row ids must be whole batches");
     const unsigned full = 0xFFFFFFFFu;
     const int s = lane / G, g = lane % G;
-    const int D0 = a.D_offsets[t], D = a.D_offsets[t + 1] - D0, Dv = D / 4;
-    const int64_t bag = (int64_t)t * a.B + b;
-    const int64_t start = a.offsets[bag], end = a.offsets[bag + 1];
-    const WT* W = (const WT*)a.weights + a.weights_offsets[t];
+    const auto [D, start, end, W, out, scale] = embedding_bag_forward_bag<WT>(a, t, b);
+    const int Dv = D / 4;
     const float* psw = a.per_sample_weights;
-    float* out = a.out + b * a.total_D + D0;
-    const float scale = (a.mean && end > start) ? 1.0f / (float)(end - start) : 1.0f;
     for (int v0 = 0; v0 < Dv; v0 += NV * G) {
         float4 acc[NV];
 #pragma unroll
@@ -501,20 +531,7 @@ __device__ __forceinline__ void embedding_bag_forward_bag5(const EmbeddingBagFor
                     row[u] = W + (int64_t)__shfl_sync(full, id, j) * D;
                     w[u] = psw != nullptr ? __shfl_sync(full, wt, j) : 1.0f;
                 }
-                float4 x[ROWS][NV];
-#pragma unroll
-                for (int u = 0; u < ROWS; u++)
-#pragma unroll
-                    for (int k = 0; k < NV; k++) {
-                        const int v = v0 + k * G + g;
-                        x[u][k] = (live[u] && v < Dv) ? (WIDE ? embedding_bag_forward_load4_wide(row[u] + 4 * v)
-                                                              : embedding_bag_forward_load4(row[u] + 4 * v))
-                                                      : make_float4(0.f, 0.f, 0.f, 0.f);
-                    }
-#pragma unroll
-                for (int u = 0; u < ROWS; u++)
-#pragma unroll
-                    for (int k = 0; k < NV; k++) embedding_bag_forward_fma4(acc[k], w[u], x[u][k]);
+                embedding_bag_forward_batch<G, NV, ROWS, WIDE>(row, w, live, v0 + g, Dv, acc);
             }
         }
 #pragma unroll
