@@ -9,7 +9,8 @@ several tables, SUM pooling. Each looked-up row is rebuilt as a chain of small m
   bags      : indices int64 [nnz], offsets int64 [tables B + 1] (table-major); out [tables, B, D] = the SUM of
               each bag's rows (an empty bag gives zeros). Chains in fp32 in both builds; bf16 rounds the output.
 FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 200,220,250, q 4,4,4, ranks 32,32,
-  B 512, L 20): 36,864 per lookup, 377.5 MFLOP per call. % below: of the FP32 FMA peak measured in the same run.
+  B 512, L 20): 36,864 per lookup, 377.5 MFLOP per call. % below: of the FP32 FMA peak measured in the same run;
+  the count is nominal (every lookup's chain): versions 6-7 copy a repeated index's row, so Zipf rates can pass 100%.
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
