@@ -12,7 +12,7 @@ during warm-up steps (lfu_count.cu) are ranked; the top C are rebuilt once by th
             backward grouped per row (CUB radix sort, stable): SGD, dense, rowwise Adagrad in lookup order (no race)
   no host round trip in a step; any number of tables (one table of tables * E keys, one cache)
 Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row found + 4 D per cached lookup
-  (rows read) + 4 D (1 + w) per cached row updated (w: 1 sgd, 2 adagrad); the step is latency-bound (launches).
+  (rows read) + 4 D (1 + w) per cached row updated (w: 1 sgd, 2 adagrad); the step is latency-bound (kernels in series).
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
 2026-12-01, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
@@ -25,6 +25,8 @@ alone 0.1311 / 0.1359; populate 1.644 (results/logs/2026-12-01_tt_cache_step_v4.
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
      applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0845 / 0.0984
   At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7837, version 4 0.1337 (0.17x).
+  5  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
+     run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`
 Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
 (op tt_cache_tt_alone) in the same run; each version's line carries hit_rate, tt_alone_ms, vs_tt_alone
 (time / TT alone) and target (1 - hit_rate / 2, the issue's bar).
@@ -45,6 +47,7 @@ Lessons (results/notes/tt_cache.md):
   - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
     its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.644x against
     0.504x); the main stream runs 12 kernels in series (partition 4, TT forward 3, cached forward 1, TT backward 4).
+  - Not the host's launches: the step replayed as a CUDA graph saves 5 of its 86 microseconds (version 5, retired).
 */
 #ifndef NO_MAIN
 #define NO_MAIN
@@ -648,12 +651,10 @@ struct TtCacheWorkspace {
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
     cudaStream_t side;           // version 3: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
-    cudaGraphExec_t graph;       // version 5: version 4's step, captured for the block in graph_block
-    int graph_block;
 };
 
 TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab, int64_t C, int64_t nnz) {
-    TtCacheWorkspace w = {};
+    TtCacheWorkspace w;
     const uint64_t H = tab.H;
     const int64_t nbags = (int64_t)t.fwd.tables * t.fwd.B, TC = (int64_t)t.fwd.tables * C;
     w.old_keys = device_alloc<int64_t>(H);
@@ -700,7 +701,6 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
 }
 
 void tt_cache_free(TtCacheWorkspace& w) {
-    if (w.graph) cudaCheck(cudaGraphExecDestroy(w.graph));
     cudaCheck(cudaStreamDestroy(w.side));
     for (cudaEvent_t e : {w.split, w.cached_fwd, w.joined}) cudaCheck(cudaEventDestroy(e));
     for (void* p : {(void*)w.old_keys, (void*)w.old_counts, (void*)w.sorted_counts, (void*)w.row_key, (void*)w.present, (void*)w.mat_off,
@@ -759,45 +759,9 @@ void tt_cache_backward(int k, const TtCacheBatch& b, int C, int D, const float* 
                                                                                                   b.nnz, C, D, o);
 }
 
-// What f launches on this thread's default stream (and on streams it forks from it), captured as one executable
-// graph. The legacy default stream cannot be captured: tt_cache is built with --default-stream per-thread, so that
-// the TT ops' launches on stream 0 go to the per-thread stream (the Makefile sets it; version 5 refuses otherwise).
-template <class F>
-cudaGraphExec_t tt_cache_capture(F&& f) {
-    cudaGraph_t g;
-    cudaCheck(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
-    f();
-    cudaCheck(cudaStreamEndCapture(cudaStreamPerThread, &g));
-    cudaGraphExec_t exec;
-    cudaCheck(cudaGraphInstantiate(&exec, g, 0));
-    cudaCheck(cudaGraphDestroy(g));
-    return exec;
-}
-
-#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
-static const char* const TT_CACHE_GRAPH_SKIP = "";
-#else
-static const char* const TT_CACHE_GRAPH_SKIP = "built without --default-stream per-thread (the legacy stream cannot be captured; use the Makefile)";
-#endif
-
 // one training step of version k on the batch (forward into out, then backward with dY)
 void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const TtCacheBatch& b, const float* dY, floatX* out,
                    const TtCacheState& cs, TtCacheWorkspace& w, int block) {
-    if (k == 5) {
-        // Version 5: version 4's step replayed as one CUDA graph. The step is about twenty small launches (the
-        // partition, the TT part's seven, the cached forward, a radix sort and the cached backward on the side
-        // stream), each a few microseconds of host work and of launch latency on the GPU; the graph is built once
-        // (captured on the first call: every launch's arguments are fixed buffers and host sizes) and then one
-        // launch replays it, with the same dependencies (the side stream's fork and join, the TT ops' PDL edges).
-        if (*TT_CACHE_GRAPH_SKIP) fail_args("tt_cache version 5: %s", TT_CACHE_GRAPH_SKIP);
-        if (!w.graph || w.graph_block != block) {
-            if (w.graph) cudaCheck(cudaGraphExecDestroy(w.graph));
-            w.graph = tt_cache_capture([&] { tt_cache_step(4, t, tab, C, b, dY, out, cs, w, block); });
-            w.graph_block = block;
-        }
-        cudaCheck(cudaGraphLaunch(w.graph, cudaStreamPerThread));
-        return;
-    }
     TtCacheStepBufs& o = w.o;
     const int D = t.fwd.D;
     const unsigned bag_warps = (unsigned)ceil_div<int64_t>((b.nbags + 1) * 32, block);
@@ -918,7 +882,7 @@ struct TtCacheRun {
     std::string distinct = "on", optimizer = "sgd";
     int warmup = 4, opt = TT_EMBEDDING_BACKWARD_SGD, D = 0;
     int64_t C = -1, H = -1, nbags = 0, nnz = 0;
-    double lr = 0.05, eps = 1e-8, hit = 0.0, tt_alone_ms = 0.0, tt_alone_graph_ms = 0.0;
+    double lr = 0.05, eps = 1e-8, hit = 0.0, tt_alone_ms = 0.0;
     TtCacheTt t;
     char shape[320] = {};
     // host: cores and their state, the measured step's bags and dY, the cache rows' state; the warm-up's keys
@@ -1105,24 +1069,15 @@ void tt_cache_references(TtCacheRun& r, bool full) {
            (long long)(r.nnz - m), r.hit, (long long)m, (long long)r.rows_hit);
 }
 
-// the TT ops alone on the whole batch, same run (RESULT op=tt_cache_tt_alone), and the same launches replayed as a
-// graph (op tt_cache_tt_alone_graph: version 5's fair comparison)
+// the TT ops alone on the whole batch, same run (RESULT op=tt_cache_tt_alone)
 void tt_cache_time_tt_alone(TtCacheRun& r, const Cli& cli) {
     TtCacheTt& t = r.t;
-    auto tt_ops = [&] {
+    const Timing ta = benchmark(cli.repeat, [&] {
         tt_cache_tt_forward(t, false, t.alone, r.out_alone, t.alone.a.indices, t.alone.a.offsets);
         tt_cache_tt_backward(t.alone);
-    };
-    auto restore = [&] { tt_cache_tt_restore(t.alone); };
-    const Timing ta = benchmark(cli.repeat, tt_ops, restore);
+    }, [&] { tt_cache_tt_restore(t.alone); });
     r.tt_alone_ms = ta.median;
     tt_cache_print_timing("tt_cache_tt_alone", r.shape, ta, "unchecked", 0.0, "tt_forward_version=6 tt_backward_version=7");
-    if (*TT_CACHE_GRAPH_SKIP) return;
-    const cudaGraphExec_t g = tt_cache_capture(tt_ops);
-    const Timing tg = benchmark(cli.repeat, [&] { cudaCheck(cudaGraphLaunch(g, cudaStreamPerThread)); }, restore);
-    cudaCheck(cudaGraphExecDestroy(g));
-    r.tt_alone_graph_ms = tg.median;
-    tt_cache_print_timing("tt_cache_tt_alone_graph", r.shape, tg, "unchecked", 0.0, "tt_forward_version=6 tt_backward_version=7");
 }
 
 void tt_cache_restore_step(TtCacheRun& r) {
@@ -1173,12 +1128,12 @@ bool tt_cache_check_step(TtCacheRun& r, int k, bool full) {
         for (int64_t i = n * D; i < (n + 1) * D; i++) {
             if (!in) { wrong_bits += memcmp(&gw[i], &ref[i], 4) != 0; continue; }
             checked++;
-            if (!tt_cache_close(gw[i], ref[i], r.mag_ref[i], k >= 4)) wrong++;
+            if (!tt_cache_close(gw[i], ref[i], r.mag_ref[i], k == 4)) wrong++;
             worst = std::max(worst, std::fabs((double)gw[i] - ref[i]));
         }
     }
     printf("  %-16s %s (%lld of %lld elements off, max abs err %.3g; tolerance 1e-6 + 1e-5 |ref|%s)\n", dense ? "cache dW (hit)" : "cache rows",
-           wrong ? "FAIL" : "ok  ", (long long)wrong, (long long)checked, worst, k >= 4 ? " + 2e-6 x sum |update|" : "");
+           wrong ? "FAIL" : "ok  ", (long long)wrong, (long long)checked, worst, k == 4 ? " + 2e-6 x sum |update|" : "");
     printf("  cache untouched  %s (%lld values of other rows changed)\n", wrong_bits ? "FAIL" : "ok  ", (long long)wrong_bits);
     ok = validate_host("cache state", gst.data(), r.st_ref.data(), (size_t)C, 1e-6f, 1e-5f) && ok && wrong == 0 && wrong_bits == 0;
     return ok;
@@ -1195,7 +1150,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 5, 4);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 4, 4);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);
@@ -1214,12 +1169,10 @@ int main(int argc, char** argv) {
     op.prepare_timing = [&] { tt_cache_restore_step(r); };
     op.launch = [&](int k, int block) { tt_cache_step(k, r.t, r.tab, (int)r.C, r.batch, r.t.alone.a.dY, r.out, r.cs, r.w, block); };
     op.check = [&](int k, int) { return tt_cache_check_step(r, k, !cli.no_check); };
-    op.skip_reason = [&](int k) { return std::string(k == 5 ? TT_CACHE_GRAPH_SKIP : ""); };
-    op.extra = [&](int k, int, double ms) {   // version 5 against the TT ops replayed as a graph too
-        const double alone = k == 5 ? r.tt_alone_graph_ms : r.tt_alone_ms;
-        char buf[200];
-        snprintf(buf, sizeof buf, "hit_rate=%.4f tt_alone_ms=%.4f tt_alone=%s vs_tt_alone=%.3f target=%.3f", r.hit, alone,
-                 k == 5 ? "graph" : "stream", alone > 0 ? ms / alone : 0.0, 1.0 - r.hit / 2.0);
+    op.extra = [&](int, int, double ms) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "hit_rate=%.4f tt_alone_ms=%.4f vs_tt_alone=%.3f target=%.3f", r.hit, r.tt_alone_ms,
+                 r.tt_alone_ms > 0 ? ms / r.tt_alone_ms : 0.0, 1.0 - r.hit / 2.0);
         return std::string(buf);
     };
     const int rc = run_versions(cli, op);
