@@ -16,15 +16,17 @@ Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row f
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
 2026-12-01, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
-alone 0.1311 / 0.1359; populate 1.644 (results/logs/2026-12-01_tt_cache_step_v4.log):
+alone 0.1314 / 0.1354 (results/logs/2026-12-01_tt_cache_critical_path.log; version 1: ..._tt_cache_step_v4.log,
+before the cached forward became a thread per element):
   1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
      two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2274 / 0.2485
   2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
-     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2168 / 0.2376
-  3  version 2 with the cached backward's sort and update on a second stream, beside the TT ops     0.1765 / 0.1945
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2118 / 0.2316
+  3  version 2 with the cached backward's sort and update on a second stream, forked right after the lookup
+     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1701 / 0.1847
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
-     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0845 / 0.0984
-  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7837, version 4 0.1337 (0.17x).
+     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0783 / 0.0896
+  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7037, version 4 0.1609 (0.23x).
   5  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
      run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`
 Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
@@ -45,8 +47,9 @@ Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
     took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
   - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
-    its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.644x against
-    0.504x); the main stream runs 12 kernels in series (partition 4, TT forward 3, cached forward 1, TT backward 4).
+    its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.596x against
+    0.504x): both streams are ~65 us of kernels in series (side: partition, a 3-pass radix sort of 21-bit rows,
+    the update; main: partition, TT forward 3, cached forward, TT backward 4; results/notes/tt_cache.md).
   - Not the host's launches: the step replayed as a CUDA graph saves 5 of its 86 microseconds (version 5, retired).
 */
 #ifndef NO_MAIN
@@ -138,7 +141,10 @@ __host__ __device__ inline void tt_cache_apply_chunk(int opt, float (&x)[TT_CACH
 // fmaf(mult_o, g_o, acc) in order (dense: acc + g_o); the row then takes w -= part_0 + ... + part_{W-1} (in warp
 // order; dense: dw = (stage > 0 ? dw : 0) + the sum). The states (and so the multipliers) stay the sequential ones
 // bit for bit; the weights are the same sum in another order (within fp32 rounding of the sequential reference).
-static const int TT_CACHE_BLOCK4 = 256, TT_CACHE_WARPS4 = TT_CACHE_BLOCK4 / 32, TT_CACHE_STAGE4 = 1024;
+#ifndef TT_CACHE_BLOCK4_SIZE
+#define TT_CACHE_BLOCK4_SIZE 256
+#endif
+static const int TT_CACHE_BLOCK4 = TT_CACHE_BLOCK4_SIZE, TT_CACHE_WARPS4 = TT_CACHE_BLOCK4 / 32, TT_CACHE_STAGE4 = 1024;
 __host__ __device__ inline void tt_cache_part_sum(int opt, float (&acc)[TT_CACHE_EPL], const int* bags, const float* mult, int lo, int hi,
                                                   const float* __restrict__ dY, int D, int d0, int lane, int lanes) {
 #ifdef __CUDA_ARCH__
@@ -367,24 +373,20 @@ __global__ void tt_cache_msq_kernel(const float* __restrict__ dY, int64_t nbags,
     if (i < nbags) msq[i] = tt_cache_mean_square(dY + i * D, D);
 }
 
-// cached forward: a warp per bag adds the SUM of its cached rows (in lookup order) to the TT part's output; the
-// lanes load 32 of the bag's rows' numbers at once and pass them round, so the row reads of a bag fly together
+// cached forward: a thread per (bag, column) adds the SUM of the bag's cached rows (in lookup order) to the TT part's
+// output. The loads of a bag's rows are independent (their rows come from crow_c), so eight are in flight per thread;
+// a warp per bag walking its columns in turns (D / 32 passes, each a chain of L loads) left most of the machine idle.
 __global__ void tt_cache_forward_kernel(floatX* __restrict__ out, const float* __restrict__ cache_w, TtCacheBatch b, int D,
                                         TtCacheStepBufs o) {
-    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x % 32;
-    if (bag >= b.nbags) return;
-    const int64_t lo = o.off_c[bag], hi = o.off_c[bag + 1];
-    if (lo == hi) return;
-    for (int d0 = 0; d0 < D; d0 += 32) {
-        const int d = min(d0 + lane, D - 1);   // lanes past D read a valid element and write nothing
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b.nbags * D; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bag = i / D;
+        const int64_t lo = o.off_c[bag], hi = o.off_c[bag + 1];
+        if (lo == hi) continue;
+        const int d = (int)(i - bag * D);
         float sum = 0.0f;
-        for (int64_t j0 = lo; j0 < hi; j0 += 32) {
-            const int n = (int)min((int64_t)32, hi - j0), mine = lane < n ? o.crow_c[j0 + lane] : 0;
-#pragma unroll 4
-            for (int j = 0; j < n; j++) sum += cache_w[(int64_t)__shfl_sync(0xffffffffu, mine, j) * D + d];
-        }
-        if (d0 + lane < D) out[bag * D + d] = from_float<floatX>(to_float(out[bag * D + d]) + sum);
+#pragma unroll 8
+        for (int64_t j = lo; j < hi; j++) sum += cache_w[(int64_t)o.crow_c[j] * D + d];
+        out[i] = from_float<floatX>(to_float(out[i]) + sum);
     }
 }
 
@@ -646,8 +648,8 @@ struct TtCacheWorkspace {
     floatX* built;
     // the step
     TtCacheStepBufs o;
-    void* temp;
-    size_t temp_bytes;
+    void *temp, *temp_side;      // CUB's scratch: the main stream's, and the side stream's sort (they overlap)
+    size_t temp_bytes, temp_side_bytes;
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
     cudaStream_t side;           // version 3: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
@@ -695,6 +697,8 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[6], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.crow_bits));
     w.temp_bytes = *std::max_element(need, need + 8);
     w.temp = device_alloc<char>(w.temp_bytes);
+    w.temp_side_bytes = need[6];
+    w.temp_side = device_alloc<char>(w.temp_side_bytes);
     cudaCheck(cudaStreamCreateWithFlags(&w.side, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&w.split, &w.cached_fwd, &w.joined}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     return w;
@@ -704,7 +708,7 @@ void tt_cache_free(TtCacheWorkspace& w) {
     cudaCheck(cudaStreamDestroy(w.side));
     for (cudaEvent_t e : {w.split, w.cached_fwd, w.joined}) cudaCheck(cudaEventDestroy(e));
     for (void* p : {(void*)w.old_keys, (void*)w.old_counts, (void*)w.sorted_counts, (void*)w.row_key, (void*)w.present, (void*)w.mat_off,
-                    (void*)w.mat_ids, (void*)w.slots, (void*)w.sorted_slots, (void*)w.rank, (void*)w.lost, (void*)w.built, w.temp})
+                    (void*)w.mat_ids, (void*)w.slots, (void*)w.sorted_slots, (void*)w.rank, (void*)w.lost, (void*)w.built, w.temp, w.temp_side})
         cudaCheck(cudaFree(p));
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
@@ -743,20 +747,24 @@ struct TtCacheState {            // the cache's trainable rows
     float lr, eps;
 };
 
-// the cached backward's grouping (a stable radix sort of the lookups by cache row; TT lookups sort last) and update
-void tt_cache_backward(int k, const TtCacheBatch& b, int C, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, int block,
-                       cudaStream_t st) {
+// the cached backward's grouping: a stable radix sort of the lookups by cache row (TT lookups sort last; it reads only
+// what the lookup kernel wrote) and, for rowwise Adagrad, each bag's mean square
+void tt_cache_backward_group(const TtCacheBatch& b, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, cudaStream_t st) {
     TtCacheStepBufs& o = w.o;
-    size_t bytes = w.temp_bytes;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0, w.crow_bits, st));
+    size_t bytes = w.temp_side_bytes;
+    cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp_side, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0, w.crow_bits, st));
     if (cs.opt == TT_EMBEDDING_BACKWARD_ADAGRAD) tt_cache_msq_kernel<<<(unsigned)ceil_div<int64_t>(b.nbags, 256), 256, 0, st>>>(dY, b.nbags, D, o.msq);
-    if (st != 0) cudaCheck(cudaStreamWaitEvent(st, w.cached_fwd, 0));   // the cached forward has read the rows
+}
+
+// the cached backward's update of the rows (after the cached forward has read them)
+void tt_cache_backward_update(int k, const TtCacheBatch& b, int C, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w,
+                              int block, cudaStream_t st) {
     if (k == 4)
         tt_cache_backward_kernel4<<<(unsigned)std::min<int64_t>(b.nnz, 2048), TT_CACHE_BLOCK4, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
-                                                                                                   b.nnz, C, D, o);
+                                                                                                   b.nnz, C, D, w.o);
     else
         tt_cache_backward_kernel<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, block), block, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
-                                                                                                  b.nnz, C, D, o);
+                                                                                                  b.nnz, C, D, w.o);
 }
 
 // one training step of version k on the batch (forward into out, then backward with dY)
@@ -776,28 +784,33 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
     } else if (k >= 2 && k <= 4) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
-        cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
-        tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     } else {
         fail_args("tt_cache has no version %d", k);
     }
-    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3, 4: the cached backward beside the TT ops
-    if (side) {
+    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3, 4: the cached backward beside the rest
+    if (side) {                                      // its sort needs only the lookup kernel's keys
         cudaCheck(cudaEventRecord(w.split, 0));
         cudaCheck(cudaStreamWaitEvent(side, w.split, 0));
+        tt_cache_backward_group(b, D, dY, cs, w, side);
+    }
+    if (k >= 2) {
+        cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
+        tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     }
     tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
-    tt_cache_forward_kernel<<<bag_warps, block>>>(out, cs.w, b, D, o);
+    tt_cache_forward_kernel<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(b.nbags * D, block), 1 << 20), block>>>(out, cs.w, b, D, o);
     if (side) {
         cudaCheck(cudaEventRecord(w.cached_fwd, 0));
-        tt_cache_backward(k, b, C, D, dY, cs, w, block, side);
+        cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
+        tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
     }
     tt_cache_tt_backward(t.part);
     if (side) {
         cudaCheck(cudaEventRecord(w.joined, side));
         cudaCheck(cudaStreamWaitEvent(0, w.joined, 0));
     } else {
-        tt_cache_backward(k, b, C, D, dY, cs, w, block, 0);
+        tt_cache_backward_group(b, D, dY, cs, w, 0);
+        tt_cache_backward_update(k, b, C, D, dY, cs, w, block, 0);
     }
 }
 
