@@ -25,10 +25,10 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); 7's or 3's kernel at every other shape       0.0332  20.0
   7  version 6's items where G_1's slice exceeds shared memory (rank 128): G_1 in column tiles of
-     whole a_1, step 2 inside each tile, a warp's lane step on 4 / 2 lookups at once (q_0 <= 2 / 4);
-     FP32. EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 (run as the default; version 3 4.631 ms);
-     L 1 0.165 (3: 0.339); q 2,2,4 L 20 0.604 (3: 1.277), L 1 0.065 (3: 0.121), Zipf 1.15 L 1 0.128
-     (3: 0.098); results/logs/2026-12-01_tt_forward_v7_groups{,_keep_rows}.log                    1.809  43.0
+     whole a_1, step 2 inside each tile; step 1 in 3xTF32 on tensor cores at R_2 = 128 (else FP32, a
+     warp's lane step on 4 / 2 lookups at once). EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 (FP32 step
+     1.780 ms, version 3 4.631); L 1 0.117 (FP32 0.162); q 2,2,4 L 20 0.383 (0.578), L 1 0.055 (0.063),
+     Zipf 1.15 L 1 0.130 (0.126; 3: 0.098); results/logs/2026-12-01_tt_forward_tc7.log              1.122  69.5
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
@@ -47,14 +47,14 @@ Compile and run:
 Lessons:
   - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x; a buffer pointer chosen at run time between
     shared and global memory made 3 a third slower (generic loads and stores): one instantiation per memory space.
-  - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether a call moves 137 MB through L2 (3) or ~45 MB (4): the time
-    follows the serial latency of each chain and each item, not bytes.
-  - Tensor cores (5) cut version 4's instructions by 43% (ncu) and left its time unchanged; version 6's 27%
-    came from shortening an item's serial path (digits once, O(m) duplicates, one wave of items, PDL).
+  - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
+  - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
+    serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
-  - At q_0 = 2 version 7's lane did 8 FMAs per 16-byte shared load and ran at 14% of the FMA peak; four lookups per
-    lane step (32 FMAs per load) took EL-Rec's q 2,2,4 from 1.412 to 0.604 ms, q 4,4,4 (two) from 2.220 to 1.809.
+  - Version 7, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
+    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122, where a tile pre-split
+    in fragment order (128 KB per round) had lost (1.646, Zipf 0.507 against 0.336).
 */
 #include "tt_embedding.h"
 
@@ -1378,34 +1378,121 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
 // __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
 #ifndef TT_EMBEDDING_FORWARD_TARGET7
-#define TT_EMBEDDING_FORWARD_TARGET7 64
+#define TT_EMBEDDING_FORWARD_TARGET7 128
 #endif
 
 // a_1 values per column tile (the last tile may hold fewer)
 __host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) { return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1; }
 
-// G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats); thread
-// tid of nthreads. Host-callable.
+// G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats, ld apart
+// if given); thread tid of nthreads. Host-callable.
 __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, const float* g1, int R1, int q1, int R2, int a1_base,
-                                                             int n_a1, int tid, int nthreads) {
+                                                             int n_a1, int tid, int nthreads, int ld = 0) {
     const int v4 = n_a1 * R2 / 4;                           // float4s per row of the tile
     for (int c = tid; c < R1 * v4; c += nthreads) {
         const int k = c / v4, j = c - k * v4;
-        tt_embedding_forward_async_copy(dst + (int64_t)k * v4 * 4 + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
+        tt_embedding_forward_async_copy(dst + (int64_t)k * (ld ? ld : v4 * 4) + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
     }
 }
 
 __host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
-// shared memory: one column tile, two stages per warp (LPW lookups' G_0 transposed), version 6's list (and kept rows)
-inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
-    if (s.T != 3 || s.R[2] < 1) return 0;
-    const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
-    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw7(s.q[0]);
-    return sizeof(float) * (tile + (size_t)warps * 2 * stage) + tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
-}
+// Step 1 on tensor cores where R_2 = 128 (a tile is one a_1; EL-Rec's ranks): the FP32 lane step ran at 43% of the
+// FMA peak. The tile stays raw in shared memory (rows padded to 136 floats: a warp's B fragment, rows 8 s + tig (+4)
+// and columns 8 j + group, hits 32 banks), two buffers so the next a_1's copy (cp.async) runs under this one's mma. A
+// warp takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's 32 values of K per row (k = 8 s + tig + 4 e)
+// in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile
+// (all 128 k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
+#define TT_EMBEDDING_FORWARD_TC7_R2 128
+#define TT_EMBEDDING_FORWARD_TC7_LD 136
+__host__ __device__ inline bool tt_embedding_forward_tc7(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TC7_R2 && R1 <= 128; }
+__host__ __device__ inline int tt_embedding_forward_tc7_rows(int R1) { return (R1 + 7) / 8 * 8; }   // zeros past R_1
 
 template <int Q0>
+__device__ __forceinline__ void tt_embedding_forward_tc_tile7(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int mt, int nu,
+                                                           const float* __restrict__ tile, int a1, const TtEmbeddingForwardCores& cores,
+                                                           const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd,
+                                                           bool fast, int tbl, int lane) {
+    constexpr int KS = 16, NT = 16, KL = 2 * KS;               // R_1 <= 128: at most 16 k-steps
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0, R1 = s.R[1];
+    int entry[2];
+    bool valid[2];
+    const float* g2s[2];
+    float x[2][KL];                                         // k = 8 (v / 2) + tig + 4 (v % 2) of the lane's two rows
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
+        valid[h] = entry[h] < nu;
+        const int64_t idx = valid[h] ? list.idx[list.uniq[entry[h]]] : 0;
+        const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1;
+        g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2);
+#pragma unroll
+        for (int v = 0; v < KL; v++) x[h][v] = valid[h] && 8 * (v >> 1) + tig + 4 * (v & 1) < R1 ? __ldg(g0 + 8 * (v >> 1) + tig + 4 * (v & 1)) : 0.0f;
+    }
+    float acc[NT][4] = {};
+#pragma unroll
+    for (int st = 0; st < KS; st++) {
+        if (8 * st >= R1) break;                            // zero k-steps
+        uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 8 st + tig (r < 2), + 4 (r >= 2)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float hi, lo;
+            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
+            ahi[r] = __float_as_uint(hi);
+            alo[r] = __float_as_uint(lo);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TC7_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
+            uint32_t bhi[2], blo[2];
+            tf32_split_fast(b[0], bhi[0], blo[0]);
+            tf32_split_fast(b[4 * TT_EMBEDDING_FORWARD_TC7_LD], bhi[1], blo[1]);
+            mma_tf32_m16n8k8(acc[j], alo, bhi[0], bhi[1]);
+            mma_tf32_m16n8k8(acc[j], ahi, blo[0], blo[1]);
+            mma_tf32_m16n8k8(acc[j], ahi, bhi[0], bhi[1]);
+        }
+    }
+    float part[2][4] = {};                                  // (row, a_2) over this lane's k_2 = 8 j + 2 tig + e
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float m1 = acc[j][2 * h + e];
+                part[h][0] = fmaf(m1, w.x, part[h][0]);
+                part[h][1] = fmaf(m1, w.y, part[h][1]);
+                part[h][2] = fmaf(m1, w.z, part[h][2]);
+                part[h][3] = fmaf(m1, w.w, part[h][3]);
+            }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 1);
+            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 2);
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        if (valid[h] && tig == h)
+            *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + (a0 * s.q[1] + a1) * 4) =
+                make_float4(part[h][0], part[h][1], part[h][2], part[h][3]);
+}
+
+// shared memory: one column tile (TC: two, rows padded), two stages per warp (FP32: LPW lookups' G_0 transposed),
+// version 6's list (and kept rows)
+inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
+    if (s.T != 3 || s.R[2] < 1) return 0;
+    const size_t list = tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
+    if (tt_embedding_forward_tc7(s.R[1], s.R[2]))
+        return sizeof(float) * 2 * tt_embedding_forward_tc7_rows(s.R[1]) * TT_EMBEDDING_FORWARD_TC7_LD + list;
+    const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
+    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw7(s.q[0]);
+    return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
+}
+
+template <int Q0, bool TC>
 __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -1416,12 +1503,15 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
     const int W = blockDim.x / 32, R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1);
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
     constexpr int LPW = tt_embedding_forward_lpw7(Q0);
-    const int stage_floats = R1p * Q0 * LPW;
-    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem7);    // [R1][tile_a1 R2]
-    float* stages = tile + R1 * tile_a1 * R2;                               // [W][2][stage_floats]
+    const int stage_floats = TC ? 0 : R1p * Q0 * LPW;
+    const int tc_floats = tt_embedding_forward_tc7_rows(R1) * TT_EMBEDDING_FORWARD_TC7_LD;
+    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem7);    // [R1][tile_a1 R2] (TC: 2 x [R1 rows][LD])
+    float* stages = tile + (TC ? 2 * tc_floats : R1 * tile_a1 * R2);       // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
+    for (int e = R1 * TT_EMBEDDING_FORWARD_TC7_LD + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
+        tile[e] = tile[tc_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
     auto on_work = [](int, int) {};                         // version 7 copies G_1 per tile, in compute
@@ -1429,14 +1519,36 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
     auto compute = [&](int tbl, int nu) {
         if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
-        for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
-            const int n_a1 = min(tile_a1, q1 - a1_base);
-            __syncthreads();                                // the previous tile is read by every warp
-            tt_embedding_forward_copy_tile7(tile, g1, R1, q1, R2, a1_base, n_a1, threadIdx.x, blockDim.x);
-            tt_embedding_forward_async_commit();
-            tt_embedding_forward_async_wait_group<0>();
-            __syncthreads();
-            tt_embedding_forward_g1_rows_warp<Q0, LPW, false>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd, fast, tbl);
+        if constexpr (TC) {                                 // a_1's tile double-buffered: the next one copies under the mma
+            auto copy = [&](float* dst, int a1) {
+                tt_embedding_forward_copy_tile7(dst, g1, R1, q1, R2, a1, 1, threadIdx.x, blockDim.x, TT_EMBEDDING_FORWARD_TC7_LD);
+                tt_embedding_forward_async_commit();
+            };
+            copy(tile, 0);
+            for (int a1 = 0; a1 < q1; a1++) {
+                if (a1 + 1 < q1) {
+                    copy(tile + ((a1 + 1) & 1) * tc_floats, a1 + 1);
+                    tt_embedding_forward_async_wait_group<1>();
+                } else {
+                    tt_embedding_forward_async_wait_group<0>();
+                }
+                __syncthreads();
+                for (int mt = threadIdx.x / 32; 16 / Q0 * mt < nu; mt += W)     // warp-uniform
+                    tt_embedding_forward_tc_tile7<Q0>(rowbuf, list, mt, nu, tile + (a1 & 1) * tc_floats, a1, cores, s, fd, fast, tbl,
+                                                      threadIdx.x % 32);
+                __syncthreads();                            // every warp is done with the buffer the next copy refills
+            }
+        } else {
+            for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
+                const int n_a1 = min(tile_a1, q1 - a1_base);
+                __syncthreads();                            // the previous tile is read by every warp
+                tt_embedding_forward_copy_tile7(tile, g1, R1, q1, R2, a1_base, n_a1, threadIdx.x, blockDim.x);
+                tt_embedding_forward_async_commit();
+                tt_embedding_forward_async_wait_group<0>();
+                __syncthreads();
+                tt_embedding_forward_g1_rows_warp<Q0, LPW, false>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd,
+                                                                  fast, tbl);
+            }
         }
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
@@ -1447,9 +1559,12 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
 
 // version 7's kernel for the shape's q_0, null where it is not compiled
 inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel7_for(const TtEmbeddingForwardShape& s) {
+    const bool tc = tt_embedding_forward_tc7(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tt_embedding_forward_kernel7<1>;   case 2: return tt_embedding_forward_kernel7<2>;
-        case 4: return tt_embedding_forward_kernel7<4>;   case 8: return tt_embedding_forward_kernel7<8>;
+        case 1: return tc ? tt_embedding_forward_kernel7<1, true> : tt_embedding_forward_kernel7<1, false>;
+        case 2: return tc ? tt_embedding_forward_kernel7<2, true> : tt_embedding_forward_kernel7<2, false>;
+        case 4: return tc ? tt_embedding_forward_kernel7<4, true> : tt_embedding_forward_kernel7<4, false>;
+        case 8: return tc ? tt_embedding_forward_kernel7<8, true> : tt_embedding_forward_kernel7<8, false>;
         default: return nullptr;
     }
 }
