@@ -1430,6 +1430,21 @@ __host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddi
     tt_embedding_backward6_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
 }
 
+// f(i, rt, ct) for each of a thread's (I) tiles: slot i of its ACC register accumulators holds tile tid + i nt
+template <int ACC, typename F>
+__host__ __device__ __forceinline__ void tt_embedding_backward6_each_tile_I(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                                            int tid, int nt, F&& f) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int i = 0; i < ACC; i++) {
+        const int tile = tid + i * nt;
+        if (tile < P.tiles_I) {
+            int rt, ct;
+            tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+            f(i, rt, ct);
+        }
+    }
+}
+
 // (I) for one 4x4 tile over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
 __host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
                                                              int mprev, int nbb, int rt, int ct) {
@@ -1675,15 +1690,9 @@ __host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBa
         if (ACC > 0 && P.fastI) {
             const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
             const float* Yb = sm + P.lk_off + P.Y_off;
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
-                const int tile = tid + i * nt;
-                if (tile < P.tiles_I) {
-                    int rt, ct;
-                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
-                    tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
-                }
-            }
+            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
+                tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
+            });
             off = P.tiles_I % nt;
         }
         if (P.fastII) U2 = tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (s.R[h] / 4));
@@ -1810,18 +1819,12 @@ TT_EMBEDDING_BACKWARD_UNROLL
         };
         if (ACC > 0) {
             auto& a = acc(tid);
+            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
-                const int tile = tid + i * nt;
-                if (tile < P.tiles_I) {
-                    int rt, ct;
-                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+                for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int r = 0; r < 4; r++)
-TT_EMBEDDING_BACKWARD_UNROLL
-                        for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
-                }
-            }
+                    for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
+            });
         } else {
             for (int e = tid; e < Sh; e += nt) put(e, accp[e]);
         }
