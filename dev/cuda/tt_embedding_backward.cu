@@ -3219,7 +3219,7 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (const float*)W2, io);
 }
 // versions 8 and 9 (TC): (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items
-// kernel, the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
+// kernel, the F launches, a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
 template <bool TC>
 void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
