@@ -557,7 +557,11 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G_NARROW>;
     for (int t = 1; t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
     for (int t = s.T - 1; t >= 0; t--) {
-        if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
+        if (t == s.T - 1 && tt_embedding_backward8_direct_last_d(s)) {   // the last core's D, element by element (lookups past the device count are padding)
+            const int per = s.m[t - 1] * s.R[t], cnt = tt_embedding_backward_count(s);
+            for (int ni = 0; ni < cnt; ni++)
+                for (int r = 0; r < per; r++) tt_embedding_backward8_last_d(s, P, io, reverse ? cnt - 1 - ni : ni, reverse ? per - 1 - r : r);
+        } else if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
         if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
     }
@@ -1145,6 +1149,8 @@ int main() {
     test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S}, false, true);
     test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A}, false, true);
     test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {D}, false, true);
+    // the last core's D by the GEMM (q_{T-1} = 8 > LAST_D_MAX_Q); the cases above take the direct kernel, but T2_tables2 (q 5)
+    test_v8({"q448_ragged", {3, 4, 5}, {4, 4, 8}, {40, 24}, 1, 9, 4, 0.0, true, 22}, {A}, false, true);
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
     test_v7(TT_EMBEDDING_BACKWARD7_NB);

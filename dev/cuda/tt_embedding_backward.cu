@@ -33,10 +33,10 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
      tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.333   5.8%
   9  version 8 with each K-step's products on tensor cores (mma.sync m16n8k8, 3xTF32)           0.256   7.5%
-  Versions 8 / 9 in one run (2026-12-01, results/logs/2026-12-01_tt_backward_v9.log), EL-Rec's shapes (B 4096, ranks
-  128,128): q 2,2,4 L 20 2.652 / 1.990 ms (29.0%), L 1 0.312 / 0.252; q 4,4,4 L 20 9.082 / 6.551 (35.3%), L 1 0.728 /
-  0.565; ranks 64,64 (B 512) 0.530 / 0.412; T = 6 (ranks 32) 0.963 / 0.724 (version 6: 1.800). Version 6 keeps q 8,4,4
-  (0.200; 9: 0.412) and ranks 16,16 (0.098; 9: 0.185). Zipf 1.15 within 1% of uniform at EL-Rec's L 20.
+     (8 and 9 at this shape: before the last core's D became a direct sum where q_{T-1} <= 4, below)
+  Versions 8 / 9 with that D (2026-12-01, results/logs/2026-12-01_tt_backward_last_d.log), EL-Rec's shapes (B 4096,
+  ranks 128,128): q 2,2,4 L 20 2.546 / 1.880 ms (30.7%), L 1 0.313 / 0.249; q 4,4,4 L 20 8.593 / 6.103 (37.9%; 6.535
+  before), L 1 0.718 / 0.554; ranks 64,64 (B 512) 0.517 / 0.401. Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
@@ -1430,6 +1430,21 @@ __host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddi
     tt_embedding_backward6_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
 }
 
+// f(i, rt, ct) for each of a thread's (I) tiles: slot i of its ACC register accumulators holds tile tid + i nt
+template <int ACC, typename F>
+__host__ __device__ __forceinline__ void tt_embedding_backward6_each_tile_I(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+                                                                            int tid, int nt, F&& f) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int i = 0; i < ACC; i++) {
+        const int tile = tid + i * nt;
+        if (tile < P.tiles_I) {
+            int rt, ct;
+            tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+            f(i, rt, ct);
+        }
+    }
+}
+
 // (I) for one 4x4 tile over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
 __host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
                                                              int mprev, int nbb, int rt, int ct) {
@@ -1675,15 +1690,9 @@ __host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBa
         if (ACC > 0 && P.fastI) {
             const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
             const float* Yb = sm + P.lk_off + P.Y_off;
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
-                const int tile = tid + i * nt;
-                if (tile < P.tiles_I) {
-                    int rt, ct;
-                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
-                    tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
-                }
-            }
+            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
+                tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
+            });
             off = P.tiles_I % nt;
         }
         if (P.fastII) U2 = tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (s.R[h] / 4));
@@ -1810,18 +1819,12 @@ TT_EMBEDDING_BACKWARD_UNROLL
         };
         if (ACC > 0) {
             auto& a = acc(tid);
+            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int i = 0; i < (ACC > 0 ? ACC : 1); i++) {
-                const int tile = tid + i * nt;
-                if (tile < P.tiles_I) {
-                    int rt, ct;
-                    tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+                for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int r = 0; r < 4; r++)
-TT_EMBEDDING_BACKWARD_UNROLL
-                        for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
-                }
-            }
+                    for (int q = 0; q < 4; q++) put((4 * rt + r) * nh + 4 * ct + q, a[i][r * 4 + q]);
+            });
         } else {
             for (int e = tid; e < Sh; e += nt) put(e, accp[e]);
         }
@@ -1940,9 +1943,7 @@ tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const 
 
 // ---- version 7: FBTT's default shape on tensor cores, grouped by core 1 without a sort, in one wave ----
 
-// Version 6's ncu profile (2026-11-29): prep 16 us (its last block plans serially), lists 20 us, chunks
-// 113 us (177 registers: one block of 8 warps per SM, 220 chunks in two waves, 36M warp instructions), final
-// 23 us. Version 7 keeps the sandwich form at the pivot core 1 (T = 3) and changes how it is run:
+// Version 7 keeps version 6's sandwich form at the pivot core 1 (T = 3) and changes how it is run (why: the notes):
 //   - the three products with G_1 are GEMMs over the lookups of a slice, on tensor cores in 3xTF32
 //     (x = hi + lo split by masking, tf32_split_fast in common.h; hi.hi + hi.lo + lo.hi, FP32-accurate like
 //     tt_embedding_forward's version 10), per segment of NB = 16 lookups:
@@ -2754,14 +2755,9 @@ TT_EMBEDDING_BACKWARD_UNROLL
     }
 #else
     auto split = [](float x, float& hi, float& lo) {   // tf32_split_fast, and the mma's reading of lo (its top 10 mantissa bits)
-        uint32_t u;
-        memcpy(&u, &x, 4);
-        u &= 0xffffe000u;
-        memcpy(&hi, &u, 4);
-        const float l = x - hi;
-        memcpy(&u, &l, 4);
-        u &= 0xffffe000u;
-        memcpy(&lo, &u, 4);
+        auto tf32 = [](float v) { uint32_t u; memcpy(&u, &v, 4); u &= 0xffffe000u; memcpy(&v, &u, 4); return v; };
+        hi = tf32(x);
+        lo = tf32(x - hi);
     };
     for (int e = 0; e < 16; e++) {
         int m, c;
@@ -2969,6 +2965,21 @@ TT_EMBEDDING_BACKWARD_UNROLL
     });
 }
 
+// D of the last core (t = T-1, K = q_t) as a direct sum where q_t <= 4: element r = (i, k) of lookup n's dM_{T-2}
+// (m_{T-2} x R_{T-1}) = sum_a dY[bag][i q_t + a] G_t[slice][k q_t + a]. The GEMM padded K to 16 for one K-step per 64 x 64
+// tile (at q_t = 8 it still wins; the times: the notes).
+static const int TT_EMBEDDING_BACKWARD8_LAST_D_MAX_Q = 4;
+inline bool tt_embedding_backward8_direct_last_d(const TtEmbeddingBackwardShape& s) { return s.q[s.T - 1] <= TT_EMBEDDING_BACKWARD8_LAST_D_MAX_Q; }
+__host__ __device__ inline void tt_embedding_backward8_last_d(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
+                                                              const TtEmbeddingBackward8Io& io, int n, int r) {
+    const int t = s.T - 1, q = s.q[t], i = r / s.R[t], k = r - i * s.R[t];
+    const float* g = io.dY + (int64_t)io.bag_of[n] * s.D + (int64_t)i * q;
+    const float* G = io.cores + s.core_off[t] + (int64_t)io.keys[(int64_t)t * io.key_stride + n] * s.S[t] + (int64_t)k * q;
+    float v = 0.0f;
+    for (int a = 0; a < q; a++) v = fmaf(g[a], G[a], v);
+    io.X[P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t] + r] = v;
+}
+
 // The reduce kernel's work on element e of slice key g (counts_g lookups): its parts summed in order, then the optimizer.
 __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                               const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
@@ -3000,6 +3011,18 @@ tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     auto acc = [&](int) -> float* { return regs; };
     tt_embedding_backward8_gemm_block<KIND, TC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+}
+
+static const int TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD = 4;
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK) tt_embedding_backward8_last_d_kernel(  // block (lookup n, elements)
+    const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P, const __grid_constant__ TtEmbeddingBackward8Io io) {
+    const int n = blockIdx.x, per = s.m[s.T - 2] * s.R[s.T - 1], B = TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK;
+    if (n >= tt_embedding_backward_count(s)) return;
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int j = 0; j < TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD; j++) {
+        const int r = (blockIdx.y * TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD + j) * B + threadIdx.x;
+        if (r < per) tt_embedding_backward8_last_d(s, P, io, n, r);
+    }
 }
 
 __global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
@@ -3062,10 +3085,8 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
 // their block with the pivot slice G_h fits in 110 KB, every rank is below 64, and, at ranks 32 and up, T = 3 and
 // D < 256; else version 9's per-slice GEMMs on tensor cores, which run any shape whose per-lookup buffers fit 32 GB;
-// else version 2's pipeline. Measured 2026-12-01 (results/logs/2026-12-01_tt_backward_v9.log, ms, version 9 against
-// version 6): ranks 64,64 0.412 (version 8 0.530; 6: 0.531 the same day); T = 4 0.530 / 0.654; T = 6 0.724 / 1.800;
-// q 4,8,8 0.407 / 0.488; but q 8,4,4 0.412 / 0.200 and ranks 16,16 0.185 / 0.098. At another block size than 256
-// version 6 runs wherever its block fits (version 9 runs at its own 256 threads).
+// else version 2's pipeline (the times behind each choice: the notes). At another block size than 256 version 6 runs
+// wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
        TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
@@ -3198,7 +3219,7 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (const float*)W2, io);
 }
 // versions 8 and 9 (TC): (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items
-// kernel, the F launches, a D and a G launch per core from the last, the G launch of core 0, the reduce kernel
+// kernel, the F launches, a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
 template <bool TC>
 void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
@@ -3219,7 +3240,10 @@ void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
     for (int t = 1; t <= s.T - 2; t++)
         tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
     for (int t = s.T - 1; t >= 0; t--) {
-        if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
+        if (t == s.T - 1 && tt_embedding_backward8_direct_last_d(s))
+            tt_embedding_backward8_last_d_kernel<<<dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK *
+                                                   TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK>>>(s, P, io);
+        else if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC><<<grid, nb>>>(s, P, io, t);
         else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC><<<grid, nb>>>(s, P, io, t);
