@@ -1249,15 +1249,12 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
         }
     }
     // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
+    float* sums = &acc[0][0][0];
 #pragma unroll
-    for (int b = 0; b < Q1; b++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                acc[b][h][c] += __shfl_xor_sync(0xffffffffu, acc[b][h][c], 1);
-                acc[b][h][c] += __shfl_xor_sync(0xffffffffu, acc[b][h][c], 2);
-            }
+    for (int i = 0; i < Q1 * 2 * 4; i++) {
+        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 1);
+        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 2);
+    }
     // the quad's 2 x Q1 float4s, shared out over its lanes: element (a_0, a_1 = b, a_2) of the row
 #pragma unroll
     for (int h = 0; h < 2; h++) {
