@@ -16,17 +16,16 @@ Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row f
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
 2026-12-01, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
-alone 0.1314 / 0.1354 (results/logs/2026-12-01_tt_cache_critical_path.log; version 1: ..._tt_cache_step_v4.log,
-before the cached forward became a thread per element):
+alone 0.1318 / 0.1350 (results/logs/2026-12-01_final_bench_tt_default_grid.log):
   1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
-     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2274 / 0.2485
+     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2238 / 0.2448
   2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
-     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2118 / 0.2316
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2120 / 0.2339
   3  version 2 with the cached backward's sort and update on a second stream, forked right after the lookup
-     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1701 / 0.1847
+     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1690 / 0.1854
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
-     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0783 / 0.0896
-  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7037, version 4 0.1609 (0.23x).
+     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0763 / 0.0890
+  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.6989, version 4 0.1618 (0.23x).
   5  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
      run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`
 Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
@@ -47,7 +46,7 @@ Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
     took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
   - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
-    its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.596x against
+    its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.579x against
     0.504x): both streams are ~65 us of kernels in series (side: partition, a 3-pass radix sort of 21-bit rows,
     the update; main: partition, TT forward 3, cached forward, TT backward 4; results/notes/tt_cache.md).
   - Not the host's launches: the step replayed as a CUDA graph saves 5 of its 86 microseconds (version 5, retired).
