@@ -277,6 +277,7 @@ int main() {
         for (int b = 0; b < nbags; b++) msq[b] = tt_cache_mean_square(dY.data() + (int64_t)b * D, D);
         for (int opt : {TT_EMBEDDING_BACKWARD_DENSE, TT_EMBEDDING_BACKWARD_SGD, TT_EMBEDDING_BACKWARD_ADAGRAD}) {
             int64_t off[3] = {}, plain_off = 0;        // the right parts; one occurrence dropped; (dense) without mag
+            int64_t off5[2] = {};                      // version 5's order (SGD, dense)
             for (int drop : {0, 1}) {
                 std::vector<int> crow(nbags, 0);
                 std::vector<float> W = W0, st = {0.5f}, dW(D, 0.0f), mag(D, 0.0f);
@@ -310,10 +311,30 @@ int main() {
                     off[drop] += !tt_cache_close(w4[d], ref[d], mag[d], true);
                     if (!drop) plain_off += !tt_cache_close(w4[d], ref[d], mag[d], false);
                 }
+                if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) continue;
+                // version 5's order: pieces of TT_CACHE_SEG5 sorted positions (the row starts at position 0), each a sum in
+                // order, the pieces' sums added in order and applied once
+                for (int d = 0; d < D; d++) {
+                    float total = 0.0f;
+                    for (size_t p0 = 0; p0 < bags.size(); p0 += TT_CACHE_SEG5) {
+                        float acc = 0.0f;
+                        for (size_t o = p0; o < std::min(bags.size(), p0 + TT_CACHE_SEG5); o++) {
+                            const float g = dY[(int64_t)bags[o] * D + d];
+                            acc = opt == TT_EMBEDDING_BACKWARD_DENSE ? acc + g : fmaf(0.05f, g, acc);
+                        }
+                        total = p0 == 0 ? acc : total + acc;
+                    }
+                    off5[drop] += !tt_cache_close(opt == TT_EMBEDDING_BACKWARD_DENSE ? total : W0[d] - total, ref[d], mag[d], true);
+                }
             }
             report(off[0] == 0 && off[1] > D / 2, fmt("version 4's order on a row in 1,500 bags (%s): within the check's tolerance; one occurrence "
                                                    "dropped fails %lld of %d elements", TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], (long long)off[1], D),
                    fmt("%lld elements off", (long long)off[0]));
+            if (opt != TT_EMBEDDING_BACKWARD_ADAGRAD)
+                report(off5[0] == 0 && off5[1] > D / 2, fmt("version 5's order (pieces of %d) on the same row (%s): within the check's tolerance; one "
+                                                         "occurrence dropped fails %lld of %d elements", TT_CACHE_SEG5,
+                                                         TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], (long long)off5[1], D),
+                       fmt("%lld elements off", (long long)off5[0]));
             if (opt == TT_EMBEDDING_BACKWARD_DENSE)
                 report(plain_off > 0, fmt("dense: without the magnitude term the tolerance fails the reordered sum (%lld of %d elements)",
                                           (long long)plain_off, D), "the reordered sum passed the plain tolerance: the magnitude term is not shown to be needed");

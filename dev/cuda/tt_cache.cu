@@ -16,18 +16,21 @@ Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row f
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
 2026-12-01, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
-alone 0.1318 / 0.1350 (results/logs/2026-12-01_final_bench_tt_default_grid.log):
+alone 0.1308 / 0.1357 (results/logs/2026-12-01_tt_cache_v5_bench.log):
   1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
-     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2238 / 0.2448
+     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2205 / 0.2451
   2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
-     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2120 / 0.2339
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2088 / 0.2326
   3  version 2 with the cached backward's sort and update on a second stream, forked right after the lookup
-     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1690 / 0.1854
+     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1690 / 0.1874
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
-     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0763 / 0.0890
-  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.6989, version 4 0.1618 (0.23x).
-  5  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
-     run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`
+     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0753 / 0.0905
+  5  version 4 with runs cut every 32 sorted positions, a warp per piece and the pieces of a long run
+     summed in order by a second kernel (SGD, dense; Adagrad keeps 4's update); the scan of the
+     partition inside its scatter kernel (up to 8,192 bags)                                    0.0726 / 0.0928
+  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7004, version 4 0.1626, 5 0.1536 (0.22x).
+  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
+     run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`, its version 5
 Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
 (op tt_cache_tt_alone) in the same run; each version's line carries hit_rate, tt_alone_ms, vs_tt_alone
 (time / TT alone) and target (1 - hit_rate / 2, the issue's bar).
@@ -35,7 +38,7 @@ Also printed: the populate on its own (op tt_cache_populate), and the TT ops alo
 Check: partition against the CPU (find + cache_state on the CPU-populated table); out against the TT forward
 reference of the whole batch (cache rows are TT rows); cores against the TT backward reference of the TT part
 (its slice keys zeroed first, so a scan past the count would find lookups); cache rows and dense rows against the
-sequential per-lookup reference (versions 1-3 bitwise in practice; version 4 within 2e-6 x the sum of |update|),
+sequential per-lookup reference (versions 1-3 bitwise in practice; 4-5 within 2e-6 x the sum of |update|),
 Adagrad state, other rows untouched. Populate: the rebuilt table (every kept key in its window, no empty slot
 before it, its count, its row), rows without a key untouched (still poison), the first rows against the CPU chain.
 
@@ -46,10 +49,13 @@ Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
     took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
   - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
-    its occurrences cut the step from 0.1765 to 0.0845 ms. Still above the bar at FBTT's default (0.579x against
-    0.504x): both streams are ~65 us of kernels in series (side: partition, a 3-pass radix sort of 21-bit rows,
-    the update; main: partition, TT forward 3, cached forward, TT backward 4; results/notes/tt_cache.md).
-  - Not the host's launches: the step replayed as a CUDA graph saves 5 of its 86 microseconds (version 5, retired).
+    its occurrences cut the step from 0.1765 to 0.0845 ms; pieces of 32 over ~44 warps (5) cut the update kernel
+    from 21 to 10 + 7 (combine) us. Still above the bar at FBTT's default (0.555x against 0.504x): both streams end
+    near 70 us in the step (side: a 3-pass radix sort of 21-bit rows, 33 us alone, ~45 us beside the main stream).
+  - Not the host's launches: the step replayed as a CUDA graph saved 5 of its 86 microseconds (retired).
+  - Moving work off the main stream can lose: the cached forward on a third stream, the TT forward adding to its
+    output, was 0.0815 against 4's 0.0767; a one-block CUB sort of the 10,240 keys took 55 us against the
+    device-wide sort's 33 (results/notes/tt_cache.md).
 */
 #ifndef NO_MAIN
 #define NO_MAIN
@@ -59,6 +65,7 @@ Lessons (results/notes/tt_cache.md):
 #include "tt_embedding_backward.cu"
 #include "tt_embedding_forward.cu"
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/device/device_partition.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -298,6 +305,7 @@ struct TtCacheStepBufs {         // what a step writes (device)
     char* flag_c;                // version 1: 1 for a cached lookup (DevicePartition's flags)
     int64_t *flag_tt, *pos_tt, *ids_tt, *off_fwd, *off_c, *bag_tt;   // off_fwd[nbags]: the TT part's count
     float* msq;                  // rowwise Adagrad: each bag's mean square of dY
+    float* part5;                // version 5: a crossing run's parts, [2 per 32 sorted positions][D]
 };
 
 // Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
@@ -334,20 +342,16 @@ __global__ void tt_cache_offsets_kernel1(TtCacheBatch b, TtCacheStepBufs o) {
     }
 }
 
-// Version 2: a warp per bag writes its TT ids to ids_tt[off_fwd[bag] ...] and its cache rows to crow_c[off_c[bag] ...],
-// each in lookup order (a ballot and a popcount per 32 lookups); the cached ids go past the TT part (valid ids
-// there, read by no bag: the TT forward's digit kernel reads every id below the batch's nnz). off_fwd is the scan
-// of the bags' counts; the cached offsets follow.
-__global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
-    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x % 32;
-    if (bag > b.nbags) return;
-    const int64_t m = o.off_fwd[b.nbags];
+// Version 2: a warp per bag writes its TT ids to ids_tt[tt0 ...] (tt0 = off_fwd[bag]) and its cache rows to
+// crow_c[off_c[bag] ...], each in lookup order (a ballot and a popcount per 32 lookups); the cached ids go past the TT
+// part (m lookups: valid ids there, read by no bag: the TT forward's digit kernel reads every id below the batch's
+// nnz). off_fwd is the scan of the bags' counts; the cached offsets follow.
+__device__ inline void tt_cache_scatter_bag(const TtCacheBatch& b, const TtCacheStepBufs& o, int64_t bag, int64_t tt0, int64_t m, int lane) {
     if (bag == b.nbags) {
         if (lane == 0) o.off_c[bag] = b.nnz - m;
         return;
     }
-    const int64_t lo = b.offsets[bag], hi = b.offsets[bag + 1], tt0 = o.off_fwd[bag], c0 = lo - tt0;
+    const int64_t lo = b.offsets[bag], hi = b.offsets[bag + 1], c0 = lo - tt0;
     if (lane == 0) o.off_c[bag] = c0;
     int64_t nt = tt0, nc = c0;
     for (int64_t n0 = lo; n0 < hi; n0 += 32) {
@@ -364,6 +368,41 @@ __global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
         nt += __popc(is_tt);
         nc += __popc(is_c);
     }
+}
+
+__global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (bag <= b.nbags) tt_cache_scatter_bag(b, o, bag, o.off_fwd[bag], o.off_fwd[b.nbags], threadIdx.x % 32);
+}
+
+// Version 5: the scan inside the scatter. Each block first sums the TT counts of the bags before its own and of all
+// bags (every block reads the same few KB from L2), then its warps take their offsets from the block's counts: one
+// launch where CUB's scan took two more in series. The sums grow as nbags^2 / TT_CACHE_BAGS5, so the step uses this
+// kernel up to TT_CACHE_MAX_BAGS5 bags and CUB's scan with version 2's scatter above.
+static const int TT_CACHE_BLOCK5 = 512, TT_CACHE_BAGS5 = TT_CACHE_BLOCK5 / 32, TT_CACHE_MAX_BAGS5 = 8192;
+__global__ void __launch_bounds__(TT_CACHE_BLOCK5) tt_cache_scatter_kernel5(TtCacheBatch b, TtCacheStepBufs o) {
+    using Reduce = cub::BlockReduce<long long, TT_CACHE_BLOCK5>;
+    __shared__ typename Reduce::TempStorage tmp;
+    __shared__ long long before_s, total_s, count_s[TT_CACHE_BAGS5];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int64_t first = (int64_t)blockIdx.x * TT_CACHE_BAGS5, bag = first + warp;
+    long long before = 0, total = 0;
+    for (int64_t k = tid; k < b.nbags; k += TT_CACHE_BLOCK5) {
+        const long long v = o.bag_tt[k];
+        total += v;
+        before += k < first ? v : 0;
+    }
+    before = Reduce(tmp).Sum(before);
+    __syncthreads();
+    total = Reduce(tmp).Sum(total);
+    if (tid == 0) { before_s = before; total_s = total; }
+    if (lane == 0) count_s[warp] = bag < b.nbags ? o.bag_tt[bag] : 0;
+    __syncthreads();
+    if (bag > b.nbags) return;
+    int64_t tt0 = before_s;
+    for (int v = 0; v < warp; v++) tt0 += count_s[v];
+    if (lane == 0) o.off_fwd[bag] = tt0;              // bag nbags: the TT part's count
+    tt_cache_scatter_bag(b, o, bag, tt0, total_s, lane);
 }
 
 // rowwise Adagrad: each bag's mean square of its gradient (every lookup of a bag shares it)
@@ -499,6 +538,83 @@ __global__ void __launch_bounds__(TT_CACHE_BLOCK4) tt_cache_backward_kernel4(int
             }
         }
         if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD && tid == 0) cache_st[c] = st;
+    }
+}
+
+// Version 5's cached backward for SGD and dense, whose row update is a plain sum of its occurrences' terms (any
+// grouping is the same sum within rounding): runs are cut at every 32nd sorted position, and each piece is a warp's
+// unit. A warp per sorted position: it has a unit where a run starts, or where a run goes on across a multiple of
+// 32; its unit ends at the run's end or at the next multiple (one ballot), so it holds 1..32 occurrences. It sums
+// them (lanes over the row's elements, eight rows' loads in flight at a time); a unit that is a whole run is applied
+// at once, the piece of a longer run goes to part5 (slot 1 of its 32 positions for the run's first piece, slot 0 for
+// the others), and tt_cache_combine_kernel5 sums each such run's pieces in order. Version 4's hot row (~1,400
+// occurrences at FBTT's default: one block, 8 warps over ~175 loads each) becomes ~44 warps over 32.
+static const int TT_CACHE_SEG5 = 32, TT_CACHE_BATCH5 = 8;
+__global__ void tt_cache_backward_kernel5(int opt, float lr, float* __restrict__ cache_w, float* __restrict__ cache_dw,
+                                          const float* __restrict__ dY, int64_t nnz, int C, int D, TtCacheStepBufs o) {
+    const int lane = threadIdx.x % 32;
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (i >= nnz) return;
+    const int c = o.sorted_crow[i];
+    const bool begins = i == 0 || o.sorted_crow[i - 1] != c;
+    if (c >= C || (!begins && i % TT_CACHE_SEG5 != 0)) return;           // the same in every lane
+    const int64_t seg = i / TT_CACHE_SEG5, seg_end = min(nnz, (seg + 1) * TT_CACHE_SEG5), j = i + 1 + lane;
+    const unsigned differ = __ballot_sync(0xffffffffu, j < seg_end && o.sorted_crow[j] != c);
+    const int n = (int)(differ ? __ffs(differ) : seg_end - i);              // the unit's occurrences
+    const bool whole = begins && !(i + n == seg_end && seg_end < nnz && o.sorted_crow[seg_end] == c);
+    const int bag = lane < n ? o.sorted_bag[i + lane] : 0;
+    const bool dense = opt == TT_EMBEDDING_BACKWARD_DENSE;
+    for (int d0 = 0; d0 < D; d0 += 32 * TT_CACHE_EPL) {
+        float acc[TT_CACHE_EPL] = {};
+        for (int k0 = 0; k0 < n; k0 += TT_CACHE_BATCH5) {                     // the batch's loads first, then its terms in order
+            float x[TT_CACHE_BATCH5][TT_CACHE_EPL];
+#pragma unroll
+            for (int k = 0; k < TT_CACHE_BATCH5; k++) {
+                const float* g = dY + (int64_t)__shfl_sync(0xffffffffu, bag, (k0 + k) % 32) * D;
+#pragma unroll
+                for (int e = 0; e < TT_CACHE_EPL; e++) {
+                    const int d = d0 + e * 32 + lane;
+                    x[k][e] = k0 + k < n && d < D ? g[d] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < TT_CACHE_BATCH5; k++)
+#pragma unroll
+                for (int e = 0; e < TT_CACHE_EPL; e++)
+                    if (k0 + k < n) acc[e] = dense ? acc[e] + x[k][e] : fmaf(lr, x[k][e], acc[e]);
+        }
+        for (int e = 0; e < TT_CACHE_EPL; e++) {
+            const int d = d0 + e * 32 + lane;
+            if (d >= D) continue;
+            if (!whole) o.part5[(seg * 2 + begins) * D + d] = acc[e];
+            else if (dense) cache_dw[(int64_t)c * D + d] = acc[e];
+            else cache_w[(int64_t)c * D + d] -= acc[e];
+        }
+    }
+}
+
+// a warp per 32 sorted positions; where a run that crosses the next multiple of 32 starts among them, the warp sums
+// its pieces in order (slot 1 here, then slot 0 of each following 32 while the run goes on) and applies the sum once
+__global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, float* __restrict__ cache_dw, int64_t nnz, int C, int D,
+                                         TtCacheStepBufs o) {
+    const int lane = threadIdx.x % 32;
+    const int64_t seg = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, base = seg * TT_CACHE_SEG5;
+    if (base + TT_CACHE_SEG5 >= nnz) return;                                 // no run crosses the end of the batch
+    const int c = o.sorted_crow[base + TT_CACHE_SEG5 - 1];
+    if (c >= C || o.sorted_crow[base + TT_CACHE_SEG5] != c || (base > 0 && o.sorted_crow[base - 1] == c)) return;
+    const int64_t nseg = ceil_div<int64_t>(nnz, TT_CACHE_SEG5);
+    int64_t last = seg + 1;                                                  // where the run ends: 32 candidates at a time
+    for (;; last += 32) {
+        const int64_t k = last + lane, next = (k + 1) * TT_CACHE_SEG5;
+        const unsigned stop = __ballot_sync(0xffffffffu, k >= nseg - 1 || next >= nnz || o.sorted_crow[next] != c);
+        if (stop) { last += __ffs(stop) - 1; break; }
+    }
+    for (int d = lane; d < D; d += 32) {
+        float sum = o.part5[(seg * 2 + 1) * D + d];
+#pragma unroll 8
+        for (int64_t k = seg + 1; k <= last; k++) sum += o.part5[k * 2 * D + d];
+        if (opt == TT_EMBEDDING_BACKWARD_DENSE) cache_dw[(int64_t)c * D + d] = sum;
+        else cache_w[(int64_t)c * D + d] -= sum;
     }
 }
 
@@ -650,7 +766,7 @@ struct TtCacheWorkspace {
     void *temp, *temp_side;      // CUB's scratch: the main stream's, and the side stream's sort (they overlap)
     size_t temp_bytes, temp_side_bytes;
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
-    cudaStream_t side;           // version 3: the cached part's sort and backward
+    cudaStream_t side;           // versions 3-5: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
 };
 
@@ -682,6 +798,7 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     o.off_c = device_alloc<int64_t>(nbags + 1);
     o.bag_tt = device_alloc<int64_t>(nbags + 1);
     o.msq = device_alloc<float>(nbags);
+    o.part5 = device_alloc<float>(ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * t.fwd.D);
     o.ids_tt = const_cast<int64_t*>(t.part.a.indices);   // the TT part's bags (both TT ops read them), written here
     o.off_fwd = const_cast<int64_t*>(t.part.a.offsets);
     w.crow_bits = 1;
@@ -711,7 +828,7 @@ void tt_cache_free(TtCacheWorkspace& w) {
         cudaCheck(cudaFree(p));
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
-                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq})
+                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5})
         cudaCheck(cudaFree(p));
 }
 
@@ -758,7 +875,11 @@ void tt_cache_backward_group(const TtCacheBatch& b, int D, const float* dY, cons
 // the cached backward's update of the rows (after the cached forward has read them)
 void tt_cache_backward_update(int k, const TtCacheBatch& b, int C, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w,
                               int block, cudaStream_t st) {
-    if (k == 4)
+    if (k == 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) {
+        tt_cache_backward_kernel5<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, 256), 256, 0, st>>>(cs.opt, cs.lr, cs.w, cs.dw, dY, b.nnz, C, D, w.o);
+        tt_cache_combine_kernel5<<<(unsigned)ceil_div<int64_t>(ceil_div<int64_t>(b.nnz, TT_CACHE_SEG5) * 32, 256), 256, 0, st>>>(
+            cs.opt, cs.w, cs.dw, b.nnz, C, D, w.o);
+    } else if (k >= 4)
         tt_cache_backward_kernel4<<<(unsigned)std::min<int64_t>(b.nnz, 2048), TT_CACHE_BLOCK4, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
                                                                                                    b.nnz, C, D, w.o);
     else
@@ -781,18 +902,20 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, b.ids, o.flag_tt, o.ids_tt, o.num_sel, (int)b.nnz));
         bytes = w.temp_bytes;
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
-    } else if (k >= 2 && k <= 4) {
+    } else if (k >= 2 && k <= 5) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
         fail_args("tt_cache has no version %d", k);
     }
-    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3, 4: the cached backward beside the rest
+    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3-5: the cached backward beside the rest
     if (side) {                                      // its sort needs only the lookup kernel's keys
         cudaCheck(cudaEventRecord(w.split, 0));
         cudaCheck(cudaStreamWaitEvent(side, w.split, 0));
         tt_cache_backward_group(b, D, dY, cs, w, side);
     }
-    if (k >= 2) {
+    if (k == 5 && b.nbags <= TT_CACHE_MAX_BAGS5) {
+        tt_cache_scatter_kernel5<<<(unsigned)ceil_div<int64_t>(b.nbags + 1, TT_CACHE_BAGS5), TT_CACHE_BLOCK5>>>(b, o);
+    } else if (k >= 2) {
         cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
         tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     }
@@ -1110,6 +1233,7 @@ void tt_cache_poison_step(TtCacheRun& r) {
     for (int64_t* p : {o.flag_tt, o.pos_tt, o.ids_tt}) poison(p, nnz * 8);
     for (int64_t* p : {o.off_fwd, o.off_c, o.bag_tt}) poison(p, (nbags + 1) * 8);
     poison(o.msq, nbags * 4);
+    poison(o.part5, ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * r.D * 4);
     const TtEmbeddingBackwardArgs& a = r.t.part.a;
     poison(a.dG, a.s.core_off[a.s.T] * 4);
     // the TT part's slice keys: zeros (slice 0 of every core) where no lookup of the part writes them, so that a scan
@@ -1140,12 +1264,12 @@ bool tt_cache_check_step(TtCacheRun& r, int k, bool full) {
         for (int64_t i = n * D; i < (n + 1) * D; i++) {
             if (!in) { wrong_bits += memcmp(&gw[i], &ref[i], 4) != 0; continue; }
             checked++;
-            if (!tt_cache_close(gw[i], ref[i], r.mag_ref[i], k == 4)) wrong++;
+            if (!tt_cache_close(gw[i], ref[i], r.mag_ref[i], k >= 4)) wrong++;
             worst = std::max(worst, std::fabs((double)gw[i] - ref[i]));
         }
     }
     printf("  %-16s %s (%lld of %lld elements off, max abs err %.3g; tolerance 1e-6 + 1e-5 |ref|%s)\n", dense ? "cache dW (hit)" : "cache rows",
-           wrong ? "FAIL" : "ok  ", (long long)wrong, (long long)checked, worst, k == 4 ? " + 2e-6 x sum |update|" : "");
+           wrong ? "FAIL" : "ok  ", (long long)wrong, (long long)checked, worst, k >= 4 ? " + 2e-6 x sum |update|" : "");
     printf("  cache untouched  %s (%lld values of other rows changed)\n", wrong_bits ? "FAIL" : "ok  ", (long long)wrong_bits);
     ok = validate_host("cache state", gst.data(), r.st_ref.data(), (size_t)C, 1e-6f, 1e-5f) && ok && wrong == 0 && wrong_bits == 0;
     return ok;
@@ -1162,7 +1286,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 4, 4);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 5, 5);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);
