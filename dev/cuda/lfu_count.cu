@@ -212,13 +212,11 @@ __global__ void lfu_count_kernel2(const int64_t* __restrict__ unique, const int*
     if (i < *num_runs) lfu_count_insert(t, unique[i], (unsigned long long)run_lengths[i]);
 }
 
-// Versions 3 (PREFETCH false) and 4: a block takes a chunk of LFU_COUNT_IPT * blockDim lookups and counts
+// Version 3: a block takes a chunk of LFU_COUNT_IPT * blockDim lookups and counts
 // them first in a shared-memory table of twice as many slots (so it is at most half full and probing always
 // ends), with no launch and no sort: one kernel per step. A hot row then costs one global insert per block
 // instead of one per occurrence. In the global phase each thread owns 2 * LFU_COUNT_IPT shared slots and
 // issues the first claims of all of them before it looks at any result, so their L2/DRAM round trips overlap.
-// Version 4 adds one instruction: a prefetch of each key's count sector into L2, issued beside the claim.
-template <bool PREFETCH>
 __global__ void __launch_bounds__(1024) lfu_count_kernel3(const int64_t* __restrict__ idx, int64_t n, LfuCountDeviceTable t) {
     extern __shared__ int64_t lfu_count_smem[];
     constexpr int R = 2 * LFU_COUNT_IPT;
@@ -238,10 +236,11 @@ __global__ void __launch_bounds__(1024) lfu_count_kernel3(const int64_t* __restr
 #pragma unroll
     for (int j = 0; j < LFU_COUNT_IPT; j++) {
         if (key[j] == LFU_COUNT_EMPTY) continue;
+        const int64_t kj = key[j];
         for (uint64_t s = lfu_count_slot(key[j], S);; s = lfu_count_next(s, S)) {
-            int64_t old = (int64_t)atomicCAS((unsigned long long*)(s_keys + s), (unsigned long long)LFU_COUNT_EMPTY,
-                                             (unsigned long long)key[j]);
-            if (old == LFU_COUNT_EMPTY || old == key[j]) { atomicAdd(s_counts + s, 1u); break; }
+            const int64_t old = (int64_t)atomicCAS((unsigned long long*)(s_keys + s), (unsigned long long)LFU_COUNT_EMPTY,
+                                                   (unsigned long long)kj);
+            if (old == LFU_COUNT_EMPTY || old == kj) { atomicAdd(s_counts + s, 1u); break; }
         }
     }
     __syncthreads();
@@ -253,7 +252,6 @@ __global__ void __launch_bounds__(1024) lfu_count_kernel3(const int64_t* __restr
         k[r] = s_keys[threadIdx.x + r * blockDim.x];
         if (k[r] == LFU_COUNT_EMPTY) continue;
         home[r] = lfu_count_slot(k[r], t.H);
-        if (PREFETCH) asm volatile("prefetch.global.L2 [%0];" :: "l"(t.counts + home[r]));
         old[r] = lfu_count_claim(t, home[r], k[r]);
     }
 #pragma unroll
@@ -289,8 +287,7 @@ LfuCountWorkspace lfu_count_workspace(int64_t n, int64_t E) {
     w.run_lengths = device_alloc<int>(n);
     w.num_runs = device_alloc<int>(1);
     const int max_smem = (int)lfu_count_smem_bytes(1024);
-    cudaCheck(cudaFuncSetAttribute(lfu_count_kernel3<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    cudaCheck(cudaFuncSetAttribute(lfu_count_kernel3<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    cudaCheck(cudaFuncSetAttribute(lfu_count_kernel3, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     return w;
 }
 
@@ -312,8 +309,7 @@ void lfu_count(int kernel_num, const int64_t* idx, int64_t n, const LfuCountDevi
             lfu_count_kernel2<<<grid, block_size>>>(w.unique, w.run_lengths, w.num_runs, t);
             break;
         }
-        case 3: lfu_count_kernel3<false><<<chunks, block_size, lfu_count_smem_bytes(block_size)>>>(idx, n, t); break;
-        case 4: lfu_count_kernel3<true><<<chunks, block_size, lfu_count_smem_bytes(block_size)>>>(idx, n, t); break;
+        case 3: lfu_count_kernel3<<<chunks, block_size, lfu_count_smem_bytes(block_size)>>>(idx, n, t); break;
         default: fail_args("lfu_count has no version %d", kernel_num);
     }
 }
@@ -325,7 +321,7 @@ int main(int argc, char** argv) {
     int64_t E = 200LL * 220 * 250, H = -1;
     int B = 512, L = 20, steps = 1;
     double alpha = 1.15;
-    Cli cli("lfu_count", "LFU cache frequency counting: every lookup inserted into a GPU hash table (3-slot linear probing).", 4, 1);
+    Cli cli("lfu_count", "LFU cache frequency counting: every lookup inserted into a GPU hash table (3-slot linear probing).", 3, 1);
     cli.add_int64("E", &E, "rows of the embedding table (row ids are in [0, E))");
     cli.add_int("B", &B, "bags per step");
     cli.add_int("L", &L, "lookups per bag");

@@ -305,24 +305,45 @@ struct TtCacheStepBufs {         // what a step writes (device)
     char* flag_c;                // version 1: 1 for a cached lookup (DevicePartition's flags)
     int64_t *flag_tt, *pos_tt, *ids_tt, *off_fwd, *off_c, *bag_tt;   // off_fwd[nbags]: the TT part's count
     float* msq;                  // rowwise Adagrad: each bag's mean square of dY
-    float* part5;                // version 5: a crossing run's parts, [2 per 32 sorted positions][D]
+    float* part5;                // versions 5-7: a crossing run's parts, [2 per 32 sorted positions][D]
+    int* row_of;                 // versions 6-7: the cache row of each dense key (null: the keys are the rows)
+    int* next_id;                // versions 6-7: the next dense key, [2]: a step counts in [step % 2] and zeroes the other
+    int64_t* stamp;              // versions 6-7, per table slot: (step << 32) | the slot's dense key in that step
+    float* fwd_c;                // version 7: each bag's SUM of its cached rows [nbags, D] (the TT pooling adds it)
 };
 
 // Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
 // of the cached backward (the row, C for TT lookups), the bag, and (version 1) the TT flag; version 2 the bag's
 // number of TT lookups instead.
-template <bool PER_BAG>
-__global__ void tt_cache_lookup_kernel(TtCacheBatch b, TtCacheTable t, int C, TtCacheStepBufs o) {
+// Version 6's sort key of a cached lookup: a dense number of its row among the rows hit in this step (0, 1, ... in
+// the order the rows are first met; fewer bits, so the radix sort takes two passes instead of three). The first
+// lookup of a row in the step claims the number with a CAS on the slot's stamp; a later one reads it there.
+__device__ inline int tt_cache_dense_key(const TtCacheStepBufs& o, int64_t s, int c, unsigned step) {
+    unsigned long long* p = (unsigned long long*)(o.stamp + s);
+    const unsigned long long st = *(volatile unsigned long long*)p;
+    if ((unsigned)(st >> 32) == step) return (int)(unsigned)st;
+    const int mine = atomicAdd(o.next_id + step % 2, 1);
+    const unsigned long long old = atomicCAS(p, st, ((unsigned long long)step << 32) | (unsigned)mine);
+    if (old != st) return (int)(unsigned)old;             // another lookup of the row claimed it in this step
+    o.row_of[mine] = c;
+    return mine;
+}
+
+template <bool PER_BAG, bool DENSE = false>
+__global__ void tt_cache_lookup_kernel(TtCacheBatch b, TtCacheTable t, int C, TtCacheStepBufs o, unsigned step = 0) {
     const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (bag == 0 && lane == 0) { if (PER_BAG) o.bag_tt[b.nbags] = 0; else o.flag_tt[b.nnz] = 0; }
+    if (DENSE && bag == 0 && lane == 0) o.next_id[(step + 1) % 2] = 0;   // the next step's counter
     if (bag >= b.nbags) return;
     const int64_t key0 = (bag / b.B) * b.E;
     int tt = 0;
     for (int64_t n = b.offsets[bag] + lane; n < b.offsets[bag + 1]; n += 32) {
-        const int c = tt_cache_row_of(t.keys, t.state, t.H, key0 + b.ids[n]);
+        const int64_t s = lfu_count_find(t.keys, t.H, key0 + b.ids[n]);
+        const int c = s < 0 ? -1 : t.state[s];
         o.crow[n] = c;
-        o.crow_key[n] = c >= 0 ? c : C;
+        if (DENSE) o.crow_key[n] = c >= 0 ? tt_cache_dense_key(o, s, c, step) : (int)b.nnz;
+        else o.crow_key[n] = c >= 0 ? c : C;
         o.bag_of[n] = (int)bag;
         if (!PER_BAG) { o.flag_tt[n] = c < 0; o.flag_c[n] = c >= 0; }
         tt += c < 0;
@@ -378,8 +399,7 @@ __global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
 // Version 5: the scan inside the scatter. Each block first sums the TT counts of the bags before its own and of all
 // bags (every block reads the same few KB from L2), then its warps take their offsets from the block's counts: one
 // launch where CUB's scan took two more in series. The sums grow as nbags^2 / TT_CACHE_BAGS5, so the step uses this
-// kernel up to TT_CACHE_MAX_BAGS5 bags and CUB's scan with version 2's scatter above. The bound is chosen, not
-// measured: at 8,192 bags each of 512 blocks reads 64 KB of counts from L2 (measured only at FBTT's 512 bags).
+// kernel up to TT_CACHE_MAX_BAGS5 bags and CUB's scan with version 2's scatter above.
 static const int TT_CACHE_BLOCK5 = 512, TT_CACHE_BAGS5 = TT_CACHE_BLOCK5 / 32, TT_CACHE_MAX_BAGS5 = 8192;
 __global__ void __launch_bounds__(TT_CACHE_BLOCK5) tt_cache_scatter_kernel5(TtCacheBatch b, TtCacheStepBufs o) {
     using Reduce = cub::BlockReduce<long long, TT_CACHE_BLOCK5>;
@@ -426,6 +446,26 @@ __global__ void tt_cache_forward_kernel(floatX* __restrict__ out, const float* _
 #pragma unroll 8
         for (int64_t j = lo; j < hi; j++) sum += cache_w[(int64_t)o.crow_c[j] * D + d];
         out[i] = from_float<floatX>(to_float(out[i]) + sum);
+    }
+}
+
+// Version 7's cached forward: the same sums from the lookup kernel's rows (crow, -1 for a TT lookup) instead of the
+// partition's, so it needs only the lookup kernel and runs on the side stream before the sort; its sums go to fwd_c
+// and the TT forward's pooling adds them before it stores: fl(tt + cached), version 6's bits, one kernel fewer on
+// the main stream. A TT lookup loads row 0 and adds nothing (a select), so the loads do not wait on a branch.
+__global__ void tt_cache_forward_kernel7(float* __restrict__ fwd_c, const float* __restrict__ cache_w, TtCacheBatch b, int D,
+                                         TtCacheStepBufs o) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b.nbags * D; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bag = i / D;
+        const int d = (int)(i - bag * D);
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int64_t n = b.offsets[bag]; n < b.offsets[bag + 1]; n++) {
+            const int c = o.crow[n];
+            const float v = cache_w[(int64_t)max(c, 0) * D + d];
+            sum += c >= 0 ? v : 0.0f;
+        }
+        fwd_c[i] = sum;
     }
 }
 
@@ -500,10 +540,11 @@ __global__ void __launch_bounds__(TT_CACHE_BLOCK4) tt_cache_backward_kernel4(int
     __shared__ long long run_end;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int64_t i = blockIdx.x; i < nnz; i += gridDim.x) {
-        const int c = o.sorted_crow[i];
-        if (c >= C || (i > 0 && o.sorted_crow[i - 1] == c)) continue;   // the same in every thread
+        const int key = o.sorted_crow[i];
+        if (key >= C || (i > 0 && o.sorted_crow[i - 1] == key)) continue;   // the same in every thread (C: the TT key)
+        const int c = o.row_of ? o.row_of[key] : key;
         if (warp == 0) {
-            const int64_t end = tt_cache_run_end(o.sorted_crow, nnz, i, c, lane);
+            const int64_t end = tt_cache_run_end(o.sorted_crow, nnz, i, key, lane);
             if (lane == 0) run_end = end;
         }
         __syncthreads();
@@ -556,13 +597,14 @@ __global__ void tt_cache_backward_kernel5(int opt, float lr, float* __restrict__
     const int lane = threadIdx.x % 32;
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (i >= nnz) return;
-    const int c = o.sorted_crow[i];
-    const bool begins = i == 0 || o.sorted_crow[i - 1] != c;
-    if (c >= C || (!begins && i % TT_CACHE_SEG5 != 0)) return;           // the same in every lane
+    const int key = o.sorted_crow[i];
+    const bool begins = i == 0 || o.sorted_crow[i - 1] != key;
+    if (key >= C || (!begins && i % TT_CACHE_SEG5 != 0)) return;         // the same in every lane (C: the TT key)
+    const int c = o.row_of ? o.row_of[key] : key;
     const int64_t seg = i / TT_CACHE_SEG5, seg_end = min(nnz, (seg + 1) * TT_CACHE_SEG5), j = i + 1 + lane;
-    const unsigned differ = __ballot_sync(0xffffffffu, j < seg_end && o.sorted_crow[j] != c);
+    const unsigned differ = __ballot_sync(0xffffffffu, j < seg_end && o.sorted_crow[j] != key);
     const int n = (int)(differ ? __ffs(differ) : seg_end - i);              // the unit's occurrences
-    const bool whole = begins && !(i + n == seg_end && seg_end < nnz && o.sorted_crow[seg_end] == c);
+    const bool whole = begins && !(i + n == seg_end && seg_end < nnz && o.sorted_crow[seg_end] == key);
     const int bag = lane < n ? o.sorted_bag[i + lane] : 0;
     const bool dense = opt == TT_EMBEDDING_BACKWARD_DENSE;
     for (int d0 = 0; d0 < D; d0 += 32 * TT_CACHE_EPL) {
@@ -601,13 +643,14 @@ __global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, f
     const int lane = threadIdx.x % 32;
     const int64_t seg = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, base = seg * TT_CACHE_SEG5;
     if (base + TT_CACHE_SEG5 >= nnz) return;                                 // no run crosses the end of the batch
-    const int c = o.sorted_crow[base + TT_CACHE_SEG5 - 1];
-    if (c >= C || o.sorted_crow[base + TT_CACHE_SEG5] != c || (base > 0 && o.sorted_crow[base - 1] == c)) return;
+    const int key = o.sorted_crow[base + TT_CACHE_SEG5 - 1];
+    if (key >= C || o.sorted_crow[base + TT_CACHE_SEG5] != key || (base > 0 && o.sorted_crow[base - 1] == key)) return;
+    const int c = o.row_of ? o.row_of[key] : key;
     const int64_t nseg = ceil_div<int64_t>(nnz, TT_CACHE_SEG5);
     int64_t last = seg + 1;                                                  // where the run ends: 32 candidates at a time
     for (;; last += 32) {
         const int64_t k = last + lane, next = (k + 1) * TT_CACHE_SEG5;
-        const unsigned stop = __ballot_sync(0xffffffffu, k >= nseg - 1 || next >= nnz || o.sorted_crow[next] != c);
+        const unsigned stop = __ballot_sync(0xffffffffu, k >= nseg - 1 || next >= nnz || o.sorted_crow[next] != key);
         if (stop) { last += __ffs(stop) - 1; break; }
     }
     for (int d = lane; d < D; d += 32) {
@@ -713,9 +756,12 @@ TtEmbeddingForwardCores tt_cache_cores(const TtCacheTtBackward& b) {
     return c;
 }
 
-void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& cores, floatX* out, const int64_t* ids, const int64_t* offsets) {
-    if (build) tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.build, t.bws, t.build_block);
-    else tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.fwd, t.fws, t.fwd_block);
+// `add` (fp32 [bags, D], or null): added to each bag's TT sum before it is stored (version 7's cached sums)
+void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& cores, floatX* out, const int64_t* ids, const int64_t* offsets,
+                         const float* add = nullptr) {
+    TtEmbeddingForwardShape s = build ? t.build : t.fwd;
+    s.add = add;
+    tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), s, build ? t.bws : t.fws, build ? t.build_block : t.fwd_block);
 }
 
 void tt_cache_tt_backward(TtCacheTtBackward& b) { tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD7_BLOCK); }
@@ -767,6 +813,8 @@ struct TtCacheWorkspace {
     void *temp, *temp_side;      // CUB's scratch: the main stream's, and the side stream's sort (they overlap)
     size_t temp_bytes, temp_side_bytes;
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
+    int dense_bits;              // versions 6-7: bits of the dense keys (0..nnz)
+    unsigned step = 0;           // versions 6-7: steps taken (the stamps' tag)
     cudaStream_t side;           // versions 3-5: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
 };
@@ -800,10 +848,18 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     o.bag_tt = device_alloc<int64_t>(nbags + 1);
     o.msq = device_alloc<float>(nbags);
     o.part5 = device_alloc<float>(ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * t.fwd.D);
+    o.row_of = device_alloc<int>(nnz);
+    o.next_id = device_alloc<int>(2);
+    cudaCheck(cudaMemset(o.next_id, 0, 8));
+    o.stamp = device_alloc<int64_t>(H);
+    o.fwd_c = device_alloc<float>(nbags * t.fwd.D);
+    cudaCheck(cudaMemset(o.stamp, 0xFF, H * 8));          // no step's tag
     o.ids_tt = const_cast<int64_t*>(t.part.a.indices);   // the TT part's bags (both TT ops read them), written here
     o.off_fwd = const_cast<int64_t*>(t.part.a.offsets);
     w.crow_bits = 1;
     while (w.crow_bits < 31 && (C >> w.crow_bits) != 0) w.crow_bits++;
+    w.dense_bits = 1;
+    while (w.dense_bits < 31 && (nnz >> w.dense_bits) != 0) w.dense_bits++;
     size_t need[8] = {};
     cudaCheck(cub::DeviceRadixSort::SortPairsDescending(nullptr, need[0], w.old_counts, w.sorted_counts, w.slots, w.sorted_slots, (int)H));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[1], w.present, w.mat_off, (int)(TC + 1)));
@@ -812,9 +868,10 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     cudaCheck(cub::DevicePartition::Flagged(nullptr, need[4], o.crow, o.flag_c, o.crow_c, o.num_sel, (int)nnz));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[5], o.bag_tt, o.off_fwd, (int)(nbags + 1)));
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[6], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.crow_bits));
+    cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[7], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.dense_bits));
     w.temp_bytes = *std::max_element(need, need + 8);
     w.temp = device_alloc<char>(w.temp_bytes);
-    w.temp_side_bytes = need[6];
+    w.temp_side_bytes = std::max(need[6], need[7]);
     w.temp_side = device_alloc<char>(w.temp_side_bytes);
     cudaCheck(cudaStreamCreateWithFlags(&w.side, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&w.split, &w.cached_fwd, &w.joined}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -829,7 +886,7 @@ void tt_cache_free(TtCacheWorkspace& w) {
         cudaCheck(cudaFree(p));
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
-                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5})
+                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp, (void*)o.fwd_c})
         cudaCheck(cudaFree(p));
 }
 
@@ -864,28 +921,35 @@ struct TtCacheState {            // the cache's trainable rows
     float lr, eps;
 };
 
+// versions 6-7 sort dense numbers of the rows hit where they have fewer bits than the rows (C > nnz)
+static bool tt_cache_dense(int k, const TtCacheWorkspace& w) { return k >= 6 && w.dense_bits < w.crow_bits; }
+
 // the cached backward's grouping: a stable radix sort of the lookups by cache row (TT lookups sort last; it reads only
 // what the lookup kernel wrote) and, for rowwise Adagrad, each bag's mean square
-void tt_cache_backward_group(const TtCacheBatch& b, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, cudaStream_t st) {
+void tt_cache_backward_group(int k, const TtCacheBatch& b, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, cudaStream_t st) {
     TtCacheStepBufs& o = w.o;
     size_t bytes = w.temp_side_bytes;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp_side, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0, w.crow_bits, st));
+    cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp_side, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0,
+                                              tt_cache_dense(k, w) ? w.dense_bits : w.crow_bits, st));
     if (cs.opt == TT_EMBEDDING_BACKWARD_ADAGRAD) tt_cache_msq_kernel<<<(unsigned)ceil_div<int64_t>(b.nbags, 256), 256, 0, st>>>(dY, b.nbags, D, o.msq);
 }
 
 // the cached backward's update of the rows (after the cached forward has read them)
 void tt_cache_backward_update(int k, const TtCacheBatch& b, int C, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w,
                               int block, cudaStream_t st) {
-    if (k == 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) {
-        tt_cache_backward_kernel5<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, 256), 256, 0, st>>>(cs.opt, cs.lr, cs.w, cs.dw, dY, b.nnz, C, D, w.o);
+    TtCacheStepBufs o = w.o;                          // versions 6-7: keys are dense numbers of the rows, TT lookups nnz
+    if (tt_cache_dense(k, w)) C = (int)b.nnz;
+    else o.row_of = nullptr;
+    if (k >= 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) {
+        tt_cache_backward_kernel5<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, 256), 256, 0, st>>>(cs.opt, cs.lr, cs.w, cs.dw, dY, b.nnz, C, D, o);
         tt_cache_combine_kernel5<<<(unsigned)ceil_div<int64_t>(ceil_div<int64_t>(b.nnz, TT_CACHE_SEG5) * 32, 256), 256, 0, st>>>(
-            cs.opt, cs.w, cs.dw, b.nnz, C, D, w.o);
+            cs.opt, cs.w, cs.dw, b.nnz, C, D, o);
     } else if (k >= 4)
         tt_cache_backward_kernel4<<<(unsigned)std::min<int64_t>(b.nnz, 2048), TT_CACHE_BLOCK4, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
-                                                                                                   b.nnz, C, D, w.o);
+                                                                                                   b.nnz, C, D, o);
     else
         tt_cache_backward_kernel<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, block), block, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
-                                                                                                  b.nnz, C, D, w.o);
+                                                                                                  b.nnz, C, D, o);
 }
 
 // one training step of version k on the batch (forward into out, then backward with dY)
@@ -894,6 +958,7 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
     TtCacheStepBufs& o = w.o;
     const int D = t.fwd.D;
     const unsigned bag_warps = (unsigned)ceil_div<int64_t>((b.nbags + 1) * 32, block);
+    const unsigned fwd_blocks = (unsigned)std::min<int64_t>(ceil_div<int64_t>(b.nbags * D, block), 1 << 20);
     size_t bytes = w.temp_bytes;
     if (k == 1) {
         tt_cache_lookup_kernel<false><<<bag_warps, block>>>(b, tab, C, o);
@@ -903,36 +968,47 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, b.ids, o.flag_tt, o.ids_tt, o.num_sel, (int)b.nnz));
         bytes = w.temp_bytes;
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
-    } else if (k >= 2 && k <= 5) {
+    } else if (tt_cache_dense(k, w)) {
+        tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, ++w.step);
+    } else if (k >= 2 && k <= 7) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
         fail_args("tt_cache has no version %d", k);
     }
-    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3-5: the cached backward beside the rest
-    if (side) {                                      // its sort needs only the lookup kernel's keys
+    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3-7: the cached backward beside the rest
+    const bool side_fwd = k == 7 && side;            // version 7: the cached forward first on the side stream
+    if (side) {                                      // the sort needs only the lookup kernel's keys
         cudaCheck(cudaEventRecord(w.split, 0));
         cudaCheck(cudaStreamWaitEvent(side, w.split, 0));
-        tt_cache_backward_group(b, D, dY, cs, w, side);
+        if (side_fwd) {
+            tt_cache_forward_kernel7<<<fwd_blocks, block, 0, side>>>(o.fwd_c, cs.w, b, D, o);
+            cudaCheck(cudaEventRecord(w.cached_fwd, side));
+        }
+        tt_cache_backward_group(k, b, D, dY, cs, w, side);
+        if (side_fwd) tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
     }
-    if (k == 5 && b.nbags <= TT_CACHE_MAX_BAGS5) {
+    if (k >= 5 && b.nbags <= TT_CACHE_MAX_BAGS5) {
         tt_cache_scatter_kernel5<<<(unsigned)ceil_div<int64_t>(b.nbags + 1, TT_CACHE_BAGS5), TT_CACHE_BLOCK5>>>(b, o);
     } else if (k >= 2) {
         cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
         tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     }
-    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
-    tt_cache_forward_kernel<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(b.nbags * D, block), 1 << 20), block>>>(out, cs.w, b, D, o);
-    if (side) {
-        cudaCheck(cudaEventRecord(w.cached_fwd, 0));
-        cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
-        tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
+    if (side_fwd) cudaCheck(cudaStreamWaitEvent(0, w.cached_fwd, 0));
+    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd, side_fwd ? o.fwd_c : nullptr);
+    if (!side_fwd) {
+        tt_cache_forward_kernel<<<fwd_blocks, block>>>(out, cs.w, b, D, o);
+        if (side) {
+            cudaCheck(cudaEventRecord(w.cached_fwd, 0));
+            cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
+            tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
+        }
     }
     tt_cache_tt_backward(t.part);
     if (side) {
         cudaCheck(cudaEventRecord(w.joined, side));
         cudaCheck(cudaStreamWaitEvent(0, w.joined, 0));
     } else {
-        tt_cache_backward_group(b, D, dY, cs, w, 0);
+        tt_cache_backward_group(k, b, D, dY, cs, w, 0);
         tt_cache_backward_update(k, b, C, D, dY, cs, w, block, 0);
     }
 }
@@ -1111,7 +1187,7 @@ void tt_cache_make_inputs(TtCacheRun& r, uint64_t seed) {
 void tt_cache_setup_device(TtCacheRun& r) {
     const cudaDeviceProp prop = cuda_init();
     const double H = (double)r.H, C = (double)r.C;
-    require_device_memory(68.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 1) + 4.0 * (double)r.nnz * r.D,
+    require_device_memory(76.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 1) + 4.0 * (double)r.nnz * r.D,
                           "the table, the cache and the workspaces");
     tt_cache_tt_setup(r.t, r.nnz, r.opt, (float)r.lr, (float)r.eps, prop, r.cores, r.tt_state);
     const TtEmbeddingBackwardArgs& a = r.t.alone.a;
@@ -1235,6 +1311,8 @@ void tt_cache_poison_step(TtCacheRun& r) {
     for (int64_t* p : {o.off_fwd, o.off_c, o.bag_tt}) poison(p, (nbags + 1) * 8);
     poison(o.msq, nbags * 4);
     poison(o.part5, ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * r.D * 4);
+    poison(o.row_of, nnz * 4);
+    poison(o.fwd_c, nbags * r.D * 4);
     const TtEmbeddingBackwardArgs& a = r.t.part.a;
     poison(a.dG, a.s.core_off[a.s.T] * 4);
     // the TT part's slice keys: zeros (slice 0 of every core) where no lookup of the part writes them, so that a scan
@@ -1287,7 +1365,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 5, 5);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 7, 7);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);
