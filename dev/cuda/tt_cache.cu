@@ -15,30 +15,31 @@ Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row f
   (rows read) + 4 D (1 + w) per cached row updated (w: 1 sgd, 2 adagrad); the step is latency-bound (kernels in series).
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
-2026-12-01, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
-alone 0.1308 / 0.1357 (results/logs/2026-12-01_tt_cache_v5_bench.log):
+2026-12-02, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
+alone 0.1312 / 0.1355 (results/logs/2026-12-02_bench_tt_cache_lfu_count.log):
   1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
-     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2205 / 0.2451
+     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2297 / 0.2488
   2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
-     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2088 / 0.2326
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2140 / 0.2365
   3  version 2 with the cached backward's sort and update on a second stream, forked right after the lookup
-     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1690 / 0.1874
+     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1705 / 0.1886
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
-     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0753 / 0.0905
+     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0883 / 0.1010
   5  version 4 with runs cut every 32 sorted positions, a warp per piece and the pieces of a long run
      summed in order by a second kernel (SGD, dense; Adagrad keeps 4's update); the scan of the
-     partition inside its scatter kernel (up to 8,192 bags)                                    0.0726 / 0.0928
-  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7004, version 4 0.1626, 5 0.1536 (0.22x).
-  retired: version 4 replayed as one CUDA graph; 0.0809 / 0.0946 against version 4's 0.0862 / 0.0996 in the same
-     run (results/logs/2026-12-01_tt_cache_graph.log): `git show 95a9148:dev/cuda/tt_cache.cu`, its version 5
-Also printed: the populate on its own (op tt_cache_populate), and the TT ops alone on the whole batch
-(op tt_cache_tt_alone) in the same run; each version's line carries hit_rate, tt_alone_ms, vs_tt_alone
-(time / TT alone) and target (1 - hit_rate / 2, the issue's bar).
+     partition inside its scatter kernel (up to 8,192 bags)                                    0.0752 / 0.1024
+  6  version 5 sorting dense numbers of the rows hit instead of the rows (the first lookup of a row in
+     the step claims one by a CAS on a per-slot stamp): 14 bits instead of 21, 2 radix passes, not 3  0.0676 / 0.0912
+  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7076, version 5 0.1602, 6 0.1574 (0.22x).
+  retired: version 4 replayed as one CUDA graph, 0.0809 / 0.0946 against 4's 0.0862 / 0.0996 in the same run
+     (results/logs/2026-12-01_tt_cache_graph.log; `git show 95a9148:dev/cuda/tt_cache.cu`, its version 5).
+Also printed: the populate on its own (op tt_cache_populate) and the TT ops alone on the whole batch (op
+tt_cache_tt_alone), same run; each version's line: hit_rate, tt_alone_ms, vs_tt_alone, target (1 - hit_rate / 2).
 
 Check: partition against the CPU (find + cache_state on the CPU-populated table); out against the TT forward
 reference of the whole batch (cache rows are TT rows); cores against the TT backward reference of the TT part
 (its slice keys zeroed first, so a scan past the count would find lookups); cache rows and dense rows against the
-sequential per-lookup reference (versions 1-3 bitwise in practice; 4-5 within 2e-6 x the sum of |update|),
+sequential per-lookup reference (versions 1-3 bitwise in practice; 4-6 within 2e-6 x the sum of |update|),
 Adagrad state, other rows untouched. Populate: the rebuilt table (every kept key in its window, no empty slot
 before it, its count, its row), rows without a key untouched (still poison), the first rows against the CPU chain.
 
@@ -48,14 +49,12 @@ Compile and run:
 Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
     took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
-  - A hot row (the top Zipf row is in most bags) is the step's critical path if one warp walks it: 8 warps over
-    its occurrences cut the step from 0.1765 to 0.0845 ms; pieces of 32 over ~44 warps (5) cut the update kernel
-    from 21 to 10 + 7 (combine) us. Still above the bar at FBTT's default (0.555x against 0.504x): both streams end
-    near 70 us in the step (side: a 3-pass radix sort of 21-bit rows, 33 us alone, ~45 us beside the main stream).
+  - A hot row (the top Zipf row is in most bags) is the critical path if one warp walks it: 8 warps (4) cut the
+    step from 0.1765 to 0.0845 ms, pieces of 32 (5) the update kernel from 21 to 10 + 7 us. Still above the bar
+    at FBTT's default (0.508-0.515x in this version's runs, bar 0.504x): each stream alone ~56 us, together ~67.
   - Not the host's launches: the step replayed as a CUDA graph saved 5 of its 86 microseconds (retired).
-  - Moving work off the main stream can lose: the cached forward on a third stream, the TT forward adding to its
-    output, was 0.0815 against 4's 0.0767; a one-block CUB sort of the 10,240 keys took 55 us against the
-    device-wide sort's 33 (results/notes/tt_cache.md).
+  - Moving work can lose: the cached forward on a third stream (0.0815 against 4's 0.0767), inside the partition
+    kernel (no gain; 6% slower at T = 4) or first on the side stream (0.0684-0.0714 against 6's 0.0671-0.0679).
 */
 #ifndef NO_MAIN
 #define NO_MAIN
@@ -305,11 +304,10 @@ struct TtCacheStepBufs {         // what a step writes (device)
     char* flag_c;                // version 1: 1 for a cached lookup (DevicePartition's flags)
     int64_t *flag_tt, *pos_tt, *ids_tt, *off_fwd, *off_c, *bag_tt;   // off_fwd[nbags]: the TT part's count
     float* msq;                  // rowwise Adagrad: each bag's mean square of dY
-    float* part5;                // versions 5-7: a crossing run's parts, [2 per 32 sorted positions][D]
-    int* row_of;                 // versions 6-7: the cache row of each dense key (null: the keys are the rows)
-    int* next_id;                // versions 6-7: the next dense key, [2]: a step counts in [step % 2] and zeroes the other
-    int64_t* stamp;              // versions 6-7, per table slot: (step << 32) | the slot's dense key in that step
-    float* fwd_c;                // version 7: each bag's SUM of its cached rows [nbags, D] (the TT pooling adds it)
+    float* part5;                // versions 5-6: a crossing run's parts, [2 per 32 sorted positions][D]
+    int* row_of;                 // version 6: the cache row of each dense key (null: the keys are the rows)
+    int* next_id;                // version 6: the next dense key, [2]: a step counts in [step % 2] and zeroes the other
+    int64_t* stamp;              // version 6, per table slot: (step << 32) | the slot's dense key in that step
 };
 
 // Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
@@ -317,10 +315,10 @@ struct TtCacheStepBufs {         // what a step writes (device)
 // number of TT lookups instead.
 // Version 6's sort key of a cached lookup: a dense number of its row among the rows hit in this step (0, 1, ... in
 // the order the rows are first met; fewer bits, so the radix sort takes two passes instead of three). The first
-// lookup of a row in the step claims the number with a CAS on the slot's stamp; a later one reads it there.
-__device__ inline int tt_cache_dense_key(const TtCacheStepBufs& o, int64_t s, int c, unsigned step) {
+// lookup of a row in the step claims the number with a CAS on the slot's stamp; a later one reads it there. The
+// stamp `st` is loaded beside the slot's cache row (both depend only on the slot); a stale one costs a failed CAS.
+__device__ inline int tt_cache_dense_key(const TtCacheStepBufs& o, int64_t s, int c, unsigned step, unsigned long long st) {
     unsigned long long* p = (unsigned long long*)(o.stamp + s);
-    const unsigned long long st = *(volatile unsigned long long*)p;
     if ((unsigned)(st >> 32) == step) return (int)(unsigned)st;
     const int mine = atomicAdd(o.next_id + step % 2, 1);
     const unsigned long long old = atomicCAS(p, st, ((unsigned long long)step << 32) | (unsigned)mine);
@@ -341,8 +339,9 @@ __global__ void tt_cache_lookup_kernel(TtCacheBatch b, TtCacheTable t, int C, Tt
     for (int64_t n = b.offsets[bag] + lane; n < b.offsets[bag + 1]; n += 32) {
         const int64_t s = lfu_count_find(t.keys, t.H, key0 + b.ids[n]);
         const int c = s < 0 ? -1 : t.state[s];
+        const unsigned long long st = DENSE && s >= 0 ? __ldcg((const unsigned long long*)(o.stamp + s)) : 0;
         o.crow[n] = c;
-        if (DENSE) o.crow_key[n] = c >= 0 ? tt_cache_dense_key(o, s, c, step) : (int)b.nnz;
+        if (DENSE) o.crow_key[n] = c >= 0 ? tt_cache_dense_key(o, s, c, step, st) : (int)b.nnz;
         else o.crow_key[n] = c >= 0 ? c : C;
         o.bag_of[n] = (int)bag;
         if (!PER_BAG) { o.flag_tt[n] = c < 0; o.flag_c[n] = c >= 0; }
@@ -399,7 +398,8 @@ __global__ void tt_cache_scatter_kernel2(TtCacheBatch b, TtCacheStepBufs o) {
 // Version 5: the scan inside the scatter. Each block first sums the TT counts of the bags before its own and of all
 // bags (every block reads the same few KB from L2), then its warps take their offsets from the block's counts: one
 // launch where CUB's scan took two more in series. The sums grow as nbags^2 / TT_CACHE_BAGS5, so the step uses this
-// kernel up to TT_CACHE_MAX_BAGS5 bags and CUB's scan with version 2's scatter above.
+// kernel up to TT_CACHE_MAX_BAGS5 bags and CUB's scan with version 2's scatter above. The bound is chosen, not
+// measured: at 8,192 bags each of 512 blocks reads 64 KB of counts from L2 (measured only at FBTT's 512 bags).
 static const int TT_CACHE_BLOCK5 = 512, TT_CACHE_BAGS5 = TT_CACHE_BLOCK5 / 32, TT_CACHE_MAX_BAGS5 = 8192;
 __global__ void __launch_bounds__(TT_CACHE_BLOCK5) tt_cache_scatter_kernel5(TtCacheBatch b, TtCacheStepBufs o) {
     using Reduce = cub::BlockReduce<long long, TT_CACHE_BLOCK5>;
@@ -446,26 +446,6 @@ __global__ void tt_cache_forward_kernel(floatX* __restrict__ out, const float* _
 #pragma unroll 8
         for (int64_t j = lo; j < hi; j++) sum += cache_w[(int64_t)o.crow_c[j] * D + d];
         out[i] = from_float<floatX>(to_float(out[i]) + sum);
-    }
-}
-
-// Version 7's cached forward: the same sums from the lookup kernel's rows (crow, -1 for a TT lookup) instead of the
-// partition's, so it needs only the lookup kernel and runs on the side stream before the sort; its sums go to fwd_c
-// and the TT forward's pooling adds them before it stores: fl(tt + cached), version 6's bits, one kernel fewer on
-// the main stream. A TT lookup loads row 0 and adds nothing (a select), so the loads do not wait on a branch.
-__global__ void tt_cache_forward_kernel7(float* __restrict__ fwd_c, const float* __restrict__ cache_w, TtCacheBatch b, int D,
-                                         TtCacheStepBufs o) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b.nbags * D; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t bag = i / D;
-        const int d = (int)(i - bag * D);
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int64_t n = b.offsets[bag]; n < b.offsets[bag + 1]; n++) {
-            const int c = o.crow[n];
-            const float v = cache_w[(int64_t)max(c, 0) * D + d];
-            sum += c >= 0 ? v : 0.0f;
-        }
-        fwd_c[i] = sum;
     }
 }
 
@@ -756,12 +736,9 @@ TtEmbeddingForwardCores tt_cache_cores(const TtCacheTtBackward& b) {
     return c;
 }
 
-// `add` (fp32 [bags, D], or null): added to each bag's TT sum before it is stored (version 7's cached sums)
-void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& cores, floatX* out, const int64_t* ids, const int64_t* offsets,
-                         const float* add = nullptr) {
-    TtEmbeddingForwardShape s = build ? t.build : t.fwd;
-    s.add = add;
-    tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), s, build ? t.bws : t.fws, build ? t.build_block : t.fwd_block);
+void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& cores, floatX* out, const int64_t* ids, const int64_t* offsets) {
+    if (build) tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.build, t.bws, t.build_block);
+    else tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.fwd, t.fws, t.fwd_block);
 }
 
 void tt_cache_tt_backward(TtCacheTtBackward& b) { tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD7_BLOCK); }
@@ -813,9 +790,9 @@ struct TtCacheWorkspace {
     void *temp, *temp_side;      // CUB's scratch: the main stream's, and the side stream's sort (they overlap)
     size_t temp_bytes, temp_side_bytes;
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
-    int dense_bits;              // versions 6-7: bits of the dense keys (0..nnz)
-    unsigned step = 0;           // versions 6-7: steps taken (the stamps' tag)
-    cudaStream_t side;           // versions 3-5: the cached part's sort and backward
+    int dense_bits;              // version 6: bits of the dense keys (0..nnz)
+    unsigned step = 0;           // version 6: steps taken (the stamps' tag)
+    cudaStream_t side;           // versions 3-6: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
 };
 
@@ -852,7 +829,6 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     o.next_id = device_alloc<int>(2);
     cudaCheck(cudaMemset(o.next_id, 0, 8));
     o.stamp = device_alloc<int64_t>(H);
-    o.fwd_c = device_alloc<float>(nbags * t.fwd.D);
     cudaCheck(cudaMemset(o.stamp, 0xFF, H * 8));          // no step's tag
     o.ids_tt = const_cast<int64_t*>(t.part.a.indices);   // the TT part's bags (both TT ops read them), written here
     o.off_fwd = const_cast<int64_t*>(t.part.a.offsets);
@@ -886,7 +862,7 @@ void tt_cache_free(TtCacheWorkspace& w) {
         cudaCheck(cudaFree(p));
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
-                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp, (void*)o.fwd_c})
+                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp})
         cudaCheck(cudaFree(p));
 }
 
@@ -921,7 +897,7 @@ struct TtCacheState {            // the cache's trainable rows
     float lr, eps;
 };
 
-// versions 6-7 sort dense numbers of the rows hit where they have fewer bits than the rows (C > nnz)
+// version 6 sorts dense numbers of the rows hit where they have fewer bits than the rows (C > nnz)
 static bool tt_cache_dense(int k, const TtCacheWorkspace& w) { return k >= 6 && w.dense_bits < w.crow_bits; }
 
 // the cached backward's grouping: a stable radix sort of the lookups by cache row (TT lookups sort last; it reads only
@@ -937,7 +913,7 @@ void tt_cache_backward_group(int k, const TtCacheBatch& b, int D, const float* d
 // the cached backward's update of the rows (after the cached forward has read them)
 void tt_cache_backward_update(int k, const TtCacheBatch& b, int C, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w,
                               int block, cudaStream_t st) {
-    TtCacheStepBufs o = w.o;                          // versions 6-7: keys are dense numbers of the rows, TT lookups nnz
+    TtCacheStepBufs o = w.o;                          // version 6: keys are dense numbers of the rows, TT lookups nnz
     if (tt_cache_dense(k, w)) C = (int)b.nnz;
     else o.row_of = nullptr;
     if (k >= 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) {
@@ -970,22 +946,16 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
     } else if (tt_cache_dense(k, w)) {
         tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, ++w.step);
-    } else if (k >= 2 && k <= 7) {
+    } else if (k >= 2 && k <= 6) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
         fail_args("tt_cache has no version %d", k);
     }
-    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3-7: the cached backward beside the rest
-    const bool side_fwd = k == 7 && side;            // version 7: the cached forward first on the side stream
-    if (side) {                                      // the sort needs only the lookup kernel's keys
+    const cudaStream_t side = k >= 3 ? w.side : 0;   // versions 3-6: the cached backward beside the rest
+    if (side) {                                      // its sort needs only the lookup kernel's keys
         cudaCheck(cudaEventRecord(w.split, 0));
         cudaCheck(cudaStreamWaitEvent(side, w.split, 0));
-        if (side_fwd) {
-            tt_cache_forward_kernel7<<<fwd_blocks, block, 0, side>>>(o.fwd_c, cs.w, b, D, o);
-            cudaCheck(cudaEventRecord(w.cached_fwd, side));
-        }
         tt_cache_backward_group(k, b, D, dY, cs, w, side);
-        if (side_fwd) tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
     }
     if (k >= 5 && b.nbags <= TT_CACHE_MAX_BAGS5) {
         tt_cache_scatter_kernel5<<<(unsigned)ceil_div<int64_t>(b.nbags + 1, TT_CACHE_BAGS5), TT_CACHE_BLOCK5>>>(b, o);
@@ -993,15 +963,12 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
         tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     }
-    if (side_fwd) cudaCheck(cudaStreamWaitEvent(0, w.cached_fwd, 0));
-    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd, side_fwd ? o.fwd_c : nullptr);
-    if (!side_fwd) {
-        tt_cache_forward_kernel<<<fwd_blocks, block>>>(out, cs.w, b, D, o);
-        if (side) {
-            cudaCheck(cudaEventRecord(w.cached_fwd, 0));
-            cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
-            tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
-        }
+    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
+    tt_cache_forward_kernel<<<fwd_blocks, block>>>(out, cs.w, b, D, o);
+    if (side) {
+        cudaCheck(cudaEventRecord(w.cached_fwd, 0));
+        cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
+        tt_cache_backward_update(k, b, C, D, dY, cs, w, block, side);
     }
     tt_cache_tt_backward(t.part);
     if (side) {
@@ -1312,7 +1279,6 @@ void tt_cache_poison_step(TtCacheRun& r) {
     poison(o.msq, nbags * 4);
     poison(o.part5, ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * r.D * 4);
     poison(o.row_of, nnz * 4);
-    poison(o.fwd_c, nbags * r.D * 4);
     const TtEmbeddingBackwardArgs& a = r.t.part.a;
     poison(a.dG, a.s.core_off[a.s.T] * 4);
     // the TT part's slice keys: zeros (slice 0 of every core) where no lookup of the part writes them, so that a scan
@@ -1365,7 +1331,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 7, 7);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 6, 6);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);

@@ -104,7 +104,6 @@ struct TtEmbeddingForwardShape {
     // the chain's ping-pong buffers: M_t for odd t goes to buffer 0, for even t to buffer 1; each sized for the
     // largest M_t it holds (rounded up to 4 floats; 0 when it holds none: T = 3 needs only buffer 0)
     int buf_pad[2] = {};
-    const float* add = nullptr;   // versions 3-7: fp32 [tables B, D] added to each bag's sum before it is stored
 };
 
 // the device pointers of the T cores (each [tables, p_t, slice_t])
@@ -513,7 +512,7 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
         for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
             float sum = 0.0f;
             for (int w = 0; w < W; w++) sum += smem[w * per_warp + s.buf_pad[0] + s.buf_pad[1] + e];
-            out[bag * s.D + e] = from_float<floatX>(s.add ? sum + s.add[bag * s.D + e] : sum);
+            out[bag * s.D + e] = from_float<floatX>(sum);
         }
         __syncthreads();                                              // before the next bag clears acc
     }
@@ -526,7 +525,7 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
 
 // The pooling of versions 4-6: one thread per (bag, element), the bag's rows summed in lookup order
 __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const float* __restrict__ rowbuf,
-                                                  const int64_t* __restrict__ offsets, int64_t nbags, int D, const float* __restrict__ add) {
+                                                  const int64_t* __restrict__ offsets, int64_t nbags, int D) {
     pdl_wait_prior();                      // the rows (version 6 launches this with PDL)
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nbags * D) return;
@@ -534,7 +533,7 @@ __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const
     const int e = (int)(i - bag * D);
     float sum = 0.0f;
     for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) sum += rowbuf[n * D + e];
-    out[i] = from_float<floatX>(add ? sum + add[i] : sum);
+    out[i] = from_float<floatX>(sum);
 }
 
 // Asynchronous global -> shared copies of 16 bytes (both addresses 16-byte aligned) or 4 bytes (cp.async,
@@ -1822,7 +1821,7 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     const int64_t nbags = (int64_t)s.tables * s.B, n = nbags * s.D;
     const unsigned pool_blocks = (unsigned)ceil_div<int64_t>(n, 256);
     if (s.nnz == 0) {
-        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D, s.add);
+        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
     const int target = version == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : version == 5 ? TT_EMBEDDING_FORWARD_TARGET5
@@ -1843,16 +1842,15 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
                    version == 6 ? tt_embedding_forward_smem_bytes5(s, warps, true) : tt_embedding_forward_smem_bytes7(s, warps), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
                                         offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
         launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
-                                        nbags, s.D, s.add);
+                                        nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D, s.add);
+    tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                           TtEmbeddingForwardWorkspace& ws, int block_size) {
-    if (s.add && kernel_num < 3) fail_args("tt_embedding_forward: version %d does not add to its sums (versions 3-7 do)", kernel_num);
     switch (kernel_num) {
         case 1: tt_embedding_forward1(out, indices, offsets, cores, s, block_size); break;
         case 2: tt_embedding_forward2(out, indices, offsets, cores, s, ws, block_size); break;
