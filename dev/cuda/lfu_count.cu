@@ -22,19 +22,22 @@ a sample times all the steps. Rate: minserts_per_s = lookups / time.
 Fewest bytes, per access (the table is mostly untouched memory: H does not enter):
   bytes = 8 * lookups (row ids) + 32 * (distinct keys of each step, summed: a key and a count read and written)
 
-Versions. H200, 2026-12-01, median ms at the best block (minserts/s), Zipf 1.15 unless named:
+Versions. H200, 2026-12-02, median ms at the best block (minserts/s), Zipf 1.15 unless named
+(results/logs/2026-12-02_bench_tt_cache_lfu_count.log):
                                                      FBTT's batch (10,240)   uniform    2,097,152 lookups
-  1  FBTT's insert: one thread per lookup, atomicCAS     0.0052 (1963)          0.0060     0.1379 (15213)
+  1  FBTT's insert: one thread per lookup, atomicCAS     0.0051 (2000)          0.0060     0.1391 (15073)
      probing, atomicAdd 1; a hot row costs one atomic pair per occurrence, serialised in L2   (default)
-  2  the step deduplicated first: CUB radix sort (the    0.0434 (236)           0.0468     0.1158 (18109)
+  2  the step deduplicated first: CUB radix sort (the    0.0433 (236)           0.0478     0.1164 (18019)
      bits of E only) + run-length encode, one atomicAdd(count) per distinct key; a chain of launches
-  3  one kernel: each block deduplicates its chunk (4    0.0075 (1362)          0.0118     0.0302 (69350)
+  3  one kernel: each block deduplicates its chunk (4    0.0065 (1584)          0.0115     0.0265 (79150)
      lookups a thread) in a shared-memory hash table, then inserts each distinct key once
-  4  version 3 with each key's count prefetched into     0.0075 (1362)          0.0116     0.0319 (65733)
-     L2 beside its claim (no gain measured: the next candidate to leave the file)
+  retired (no gain at 2M lookups): each key's count prefetched into L2 beside its claim, 0.0320 against 3's
+     0.0304 (`git show 94d5ca3:dev/cuda/lfu_count.cu`, its version 4); 32-bit keys in the shared table (not
+     kept), 0.0261 against 0.0263 (results/logs/2026-12-02_lfu_count_32bit_keys_build_vs_v3.log).
 Lessons: at FBTT's batch the whole step is a few microseconds of launch and L2 latency, and one kernel of
-plain atomics (1) wins; deduplication pays once hot rows repeat thousands of times in a step (3 is 4.6x 1 at
-2M lookups, short of the 5x target). CUB's sort chain (2) costs ~40 us of launches at any size here.
+plain atomics (1) wins; deduplication pays once hot rows repeat thousands of times in a step (3 is 5.3x 1 at
+2M lookups). CUB's sort chain (2) costs ~40 us of launches at any size here. Version 3's probe loop compares
+against a local copy of the key: the same algorithm compiled to a schedule 13% faster (0.0304 -> 0.0263 ms).
 
 Compile and run:
   make lfu_count && ./lfu_count all              (Zipf 1.15; --alpha 0 for uniform ids, --steps 10)
