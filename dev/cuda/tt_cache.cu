@@ -945,7 +945,11 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         bytes = w.temp_bytes;
         cudaCheck(cub::DevicePartition::Flagged(w.temp, bytes, o.crow, o.flag_c, o.crow_c, o.num_sel + 1, (int)b.nnz));
     } else if (tt_cache_dense(k, w)) {
-        tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, ++w.step);
+        if (++w.step == 0xFFFFFFFFu) {               // the stamps' tags wrapped (2^32 steps): start them over
+            cudaCheck(cudaMemsetAsync(o.stamp, 0xFF, tab.H * 8));
+            w.step = 1;
+        }
+        tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, w.step);
     } else if (k >= 2 && k <= 6) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
