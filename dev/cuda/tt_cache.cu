@@ -900,8 +900,8 @@ struct TtCacheState {            // the cache's trainable rows
 // version 6 sorts dense numbers of the rows hit where they have fewer bits than the rows (C > nnz)
 static bool tt_cache_dense(int k, const TtCacheWorkspace& w) { return k >= 6 && w.dense_bits < w.crow_bits; }
 
-// the cached backward's grouping: a stable radix sort of the lookups by cache row (TT lookups sort last; it reads only
-// what the lookup kernel wrote) and, for rowwise Adagrad, each bag's mean square
+// the cached backward's grouping: a stable radix sort of the lookups by cache row, or by version 6's dense number of
+// it (TT lookups sort last; it reads only what the lookup kernel wrote) and, for rowwise Adagrad, each bag's mean square
 void tt_cache_backward_group(int k, const TtCacheBatch& b, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, cudaStream_t st) {
     TtCacheStepBufs& o = w.o;
     size_t bytes = w.temp_side_bytes;
