@@ -54,7 +54,7 @@ Lessons (results/notes/tt_cache.md):
     at FBTT's default (0.508-0.515x in this version's runs, bar 0.504x): each stream alone ~56 us, together ~67.
   - Not the host's launches: the step replayed as a CUDA graph saved 5 of its 86 microseconds (retired).
   - Moving work can lose: the cached forward on a third stream (0.0815 against 4's 0.0767), inside the partition
-    kernel (no gain; 6% slower at T = 4) or first on the side stream (0.0684-0.0714 against 6's 0.0671-0.0679).
+    kernel (no gain; ~5% slower at T = 4) or first on the side stream (0.0684-0.0714 against 6's 0.0671-0.0679).
 */
 #ifndef NO_MAIN
 #define NO_MAIN
