@@ -36,7 +36,7 @@ cases=(
   "tt_embedding_backward all --check-only --p 5,3,4 --q 2,2,4 --ranks 128,128 --B 3 --L 2 --optimizer dense"
   "lfu_count all --check-only --E 1000 --B 16 --L 5 --H 300 --steps 2"
   "tt_cache all --check-only --p 7,11,13 --q 2,3,2 --ranks 5,3 --B 17 --L 5 --optimizer adagrad"
-  "tt_cache all --check-only --p 10,10,10 --q 4,4,4 --ranks 32,32 --tables 2 --B 9 --L 3 --cache-rows 300"
+  "tt_cache all --check-only --p 10,10,10 --q 4,4,4 --ranks 32,32 --tables 2 --B 9 --L 3 --cache-rows 300 --part-rows warp"
   "tt_cache all --check-only --p 10,10,10 --q 2,2,4 --ranks 4,4 --B 64 --L 8 --alpha 1.3 --optimizer dense"
   "embedding_bag_forward all --check-only --T 3 --Ds 4,12,132 --Es 50,7,33 --B 13 --L 7 --weights fp16"
   "embedding_bag_backward all --check-only --T 3 --Ds 4,16,64 --Es 50,7,33 --B 17 --L 9 --weights bf16"

@@ -67,6 +67,7 @@ Lessons (results/notes/tt_cache.md):
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_partition.cuh>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 
 // the optimizers: tt_embedding_backward's ids (TT_EMBEDDING_BACKWARD_DENSE / _SGD / _ADAGRAD) for the cores and the cache
@@ -247,6 +248,14 @@ struct TtCacheTable {
     uint64_t H;
 };
 
+// populate: the slots counted exactly once, added to *singles (version 7's estimate of the unseen rows)
+__global__ void tt_cache_singles_kernel(const int64_t* __restrict__ counts, uint64_t H, int64_t* __restrict__ singles) {
+    unsigned long long n = 0;
+    for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < H; s += (uint64_t)gridDim.x * blockDim.x) n += counts[s] == 1;
+    for (int d = 16; d; d /= 2) n += __shfl_xor_sync(0xffffffffu, n, d);
+    if (threadIdx.x % 32 == 0 && n) atomicAdd(reinterpret_cast<unsigned long long*>(singles), n);
+}
+
 __global__ void tt_cache_rank_kernel(const int* __restrict__ sorted_slots, const int64_t* __restrict__ old_keys, int64_t n_ranked,
                                      int* __restrict__ rank, int64_t* __restrict__ row_key) {
     const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -308,6 +317,7 @@ struct TtCacheStepBufs {         // what a step writes (device)
     int* row_of;                 // version 6: the cache row of each dense key (null: the keys are the rows)
     int* next_id;                // version 6: the next dense key, [2]: a step counts in [step % 2] and zeroes the other
     int64_t* stamp;              // version 6, per table slot: (step << 32) | the slot's dense key in that step
+    float* rows;                 // version 7: the TT part's rows [part][D] where a warp per lookup builds them
 };
 
 // Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
@@ -435,17 +445,22 @@ __global__ void tt_cache_msq_kernel(const float* __restrict__ dY, int64_t nbags,
 // cached forward: a thread per (bag, column) adds the SUM of the bag's cached rows (in lookup order) to the TT part's
 // output. The loads of a bag's rows are independent (their rows come from crow_c), so eight are in flight per thread;
 // a warp per bag walking its columns in turns (D / 32 passes, each a chain of L loads) left most of the machine idle.
+// TT_ROWS (version 7's small parts): the TT part's rows are in o.rows, not pooled yet: the thread sums the bag's TT
+// rows first (in lookup order, as the TT forward's pooling does) and writes every bag.
+template <bool TT_ROWS = false>
 __global__ void tt_cache_forward_kernel(floatX* __restrict__ out, const float* __restrict__ cache_w, TtCacheBatch b, int D,
                                         TtCacheStepBufs o) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b.nbags * D; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t bag = i / D;
         const int64_t lo = o.off_c[bag], hi = o.off_c[bag + 1];
-        if (lo == hi) continue;
+        if (!TT_ROWS && lo == hi) continue;
         const int d = (int)(i - bag * D);
-        float sum = 0.0f;
+        float tt = 0.0f, sum = 0.0f;
+        if (TT_ROWS)
+            for (int64_t j = o.off_fwd[bag]; j < o.off_fwd[bag + 1]; j++) tt += o.rows[j * D + d];
 #pragma unroll 8
         for (int64_t j = lo; j < hi; j++) sum += cache_w[(int64_t)o.crow_c[j] * D + d];
-        out[i] = from_float<floatX>(to_float(out[i]) + sum);
+        out[i] = from_float<floatX>((TT_ROWS ? tt : to_float(out[i])) + sum);
     }
 }
 
@@ -743,6 +758,59 @@ void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& core
 
 void tt_cache_tt_backward(TtCacheTtBackward& b) { tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD7_BLOCK); }
 
+// Version 7: the TT part's rows, a warp per TT lookup. Version 6 hands the part to the TT forward's default, which is
+// sized for the batch, not the part: its digit kernel reads every id of the batch and each of its p_1 items copies a
+// slice of G_1, however few lookups the part has (83 of 10,240 at FBTT's default: 20 us, of which the chain kernel
+// 15). Here warp w takes TT lookups w, w + warps, ... below the part's count (on the device), copies the lookup's T
+// slices into its shared memory with every load in flight (cp.async), runs the TT forward's warp chain on them and
+// writes the row to rows[n]; the cached forward pools both parts (tt_cache_forward_kernel<true>). STAGE = false where
+// a warp's slices do not fit: the chain reads them from global memory (L2) instead.
+static const int TT_CACHE_ROWS_BLOCK7 = 128;
+template <bool STAGE>
+__global__ void __launch_bounds__(TT_CACHE_ROWS_BLOCK7) tt_cache_part_rows_kernel(float* __restrict__ rows, const int64_t* __restrict__ ids_tt,
+                                                                              const int64_t* __restrict__ off_tt, const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                                              const __grid_constant__ TtEmbeddingForwardShape s, int per_warp) {
+    extern __shared__ float4 tt_cache_smem7[];
+    const int lane = threadIdx.x % 32, W = blockDim.x / 32;
+    float* buf0 = reinterpret_cast<float*>(tt_cache_smem7) + (int64_t)(threadIdx.x / 32) * per_warp;
+    float* buf1 = buf0 + s.buf_pad[0];
+    float* staged = buf1 + s.buf_pad[1];
+    const int64_t count = off_tt[(int64_t)s.tables * s.B];
+    for (int64_t n = (int64_t)blockIdx.x * W + threadIdx.x / 32; n < count; n += (int64_t)gridDim.x * W) {   // warp-uniform
+        int tbl = 0;                                          // the last table whose TT lookups start at or before n
+        for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
+            const int mid = (lo + hi) / 2;
+            if (off_tt[(int64_t)mid * s.B] <= n) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
+        }
+        const int64_t idx = ids_tt[n];
+        const float* g = lane < s.T ? tt_embedding_forward_slice_ptr(cores, s, tbl, idx, lane) : nullptr;
+        if (STAGE) {
+            float* dst = staged;
+            for (int t = 0; t < s.T; t++) {
+                const float* src = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(g), t));
+                if (s.slice[t] % 4 == 0)                      // the slice is 16-byte aligned (cores are, slices are whole float4s)
+                    for (int e = 4 * lane; e < s.slice[t]; e += 128) tt_embedding_forward_async_copy(dst + e, src + e, true);
+                else
+                    for (int e = lane; e < s.slice[t]; e += 32) tt_embedding_forward_async_copy(dst + e, src + e, false);
+                if (lane == t) g = dst;
+                dst += (s.slice[t] + 3) / 4 * 4;
+            }
+            tt_embedding_forward_async_commit();
+            tt_embedding_forward_async_wait_group<0>();
+            __syncwarp();
+        }
+        tt_embedding_forward_warp_chain(s, g, buf0, buf1, rows + n * s.D, false, lane);   // ends with a __syncwarp
+    }
+}
+
+// version 7's per-warp shared memory (floats): the chain's buffers, plus the slices where STAGE
+inline int64_t tt_cache_rows_floats7(const TtEmbeddingForwardShape& s, bool stage) {
+    int64_t f = s.buf_pad[0] + s.buf_pad[1];
+    if (stage)
+        for (int t = 0; t < s.T; t++) f += tt_embedding_forward_round4(s.slice[t]);
+    return f;
+}
+
 void tt_cache_tt_restore(TtCacheTtBackward& b) {
     const size_t bytes = (size_t)b.a.s.core_off[b.a.s.T] * 4;
     cudaCheck(cudaMemcpyAsync(b.a.cores, b.in.cores0, bytes, cudaMemcpyDeviceToDevice));
@@ -780,6 +848,7 @@ void tt_cache_tt_free(TtCacheTt& t) {
 // ----------------------------------------------------------------------------------------------
 // launchers
 
+enum { TT_CACHE_ROWS_AUTO = 0, TT_CACHE_ROWS_WARP = 1, TT_CACHE_ROWS_TT = 2 };
 struct TtCacheWorkspace {
     // populate
     int64_t *old_keys, *old_counts, *sorted_counts, *row_key, *present, *mat_off, *mat_ids;
@@ -792,6 +861,14 @@ struct TtCacheWorkspace {
     int crow_bits;               // bits of the cached backward's sort keys (rows 0..C)
     int dense_bits;              // version 6: bits of the dense keys (0..nnz)
     unsigned step = 0;           // version 6: steps taken (the stamps' tag)
+    // version 7: a warp per TT lookup where populate expects a small TT part (and a warp's buffers fit a block)
+    bool rows7_fits = false, stage7 = false, rows7 = false;
+    int rows7_mode = 0;          // --part-rows: TT_CACHE_ROWS_AUTO (populate's estimate), _WARP, _TT
+    int per_warp7 = 0;
+    unsigned grid7 = 1;
+    size_t smem7 = 0;
+    double expected_hit = 0.0;   // populate's estimate of a step's hit rate (tt_cache_populate)
+    int64_t* count_sums;         // populate: [0] the kept rows' counts, [1] all counts, [2] rows counted once
     cudaStream_t side;           // versions 3-6: the cached part's sort and backward
     cudaEvent_t split, cached_fwd, joined;
 };
@@ -830,13 +907,32 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     cudaCheck(cudaMemset(o.next_id, 0, 8));
     o.stamp = device_alloc<int64_t>(H);
     cudaCheck(cudaMemset(o.stamp, 0xFF, H * 8));          // no step's tag
+    o.rows = device_alloc<float>((size_t)nnz * t.fwd.D);
+    w.count_sums = device_alloc<int64_t>(3);
+    {                                                     // version 7's kernel: 4 warps a block, staged where they fit
+        int dev = 0, max_smem = 0, sms = 0, per_sm = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int warps = TT_CACHE_ROWS_BLOCK7 / 32;
+        w.stage7 = (int64_t)warps * tt_cache_rows_floats7(t.fwd, true) * 4 <= max_smem;
+        w.rows7_fits = (int64_t)warps * tt_cache_rows_floats7(t.fwd, false) * 4 <= max_smem;
+        w.per_warp7 = (int)tt_cache_rows_floats7(t.fwd, w.stage7);
+        w.smem7 = (size_t)warps * w.per_warp7 * 4;
+        if (w.rows7_fits) {
+            const auto kern = w.stage7 ? tt_cache_part_rows_kernel<true> : tt_cache_part_rows_kernel<false>;
+            cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)w.smem7));
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, TT_CACHE_ROWS_BLOCK7, w.smem7));
+            w.grid7 = (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(nnz, warps), (int64_t)std::max(per_sm, 1) * sms));
+        }
+    }
     o.ids_tt = const_cast<int64_t*>(t.part.a.indices);   // the TT part's bags (both TT ops read them), written here
     o.off_fwd = const_cast<int64_t*>(t.part.a.offsets);
     w.crow_bits = 1;
     while (w.crow_bits < 31 && (C >> w.crow_bits) != 0) w.crow_bits++;
     w.dense_bits = 1;
     while (w.dense_bits < 31 && (nnz >> w.dense_bits) != 0) w.dense_bits++;
-    size_t need[8] = {};
+    size_t need[9] = {};
     cudaCheck(cub::DeviceRadixSort::SortPairsDescending(nullptr, need[0], w.old_counts, w.sorted_counts, w.slots, w.sorted_slots, (int)H));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[1], w.present, w.mat_off, (int)(TC + 1)));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[2], o.flag_tt, o.pos_tt, (int)(nnz + 1)));
@@ -845,7 +941,8 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[5], o.bag_tt, o.off_fwd, (int)(nbags + 1)));
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[6], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.crow_bits));
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[7], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.dense_bits));
-    w.temp_bytes = *std::max_element(need, need + 8);
+    cudaCheck(cub::DeviceReduce::Sum(nullptr, need[8], w.old_counts, w.count_sums, (int)H));
+    w.temp_bytes = *std::max_element(need, need + 9);
     w.temp = device_alloc<char>(w.temp_bytes);
     w.temp_side_bytes = std::max(need[6], need[7]);
     w.temp_side = device_alloc<char>(w.temp_side_bytes);
@@ -862,9 +959,14 @@ void tt_cache_free(TtCacheWorkspace& w) {
         cudaCheck(cudaFree(p));
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
-                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp})
+                    (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp,
+                    (void*)o.rows, (void*)w.count_sums})
         cudaCheck(cudaFree(p));
 }
+
+// version 7 builds the TT part's rows a warp per lookup where populate expects at most 4 TT lookups a step per resident
+// warp (FBTT's default shape, 1,056 warps: faster at 83-1,657 TT lookups, a tie at 4,137, slower at 6,585)
+inline double tt_cache_rows_max7(const TtCacheWorkspace& w) { return 4.0 * w.grid7 * (TT_CACHE_ROWS_BLOCK7 / 32); }
 
 // Populate: rank the slots, rebuild the table with the kept keys, build their rows with the TT forward.
 void tt_cache_populate(TtCacheTt& t, const TtCacheTable& tab, int64_t C, float* cache_w, TtCacheWorkspace& w) {
@@ -889,6 +991,20 @@ void tt_cache_populate(TtCacheTt& t, const TtCacheTable& tab, int64_t C, float* 
     tt_cache_build_ids_kernel<<<(unsigned)ceil_div<int64_t>(C, 256), 256>>>(w.row_key, C, E, w.mat_off, w.mat_ids);
     tt_cache_tt_forward(t, true, t.part, w.built, w.mat_ids, w.mat_off);
     tt_cache_store_rows_kernel<<<(unsigned)ceil_div<int64_t>(C * t.fwd.D, 256), 256>>>(w.row_key, C, E, t.fwd.D, w.built, cache_w);
+    // version 7's route, read back once here (populate is not on the step's path): the expected hit rate is the kept
+    // rows' share of the warm-up's accesses less the share of rows counted once (Good-Turing: about the chance that
+    // the next lookup is a row the warm-up never saw; without it a uniform batch whose rows all fit looks like 100%)
+    bytes = w.temp_bytes;
+    cudaCheck(cub::DeviceReduce::Sum(w.temp, bytes, w.sorted_counts, w.count_sums, (int)ranked));
+    bytes = w.temp_bytes;
+    cudaCheck(cub::DeviceReduce::Sum(w.temp, bytes, w.sorted_counts, w.count_sums + 1, (int)H));
+    cudaCheck(cudaMemsetAsync(w.count_sums + 2, 0, 8));
+    tt_cache_singles_kernel<<<(unsigned)std::min<uint64_t>(ceil_div<uint64_t>(H, 256), 1024), 256>>>(w.sorted_counts, H, w.count_sums + 2);
+    int64_t sums[3] = {};
+    cudaCheck(cudaMemcpy(sums, w.count_sums, sizeof sums, cudaMemcpyDeviceToHost));
+    w.expected_hit = sums[1] > 0 ? std::max(0.0, (double)(sums[0] - sums[2]) / (double)sums[1]) : 0.0;
+    w.rows7 = w.rows7_fits && (w.rows7_mode == TT_CACHE_ROWS_WARP ||
+                               (w.rows7_mode == TT_CACHE_ROWS_AUTO && (1.0 - w.expected_hit) * (double)t.fwd.nnz <= tt_cache_rows_max7(w)));
 }
 
 struct TtCacheState {            // the cache's trainable rows
@@ -950,7 +1066,7 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
             w.step = 1;
         }
         tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, w.step);
-    } else if (k >= 2 && k <= 6) {
+    } else if (k >= 2 && k <= 7) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
         fail_args("tt_cache has no version %d", k);
@@ -967,8 +1083,14 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
         cudaCheck(cub::DeviceScan::ExclusiveSum(w.temp, bytes, o.bag_tt, o.off_fwd, (int)(b.nbags + 1)));
         tt_cache_scatter_kernel2<<<bag_warps, block>>>(b, o);
     }
-    tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
-    tt_cache_forward_kernel<<<fwd_blocks, block>>>(out, cs.w, b, D, o);
+    if (k >= 7 && w.rows7) {                         // version 7, a small TT part: its rows a warp each, pooled with the cached rows
+        (w.stage7 ? tt_cache_part_rows_kernel<true> : tt_cache_part_rows_kernel<false>)<<<w.grid7, TT_CACHE_ROWS_BLOCK7, w.smem7>>>(
+            o.rows, o.ids_tt, o.off_fwd, tt_cache_cores(t.part), t.fwd, w.per_warp7);
+        tt_cache_forward_kernel<true><<<fwd_blocks, block>>>(out, cs.w, b, D, o);
+    } else {
+        tt_cache_tt_forward(t, false, t.part, out, o.ids_tt, o.off_fwd);
+        tt_cache_forward_kernel<<<fwd_blocks, block>>>(out, cs.w, b, D, o);
+    }
     if (side) {
         cudaCheck(cudaEventRecord(w.cached_fwd, 0));
         cudaCheck(cudaStreamWaitEvent(side, w.cached_fwd, 0));   // the cached forward has read the rows
@@ -1062,7 +1184,7 @@ TtCachePartitionRef tt_cache_partition_cpu(const LfuCountHostTable& pt, const st
 
 struct TtCacheRun {
     TtEmbeddingConfig c;                     // the TT shape and the bags (tt_embedding.h's flags)
-    std::string distinct = "on", optimizer = "sgd";
+    std::string distinct = "on", optimizer = "sgd", part_rows = "auto";
     int warmup = 4, opt = TT_EMBEDDING_BACKWARD_SGD, D = 0;
     int64_t C = -1, H = -1, nbags = 0, nnz = 0;
     double lr = 0.05, eps = 1e-8, hit = 0.0, tt_alone_ms = 0.0;
@@ -1102,6 +1224,8 @@ void tt_cache_parse(TtCacheRun& r, Cli& cli, int argc, char** argv) {
     cli.add_choice("optimizer", &r.optimizer, {"dense", "sgd", "adagrad"}, "TT cores: dense / SGD / elementwise Adagrad; cache: dense / SGD / rowwise Adagrad");
     cli.add_double("lr", &r.lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &r.eps, "Adagrad epsilon");
+    cli.add_choice("part-rows", &r.part_rows, {"auto", "warp", "tt"}, "version 7: the TT part's rows a warp per lookup (warp), by the TT forward "
+                   "as in version 6 (tt), or as populate's estimate of the part says (auto)");
     cli.constraints = "  the TT ops' shape rules (T = len(p) in 2..6, len(q) = T, len(ranks) = T - 1, E <= prod p, D = prod q);\n"
                       "  tables, B, L, warmup >= 1; (warmup + 1) * tables * B * L < 2^31; 1 <= C <= tables * E; 1 <= H < 2^31;\n"
                       "  the warm-up's distinct rows < H (a full table has no empty slot for populate's rebuild); eps > 0; no --ragged";
@@ -1158,7 +1282,7 @@ void tt_cache_make_inputs(TtCacheRun& r, uint64_t seed) {
 void tt_cache_setup_device(TtCacheRun& r) {
     const cudaDeviceProp prop = cuda_init();
     const double H = (double)r.H, C = (double)r.C;
-    require_device_memory(76.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 1) + 4.0 * (double)r.nnz * r.D,
+    require_device_memory(76.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 1) + 8.0 * (double)r.nnz * r.D,
                           "the table, the cache and the workspaces");
     tt_cache_tt_setup(r.t, r.nnz, r.opt, (float)r.lr, (float)r.eps, prop, r.cores, r.tt_state);
     const TtEmbeddingBackwardArgs& a = r.t.alone.a;
@@ -1169,6 +1293,9 @@ void tt_cache_setup_device(TtCacheRun& r) {
     r.tab = TtCacheTable{device_alloc<int64_t>(r.H), device_alloc<int64_t>(r.H), device_alloc<int>(r.H), (uint64_t)r.H};
     r.lt = LfuCountDeviceTable{r.tab.keys, r.tab.counts, (uint64_t)r.H, device_alloc<unsigned long long>(1)};
     r.w = tt_cache_workspace(r.t, r.tab, r.C, r.nnz);
+    r.w.rows7_mode = r.part_rows == "warp" ? TT_CACHE_ROWS_WARP : r.part_rows == "tt" ? TT_CACHE_ROWS_TT : TT_CACHE_ROWS_AUTO;
+    require(r.w.rows7_fits || r.w.rows7_mode != TT_CACHE_ROWS_WARP, "--part-rows warp: a warp's chain buffers (%d floats) times %d warps do not "
+            "fit a block's shared memory at this shape; use auto or tt", (int)tt_cache_rows_floats7(r.t.fwd, false), TT_CACHE_ROWS_BLOCK7 / 32);
     r.cs = TtCacheState{device_alloc<float>(r.C * r.D), device_alloc<float>(r.C), device_alloc<float>(r.C * r.D), r.opt, (float)r.lr, (float)r.eps};
     r.cw0 = device_alloc<float>(r.C * r.D);
     r.st0 = device_upload(r.cache_st0);
@@ -1225,6 +1352,10 @@ bool tt_cache_run_populate(TtCacheRun& r, const Cli& cli) {
                               "rows_kept=" + std::to_string(r.kept));                                                    // sorted, rewritten; rows
     }
     cudaCheck(cudaMemcpy(r.cw0, r.cs.w, r.C * r.D * 4, cudaMemcpyDeviceToDevice));
+    printf("populate: expected hit rate %.4f (kept rows' share of the warm-up's counts, less rows counted once): version 7 builds the TT "
+           "part's rows %s\n", r.w.expected_hit,
+           r.w.rows7 ? (r.w.stage7 ? "a warp per lookup (slices staged in shared memory)" : "a warp per lookup (slices read from L2)")
+                     : r.w.rows7_fits ? "with the TT forward (the part is expected too large)" : "with the TT forward (a warp's buffers do not fit a block)");
     return pass;
 }
 
@@ -1283,6 +1414,7 @@ void tt_cache_poison_step(TtCacheRun& r) {
     poison(o.msq, nbags * 4);
     poison(o.part5, ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * r.D * 4);
     poison(o.row_of, nnz * 4);
+    poison(o.rows, nnz * r.D * 4);
     const TtEmbeddingBackwardArgs& a = r.t.part.a;
     poison(a.dG, a.s.core_off[a.s.T] * 4);
     // the TT part's slice keys: zeros (slice 0 of every core) where no lookup of the part writes them, so that a scan
@@ -1335,7 +1467,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 6, 6);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 7, 7);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);
