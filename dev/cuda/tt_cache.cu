@@ -16,43 +16,45 @@ Bytes of a step beyond the TT ops (fewest): 8 nnz (ids) + ~16 per distinct row f
 
 Versions (the step: partition, TT forward of the TT part, cached forward, TT backward, cached backward). H200,
 2026-12-02, FBTT's default, Zipf 1.15, hit rate 0.992, median ms at the best block, SGD / rowwise Adagrad; TT ops
-alone 0.1312 / 0.1355 (results/logs/2026-12-02_bench_tt_cache_lfu_count.log):
+alone 0.1307 / 0.1353 (results/logs/2026-12-02_bench_tt_cache_warp_rows.log):
   1  per-lookup stages: a warp per bag finds its lookups, CUB ExclusiveSum of the TT flags, an offsets kernel,
-     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2297 / 0.2488
+     two DevicePartition::Flagged (TT ids, cache rows); the cached backward a warp per row      0.2228 / 0.2436
   2  per-bag stages: the same warps count their bag's TT lookups, CUB ExclusiveSum over bags only, and a
-     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2140 / 0.2365
+     scatter kernel compacts both parts in order with warp ballots (no per-lookup scan or partition)  0.2108 / 0.2323
   3  version 2 with the cached backward's sort and update on a second stream, forked right after the lookup
-     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1705 / 0.1886
+     kernel (the sort needs only its keys), the update once the cached forward has read the rows  0.1681 / 0.1845
   4  version 3 with the cached backward by blocks: a row's run split over 8 warps, the parts' sum
-     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0883 / 0.1010
+     applied once (a hot row's loads 8 warps wide; rows within fp32 rounding, states bitwise)   0.0856 / 0.0991
   5  version 4 with runs cut every 32 sorted positions, a warp per piece and the pieces of a long run
      summed in order by a second kernel (SGD, dense; Adagrad keeps 4's update); the scan of the
-     partition inside its scatter kernel (up to 8,192 bags)                                    0.0752 / 0.1024
+     partition inside its scatter kernel (up to 8,192 bags)                                    0.0725 / 0.1004
   6  version 5 sorting dense numbers of the rows hit instead of the rows (the first lookup of a row in
-     the step claims one by a CAS on a per-slot stamp): 14 bits instead of 21, 2 radix passes, not 3  0.0676 / 0.0912
-  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.7076, version 5 0.1602, 6 0.1574 (0.22x).
-  retired: version 4 replayed as one CUDA graph, 0.0809 / 0.0946 against 4's 0.0862 / 0.0996 in the same run
-     (results/logs/2026-12-01_tt_cache_graph.log; `git show 95a9148:dev/cuda/tt_cache.cu`, its version 5).
-Also printed: the populate on its own (op tt_cache_populate) and the TT ops alone on the whole batch (op
-tt_cache_tt_alone), same run; each version's line: hit_rate, tt_alone_ms, vs_tt_alone, target (1 - hit_rate / 2).
+     the step claims one by a CAS on a per-slot stamp): 14 bits instead of 21, 2 radix passes, not 3  0.0667 / 0.0898
+  7  the default: version 6 with the TT part's rows built a warp per lookup (its slices staged in shared
+     memory by cp.async) and pooled inside the cached forward, where populate expects a small part;
+     the TT forward (sized for the batch: 20 us for 83 lookups) elsewhere; --part-rows forces either  0.0594 / 0.0861
+  At T = 4 (p 40,50,55,60, q 4,4,2,4, ranks 32, SGD, hit 0.993): TT alone 0.6984, version 6 0.1526, 7 0.1381 (0.198x).
+  retired: version 4 as one CUDA graph, 0.0809 / 0.0946 against 0.0862 / 0.0996 (git show 95a9148:<this file>, its 5).
+Also printed: populate on its own (op tt_cache_populate; it reads back version 7's hit estimate) and the TT ops
+alone on the whole batch (op tt_cache_tt_alone), same run; each version: hit_rate, vs_tt_alone, target (1 - hit / 2).
 
 Check: partition against the CPU (find + cache_state on the CPU-populated table); out against the TT forward
 reference of the whole batch (cache rows are TT rows); cores against the TT backward reference of the TT part
 (its slice keys zeroed first, so a scan past the count would find lookups); cache rows and dense rows against the
-sequential per-lookup reference (versions 1-3 bitwise in practice; 4-6 within 2e-6 x the sum of |update|),
+sequential per-lookup reference (versions 1-3 bitwise in practice; 4-7 within 2e-6 x the sum of |update|),
 Adagrad state, other rows untouched. Populate: the rebuilt table (every kept key in its window, no empty slot
 before it, its count, its row), rows without a key untouched (still poison), the first rows against the CPU chain.
 
-Compile and run:
-  make tt_cache && ./tt_cache all                       (FBTT's default: p 200,220,250 q 4,4,4 ranks 32,32,
-                                                         B 512 L 20, Zipf 1.15, cache 10% of E, 4 warm-up steps)
+Run: make tt_cache && ./tt_cache all   (FBTT's default: p 200,220,250 q 4,4,4 ranks 32,32, B 512 L 20, Zipf 1.15,
+                                          cache 10% of E, 4 warm-up steps)
 Lessons (results/notes/tt_cache.md):
   - The TT ops must bound their work by the part's count on the device, not the host's nnz: at T = 4 that alone
     took the step from 1.03x to 0.36x of the TT ops alone (the backward's general kernels ran the whole batch).
   - A hot row (the top Zipf row is in most bags) is the critical path if one warp walks it: 8 warps (4) cut the
-    step from 0.1765 to 0.0845 ms, pieces of 32 (5) the update kernel from 21 to 10 + 7 us. Still above the bar
-    at FBTT's default (0.508-0.515x in this version's runs, bar 0.504x): each stream alone ~56 us, together ~67.
-  - Not the host's launches: the step replayed as a CUDA graph saved 5 of its 86 microseconds (retired).
+    step from 0.1765 to 0.0845 ms, pieces of 32 (5) the update kernel from 21 to 10 + 7 us.
+  - Size the TT part's forward by the part (7): 0.0591-0.0608 against 6's 0.0662-0.0668 in alternating runs.
+    The warp per lookup wins up to ~1,700 TT lookups a step, ties at ~4,100 and loses at 6,600 (the TT forward's
+    grouping); populate's estimate (kept share less rows seen once) picks, since a step may not ask the host.
   - Moving work can lose: the cached forward on a third stream (0.0815 against 4's 0.0767), inside the partition
     kernel (no gain; ~5% slower at T = 4) or first on the side stream (0.0684-0.0714 against 6's 0.0671-0.0679).
 */
@@ -659,7 +661,8 @@ __global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, f
 
 // ----------------------------------------------------------------------------------------------
 // The TT ops' code: every call into tt_embedding_forward.cu and tt_embedding_backward.cu is in this section.
-// Forward: version 6 (its default); backward: version 7 (its default) at its block size.
+// Forward: version 6 (its default; tt_cache's version 7 builds small parts itself, below); backward: version 7 (its
+// default) at its block size.
 
 struct TtCacheTtBackward {       // one TT backward call's arguments and buffers (inputs: offsets, ids, dY)
     TtEmbeddingBackwardArgs a;
