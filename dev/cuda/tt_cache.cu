@@ -320,7 +320,6 @@ struct TtCacheStepBufs {         // what a step writes (device)
     int* next_id;                // version 6: the next dense key, [2]: a step counts in [step % 2] and zeroes the other
     int64_t* stamp;              // version 6, per table slot: (step << 32) | the slot's dense key in that step
     float* rows;                 // version 7: the TT part's rows [part][D] where a warp per lookup builds them
-    double *msq8, *scan8;        // version 8, rowwise Adagrad: each sorted position's mean square; its run's inclusive sum
 };
 
 // Versions 1 and 2: a warp per bag finds each lookup's cache row. Writes per lookup the row (-1: TT), the sort key
@@ -437,13 +436,6 @@ __global__ void __launch_bounds__(TT_CACHE_BLOCK5) tt_cache_scatter_kernel5(TtCa
     for (int v = 0; v < warp; v++) tt0 += count_s[v];
     if (lane == 0) o.off_fwd[bag] = tt0;              // bag nbags: the TT part's count
     tt_cache_scatter_bag(b, o, bag, tt0, total_s, lane);
-}
-
-// version 8, rowwise Adagrad: each sorted position's mean square of its bag's gradient (the reference's float value),
-// in double for the scan by run that follows (tt_cache_backward_group); the TT lookups' run is scanned and not read
-__global__ void tt_cache_msq_sorted_kernel8(const float* __restrict__ dY, int64_t nnz, int D, TtCacheStepBufs o) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < nnz) o.msq8[i] = (double)tt_cache_mean_square(dY + (int64_t)o.sorted_bag[i] * D, D);
 }
 
 // rowwise Adagrad: each bag's mean square of its gradient (every lookup of a bag shares it)
@@ -596,15 +588,9 @@ __global__ void __launch_bounds__(TT_CACHE_BLOCK4) tt_cache_backward_kernel4(int
 // at once, the piece of a longer run goes to part5 (slot 1 of its 32 positions for the run's first piece, slot 0 for
 // the others), and tt_cache_combine_kernel5 sums each such run's pieces in order. Version 4's hot row (~1,400
 // occurrences at FBTT's default: one block, 8 warps over ~175 loads each) becomes ~44 warps over 32.
-// Version 8 gives rowwise Adagrad the same units: occurrence o's state is s_o = s + (the inclusive sum of its run's
-// mean squares up to o), scanned beforehand (tt_cache_adagrad_scan8), so each lane computes its occurrence's
-// multiplier lr / (sqrt(s_o) + eps) at once and the unit's sum is fmaf(mult_o, g_o, acc) in order. The state s is
-// read by every unit of the run and written once at the run's end: by the unit where the run is whole, else by the
-// combine kernel (after every unit has read it).
 static const int TT_CACHE_SEG5 = 32, TT_CACHE_BATCH5 = 8;
-__global__ void tt_cache_backward_kernel5(int opt, float lr, float eps, float* __restrict__ cache_w, float* __restrict__ cache_st,
-                                          float* __restrict__ cache_dw, const float* __restrict__ dY, int64_t nnz, int C, int D,
-                                          TtCacheStepBufs o) {
+__global__ void tt_cache_backward_kernel5(int opt, float lr, float* __restrict__ cache_w, float* __restrict__ cache_dw,
+                                          const float* __restrict__ dY, int64_t nnz, int C, int D, TtCacheStepBufs o) {
     const int lane = threadIdx.x % 32;
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (i >= nnz) return;
@@ -617,13 +603,7 @@ __global__ void tt_cache_backward_kernel5(int opt, float lr, float eps, float* _
     const int n = (int)(differ ? __ffs(differ) : seg_end - i);              // the unit's occurrences
     const bool whole = begins && !(i + n == seg_end && seg_end < nnz && o.sorted_crow[seg_end] == key);
     const int bag = lane < n ? o.sorted_bag[i + lane] : 0;
-    const bool dense = opt == TT_EMBEDDING_BACKWARD_DENSE, adagrad = opt == TT_EMBEDDING_BACKWARD_ADAGRAD;
-    float mult = lr;                                                         // version 8, Adagrad: this lane's occurrence's
-    if (adagrad) {
-        const double s = cache_st[c];
-        if (lane < n) mult = lr / (sqrtf((float)(s + o.scan8[i + lane])) + eps);
-        if (whole && lane == n - 1) cache_st[c] = (float)(s + o.scan8[i + lane]);
-    }
+    const bool dense = opt == TT_EMBEDDING_BACKWARD_DENSE;
     for (int d0 = 0; d0 < D; d0 += 32 * TT_CACHE_EPL) {
         float acc[TT_CACHE_EPL] = {};
         for (int k0 = 0; k0 < n; k0 += TT_CACHE_BATCH5) {                     // the batch's loads first, then its terms in order
@@ -638,12 +618,10 @@ __global__ void tt_cache_backward_kernel5(int opt, float lr, float eps, float* _
                 }
             }
 #pragma unroll
-            for (int k = 0; k < TT_CACHE_BATCH5; k++) {
-                const float m = adagrad ? __shfl_sync(0xffffffffu, mult, (k0 + k) % 32) : lr;
+            for (int k = 0; k < TT_CACHE_BATCH5; k++)
 #pragma unroll
                 for (int e = 0; e < TT_CACHE_EPL; e++)
-                    if (k0 + k < n) acc[e] = dense ? acc[e] + x[k][e] : fmaf(m, x[k][e], acc[e]);
-            }
+                    if (k0 + k < n) acc[e] = dense ? acc[e] + x[k][e] : fmaf(lr, x[k][e], acc[e]);
         }
         for (int e = 0; e < TT_CACHE_EPL; e++) {
             const int d = d0 + e * 32 + lane;
@@ -657,8 +635,8 @@ __global__ void tt_cache_backward_kernel5(int opt, float lr, float eps, float* _
 
 // a warp per 32 sorted positions; where a run that crosses the next multiple of 32 starts among them, the warp sums
 // its pieces in order (slot 1 here, then slot 0 of each following 32 while the run goes on) and applies the sum once
-__global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, float* __restrict__ cache_st, float* __restrict__ cache_dw,
-                                         int64_t nnz, int C, int D, TtCacheStepBufs o) {
+__global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, float* __restrict__ cache_dw, int64_t nnz, int C, int D,
+                                         TtCacheStepBufs o) {
     const int lane = threadIdx.x % 32;
     const int64_t seg = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, base = seg * TT_CACHE_SEG5;
     if (base + TT_CACHE_SEG5 >= nnz) return;                                 // no run crosses the end of the batch
@@ -671,11 +649,6 @@ __global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, f
         const int64_t k = last + lane, next = (k + 1) * TT_CACHE_SEG5;
         const unsigned stop = __ballot_sync(0xffffffffu, k >= nseg - 1 || next >= nnz || o.sorted_crow[next] != key);
         if (stop) { last += __ffs(stop) - 1; break; }
-    }
-    if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) {                              // version 8: the state after the run's last occurrence
-        const int64_t p = last * TT_CACHE_SEG5 + lane;
-        const unsigned in = __ballot_sync(0xffffffffu, p < nnz && o.sorted_crow[p] == key);   // a prefix of the 32
-        if (lane == 0) cache_st[c] = (float)((double)cache_st[c] + o.scan8[last * TT_CACHE_SEG5 + 31 - __clz(in)]);
     }
     for (int d = lane; d < D; d += 32) {
         float sum = o.part5[(seg * 2 + 1) * D + d];
@@ -938,8 +911,6 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     o.stamp = device_alloc<int64_t>(H);
     cudaCheck(cudaMemset(o.stamp, 0xFF, H * 8));          // no step's tag
     o.rows = device_alloc<float>((size_t)nnz * t.fwd.D);
-    o.msq8 = device_alloc<double>(nnz);
-    o.scan8 = device_alloc<double>(nnz);
     w.count_sums = device_alloc<int64_t>(3);
     {                                                     // version 7's kernel: 4 warps a block, staged where they fit
         int dev = 0, max_smem = 0, sms = 0, per_sm = 0;
@@ -964,7 +935,7 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     while (w.crow_bits < 31 && (C >> w.crow_bits) != 0) w.crow_bits++;
     w.dense_bits = 1;
     while (w.dense_bits < 31 && (nnz >> w.dense_bits) != 0) w.dense_bits++;
-    size_t need[10] = {};
+    size_t need[9] = {};
     cudaCheck(cub::DeviceRadixSort::SortPairsDescending(nullptr, need[0], w.old_counts, w.sorted_counts, w.slots, w.sorted_slots, (int)H));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[1], w.present, w.mat_off, (int)(TC + 1)));
     cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, need[2], o.flag_tt, o.pos_tt, (int)(nnz + 1)));
@@ -974,10 +945,9 @@ TtCacheWorkspace tt_cache_workspace(const TtCacheTt& t, const TtCacheTable& tab,
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[6], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.crow_bits));
     cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, need[7], o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)nnz, 0, w.dense_bits));
     cudaCheck(cub::DeviceReduce::Sum(nullptr, need[8], w.old_counts, w.count_sums, (int)H));
-    cudaCheck(cub::DeviceScan::InclusiveSumByKey(nullptr, need[9], o.sorted_crow, o.msq8, o.scan8, (int)nnz, cuda::std::equal_to<>()));
-    w.temp_bytes = *std::max_element(need, need + 10);
+    w.temp_bytes = *std::max_element(need, need + 9);
     w.temp = device_alloc<char>(w.temp_bytes);
-    w.temp_side_bytes = std::max({need[6], need[7], need[9]});
+    w.temp_side_bytes = std::max(need[6], need[7]);
     w.temp_side = device_alloc<char>(w.temp_side_bytes);
     cudaCheck(cudaStreamCreateWithFlags(&w.side, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&w.split, &w.cached_fwd, &w.joined}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -993,7 +963,7 @@ void tt_cache_free(TtCacheWorkspace& w) {
     TtCacheStepBufs& o = w.o;
     for (void* p : {(void*)o.crow, (void*)o.crow_key, (void*)o.bag_of, (void*)o.crow_c, (void*)o.sorted_crow, (void*)o.sorted_bag, (void*)o.num_sel, (void*)o.flag_c,
                     (void*)o.flag_tt, (void*)o.pos_tt, (void*)o.off_c, (void*)o.bag_tt, (void*)o.msq, (void*)o.part5, (void*)o.row_of, (void*)o.next_id, (void*)o.stamp,
-                    (void*)o.rows, (void*)o.msq8, (void*)o.scan8, (void*)w.count_sums})
+                    (void*)o.rows, (void*)w.count_sums})
         cudaCheck(cudaFree(p));
 }
 
@@ -1051,20 +1021,12 @@ static bool tt_cache_dense(int k, const TtCacheWorkspace& w) { return k >= 6 && 
 
 // the cached backward's grouping: a stable radix sort of the lookups by cache row, or by version 6's dense number of
 // it (TT lookups sort last; it reads only what the lookup kernel wrote) and, for rowwise Adagrad, each bag's mean square
-// (version 8: each sorted position's, then their inclusive sums within each run, CUB's InclusiveSumByKey)
 void tt_cache_backward_group(int k, const TtCacheBatch& b, int D, const float* dY, const TtCacheState& cs, TtCacheWorkspace& w, cudaStream_t st) {
     TtCacheStepBufs& o = w.o;
     size_t bytes = w.temp_side_bytes;
     cudaCheck(cub::DeviceRadixSort::SortPairs(w.temp_side, bytes, o.crow_key, o.sorted_crow, o.bag_of, o.sorted_bag, (int)b.nnz, 0,
                                               tt_cache_dense(k, w) ? w.dense_bits : w.crow_bits, st));
-    if (cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) return;
-    if (k >= 8) {
-        tt_cache_msq_sorted_kernel8<<<(unsigned)ceil_div<int64_t>(b.nnz, 256), 256, 0, st>>>(dY, b.nnz, D, o);
-        bytes = w.temp_side_bytes;
-        cudaCheck(cub::DeviceScan::InclusiveSumByKey(w.temp_side, bytes, o.sorted_crow, o.msq8, o.scan8, (int)b.nnz, cuda::std::equal_to<>(), st));
-    } else {
-        tt_cache_msq_kernel<<<(unsigned)ceil_div<int64_t>(b.nbags, 256), 256, 0, st>>>(dY, b.nbags, D, o.msq);
-    }
+    if (cs.opt == TT_EMBEDDING_BACKWARD_ADAGRAD) tt_cache_msq_kernel<<<(unsigned)ceil_div<int64_t>(b.nbags, 256), 256, 0, st>>>(dY, b.nbags, D, o.msq);
 }
 
 // the cached backward's update of the rows (after the cached forward has read them)
@@ -1073,11 +1035,10 @@ void tt_cache_backward_update(int k, const TtCacheBatch& b, int C, int D, const 
     TtCacheStepBufs o = w.o;                          // version 6: keys are dense numbers of the rows, TT lookups nnz
     if (tt_cache_dense(k, w)) C = (int)b.nnz;
     else o.row_of = nullptr;
-    if ((k >= 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) || k >= 8) {
-        tt_cache_backward_kernel5<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, 256), 256, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
-                                                                                              b.nnz, C, D, o);
+    if (k >= 5 && cs.opt != TT_EMBEDDING_BACKWARD_ADAGRAD) {
+        tt_cache_backward_kernel5<<<(unsigned)ceil_div<int64_t>(b.nnz * 32, 256), 256, 0, st>>>(cs.opt, cs.lr, cs.w, cs.dw, dY, b.nnz, C, D, o);
         tt_cache_combine_kernel5<<<(unsigned)ceil_div<int64_t>(ceil_div<int64_t>(b.nnz, TT_CACHE_SEG5) * 32, 256), 256, 0, st>>>(
-            cs.opt, cs.w, cs.st, cs.dw, b.nnz, C, D, o);
+            cs.opt, cs.w, cs.dw, b.nnz, C, D, o);
     } else if (k >= 4)
         tt_cache_backward_kernel4<<<(unsigned)std::min<int64_t>(b.nnz, 2048), TT_CACHE_BLOCK4, 0, st>>>(cs.opt, cs.lr, cs.eps, cs.w, cs.st, cs.dw, dY,
                                                                                                    b.nnz, C, D, o);
@@ -1108,7 +1069,7 @@ void tt_cache_step(int k, TtCacheTt& t, const TtCacheTable& tab, int C, const Tt
             w.step = 1;
         }
         tt_cache_lookup_kernel<true, true><<<bag_warps, block>>>(b, tab, C, o, w.step);
-    } else if (k >= 2 && k <= 8) {
+    } else if (k >= 2 && k <= 7) {
         tt_cache_lookup_kernel<true><<<bag_warps, block>>>(b, tab, C, o);
     } else {
         fail_args("tt_cache has no version %d", k);
@@ -1324,7 +1285,7 @@ void tt_cache_make_inputs(TtCacheRun& r, uint64_t seed) {
 void tt_cache_setup_device(TtCacheRun& r) {
     const cudaDeviceProp prop = cuda_init();
     const double H = (double)r.H, C = (double)r.C;
-    require_device_memory(76.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 3) + 8.0 * (double)r.nnz * r.D,
+    require_device_memory(76.0 * H + 12.0 * C * r.D + (4.0 * r.D + 32.0) * r.c.tables * C + 8.0 * r.nnz * (r.warmup + 1) + 8.0 * (double)r.nnz * r.D,
                           "the table, the cache and the workspaces");
     tt_cache_tt_setup(r.t, r.nnz, r.opt, (float)r.lr, (float)r.eps, prop, r.cores, r.tt_state);
     const TtEmbeddingBackwardArgs& a = r.t.alone.a;
@@ -1457,8 +1418,6 @@ void tt_cache_poison_step(TtCacheRun& r) {
     poison(o.part5, ceil_div<int64_t>(nnz, TT_CACHE_SEG5) * 2 * r.D * 4);
     poison(o.row_of, nnz * 4);
     poison(o.rows, nnz * r.D * 4);
-    poison(o.msq8, nnz * 8);
-    poison(o.scan8, nnz * 8);
     const TtEmbeddingBackwardArgs& a = r.t.part.a;
     poison(a.dG, a.s.core_off[a.s.T] * 4);
     // the TT part's slice keys: zeros (slice 0 of every core) where no lookup of the part writes them, so that a scan
@@ -1511,7 +1470,7 @@ void tt_cache_free_run(TtCacheRun& r) {
 int main(int argc, char** argv) {
     TtCacheRun r;
     Cli cli("tt_cache", "LFU row cache of a TT embedding: warm-up counting, populate (top C rows built by the TT forward), then a\n"
-            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 8, 8);
+            "training step split into cached and TT lookups (TT forward/backward of the TT part, cached SUM and optimizer).", 7, 7);
     tt_cache_parse(r, cli, argc, argv);
     tt_cache_make_inputs(r, cli.seed);
     tt_cache_setup_device(r);
