@@ -1,12 +1,14 @@
 // CPU tests of tt_cache (no GPU): populate's rebuild, its ranking and rows, the cache lookup after evictions, and
 // the cached backward grouped per row against the sequential reference. Each FBTT defect of docs/tt_cache.md has
 // a case that our code passes and that an emulation of FBTT's way fails (so the case can fail). Version 4's order of
-// the cached backward against the reference within the GPU check's tolerance.
+// the cached backward against the reference within the GPU check's tolerance. Version 7's route: populate's hit
+// estimate against the next step's hit rate on FBTT's batch (uniform and Zipf).
 #define NO_MAIN
 #include "test_util.h"
 #include "../dev/cuda/tt_cache.cu"
 
 #include <numeric>
+#include <unordered_set>
 
 // each key `reps` times, in order
 static void count_keys(LfuCountHostTable& t, const std::vector<std::pair<int64_t, int>>& keys) {
@@ -338,6 +340,35 @@ int main() {
             if (opt == TT_EMBEDDING_BACKWARD_DENSE)
                 report(plain_off > 0, fmt("dense: without the magnitude term the tolerance fails the reordered sum (%lld of %d elements)",
                                           (long long)plain_off, D), "the reordered sum passed the plain tolerance: the magnitude term is not shown to be needed");
+        }
+    }
+    // 7. version 7's route: populate's hit estimate (kept share less the rows counted once) against the hit rate of the
+    //    next step of the same map, with FBTT's 4 warm-up steps of 512 bags of 20; the kept share alone misses uniform
+    {
+        struct Case { double alpha; int64_t E, C; };
+        for (const Case& cs : {Case{0.0, 1000000, 100000}, Case{1.05, 1000000, 100000}, Case{1.15, 1000000, 100000}, Case{1.15, 1000000, 100},
+                               Case{1.3, 100000, 30}}) {
+            Rng rng(71);
+            const int64_t nbags = 512, L = 20, steps = 4, per = nbags * L;
+            const std::vector<int64_t> ids = make_bag_indices((steps + 1) * nbags, L, cs.E, cs.alpha, rng, true);
+            std::unordered_map<int64_t, int64_t> cnt;
+            for (int64_t j = 0; j < steps * per; j++) cnt[ids[j]]++;
+            std::vector<std::pair<int64_t, int64_t>> by(cnt.begin(), cnt.end());   // (row, count), most counted first
+            std::stable_sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+            std::unordered_set<int64_t> kept;
+            int64_t kept_counts = 0, once = 0;
+            for (size_t n = 0; n < by.size(); n++) {
+                if ((int64_t)n < cs.C) { kept.insert(by[n].first); kept_counts += by[n].second; }
+                once += by[n].second == 1;
+            }
+            int64_t hits = 0;
+            for (int64_t j = steps * per; j < (steps + 1) * per; j++) hits += kept.count(ids[j]);
+            const double actual = (double)hits / per, est = tt_cache_expected_hit(kept_counts, steps * per, once),
+                         share = (double)kept_counts / (steps * per);
+            const bool ok = std::fabs(est - actual) <= 0.03 && (cs.alpha > 0.0 || share - actual > 0.9);
+            report(ok, fmt("version 7's hit estimate, alpha %g, E %lld, C %lld: %.4f against the next step's %.4f (kept share alone %.4f)", cs.alpha,
+                           (long long)cs.E, (long long)cs.C, est, actual, share),
+                   fmt("estimate %.4f, actual %.4f, share %.4f", est, actual, share));
         }
     }
     return test_summary();

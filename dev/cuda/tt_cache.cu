@@ -967,6 +967,12 @@ void tt_cache_free(TtCacheWorkspace& w) {
         cudaCheck(cudaFree(p));
 }
 
+// version 7's estimate of a step's hit rate from the counted warm-up: the kept rows' share of the counted accesses,
+// less the share of rows counted once (Good-Turing: about the chance that the next lookup is a row never seen)
+inline double tt_cache_expected_hit(int64_t kept_counts, int64_t all_counts, int64_t counted_once) {
+    return all_counts > 0 ? std::max(0.0, (double)(kept_counts - counted_once) / (double)all_counts) : 0.0;
+}
+
 // version 7 builds the TT part's rows a warp per lookup where populate expects at most 4 TT lookups a step per resident
 // warp (FBTT's default shape, 1,056 warps: faster at 83-1,657 TT lookups, a tie at 4,137, slower at 6,585)
 inline double tt_cache_rows_max7(const TtCacheWorkspace& w) { return 4.0 * w.grid7 * (TT_CACHE_ROWS_BLOCK7 / 32); }
@@ -1005,7 +1011,7 @@ void tt_cache_populate(TtCacheTt& t, const TtCacheTable& tab, int64_t C, float* 
     tt_cache_singles_kernel<<<(unsigned)std::min<uint64_t>(ceil_div<uint64_t>(H, 256), 1024), 256>>>(w.sorted_counts, H, w.count_sums + 2);
     int64_t sums[3] = {};
     cudaCheck(cudaMemcpy(sums, w.count_sums, sizeof sums, cudaMemcpyDeviceToHost));
-    w.expected_hit = sums[1] > 0 ? std::max(0.0, (double)(sums[0] - sums[2]) / (double)sums[1]) : 0.0;
+    w.expected_hit = tt_cache_expected_hit(sums[0], sums[1], sums[2]);
     w.rows7 = w.rows7_fits && (w.rows7_mode == TT_CACHE_ROWS_WARP ||
                                (w.rows7_mode == TT_CACHE_ROWS_AUTO && (1.0 - w.expected_hit) * (double)t.fwd.nnz <= tt_cache_rows_max7(w)));
 }
