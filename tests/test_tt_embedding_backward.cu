@@ -338,9 +338,10 @@ struct Grouping6 {
     }
 };
 
-// version 6's kernel 1 (prep, and the plan of its last block) and list kernel, emulated (versions 6 and 8 group by them)
+// version 6's kernel 1 (prep, and the plan of its last block; then last(ex, scan) in that block: version 8's items) and list
+// kernel, emulated (versions 6 and 8 group by them)
 static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
-                              int tile) {
+                              int tile, const std::function<void(HostExec6&, int*)>& last = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int K_total = s.key_base[s.T];
     const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
@@ -354,6 +355,7 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan&
             HostExec6 ex{TT_EMBEDDING_BACKWARD6_PREP_BLOCK, reverse};
             tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
                                               ws.totals);
+            if (last) last(ex, scan1.data());
         }
     }
     std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
@@ -504,7 +506,7 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
 
 struct Emu8Info {
     TtEmbeddingBackward8Plan plan;
-    int tiles = 0, parts = 0, multi_part_slices = 0;
+    int tiles = 0, parts = 0, multi_part_slices = 0, one_part_slices = 0;   // (one part: the optimizer in G's epilogue)
     bool within_bounds = false;   // the real item counts within the plan's grid bounds
 };
 
@@ -521,7 +523,8 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
-    const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    P6.starts_only = 1;
     TtEmbeddingBackward8Plan P;
     const std::string why = tt_embedding_backward8_make_plan(s, P);
     if (!why.empty()) { printf("version 8 plan: %s\n", why.c_str()); exit(1); }
@@ -530,14 +533,10 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     const TtEmbeddingBackwardWorkspace& ws = gr.ws;
     Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
         totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
-    emulate6_grouping(pr, P6, ws, reverse, 0);
+    const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     const TtEmbeddingBackward8Io io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
-                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i()};
-    {
-        std::vector<int> scan(3 * TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK);
-        HostExec6 ex{TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK, reverse};
-        tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan.data());
-    }
+                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), oi};
+    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan); });
     const int nt = TT_EMBEDDING_BACKWARD8_BLOCK, BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN;
     std::vector<float> accbuf((size_t)nt * 16);
     HostAcc8 acc{accbuf.data()};
@@ -565,7 +564,6 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
         if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
     }
-    const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     for (int gi = 0; gi < K_total; gi++) {
         const int g = reverse ? K_total - 1 - gi : gi;
         for (int64_t e = 0; e < (int64_t)P.max_red_y * TT_EMBEDDING_BACKWARD8_RED_CW; e++)
@@ -579,7 +577,11 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
             within = within && tiles >= 0 && tiles <= P.max_rt[t] && parts >= 0 && parts <= P.max_pt[t] && (t > 0 || tiles == 0);
             info->tiles += tiles;
             info->parts += parts;
-            for (int k = 0; k < s.tables * s.p[t]; k++) info->multi_part_slices += ws.counts[s.key_base[t] + k] > P.lpp[t];
+            for (int k = 0; k < s.tables * s.p[t]; k++) {
+                const int n = ws.counts[s.key_base[t] + k];
+                info->multi_part_slices += n > P.lpp[t];
+                info->one_part_slices += n > 0 && n <= P.lpp[t];
+            }
         }
         info->within_bounds = within;
     }
@@ -597,13 +599,13 @@ static void test_v8(const Case& c, const std::vector<int>& opts, bool expect_mul
         const bool ok = check_step(pr, ref, opt, lr, eps, o);
         StepOut o2 = tc ? emulate8<true>(pr, opt, lr, eps, true) : emulate8<false>(pr, opt, lr, eps, true);
         const bool same = same_bits(o, o2);
-        const bool multi = !expect_multi_part || info.multi_part_slices > 0;
+        const bool multi = !expect_multi_part || info.multi_part_slices > 0, one = pr.s.nnz == 0 || expect_multi_part || info.one_part_slices > 0;
         char name[160], why[300];
         snprintf(name, sizeof name, "emulate_v%d_%s_%s", tc ? 9 : 8, c.name.c_str(), opt_name(opt));
         snprintf(why, sizeof why, "check %d, bitwise same in reverse order %d, lists within the grid bounds %d, %d row tiles, %d parts, "
-                 "%d slices in several parts (expected some: %d)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
-                 info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part);
-        report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi, name, why);
+                 "%d slices in several parts (expected some: %d), %d in one (expected some unless several)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
+                 info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part, info.one_part_slices);
+        report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi && one, name, why);
         if (ok && same) printf("     (%s)\n", why);
     }
 }

@@ -1022,6 +1022,7 @@ struct TtEmbeddingBackward6Plan {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
     int ncol[TT_EMBEDDING_BACKWARD_MAX_T];        // final kernel: column items per slice of core t
     int max_chunks, max_items;     // grid bounds (the real counts come from the prep kernel)
+    int starts_only;               // versions 8-9: the prep's last block places the slices' lookups only (no chunks, no items)
 };
 
 inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
@@ -1296,14 +1297,18 @@ __host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddi
     return cnt;
 }
 
-// The last block of the prep kernel: from the counts, the chunk list of kernel 2, the item list of
-// kernel 3 (each written by the thread that owns the slice) and their totals, and where every slice's
-// lookups go in the list. Threads own contiguous ranges of slices; three block scans give the offsets.
+// The last block of the prep kernel: from the counts, where every slice's lookups go in the list, the chunk
+// list of kernel 2 and the item list of kernel 3 (each written by the thread that owns the slice) and their
+// totals (versions 8-9 stop after the first). Threads own contiguous ranges of slices; block scans give the offsets.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
                                                                  int* item_desc, int* start, int* totals) {
     const int h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
+    // where every slice's lookups start in the list
+    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward6_ldcg(counts + g); },
+                                 [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
+    if (P.starts_only) return;
     // chunks of every pivot slice
     auto chunks_of = [&](int k) { return tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk); };
     tt_embedding_backward6_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
@@ -1338,9 +1343,6 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
                 d[3] = parts;
             }
     }, [&](int total) { totals[1] = total; });
-    // where every slice's lookups start in the list
-    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward6_ldcg(counts + g); },
-                                 [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
 }
 
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
@@ -2559,12 +2561,12 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
 // core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
 // rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
-// launches ([nnz, m_t R_{t+1}] each); a last kernel sums each slice's parts in order and applies the optimizer.
-// The grouping is version 6's (its prep and list kernels: every slice's lookups in lookup order, no sort).
+// launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
+// parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
+// lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
 static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
 static const int TT_EMBEDDING_BACKWARD8_BLOCK = 256;          // 16 x 16 threads, 4 x 4 outputs each (the tiling assumes it)
 static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
-static const int TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK = 1024;   // items kernel (one block)
 static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
 static const double TT_EMBEDDING_BACKWARD8_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 8 skips (version 7: version 2)
@@ -2627,6 +2629,7 @@ struct TtEmbeddingBackward8Io {
     int key_stride;
     int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
     int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all)
+    TtEmbeddingBackwardIo o;                // the optimizer, applied by G where a slice's gradient is one part
 };
 
 // The items kernel's block program: two block scans over every slice key g (all cores, key order) turn the counts
@@ -2644,7 +2647,7 @@ __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, con
         };
         auto n_of = [&](int g) {
             const int t = core_of(g);
-            const int64_t c = counts[g];
+            const int64_t c = tt_embedding_backward6_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
             if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
             return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
         };
@@ -2675,7 +2678,8 @@ struct __align__(16) TtEmbeddingBackward8SmemT {
             float As[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
             float Bs[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
         } ab;
-        float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // G_NARROW: the 4 groups' sums, added in group order at the end
+        float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // version 8's G_NARROW: the 4 groups' sums, added in group order at the end
+        float tile[TT_EMBEDDING_BACKWARD8_BM][TT_EMBEDDING_BACKWARD8_BN + 1];   // G: the finished tile (odd pitch: no bank conflicts)
     };
     const float* rowA[TT_EMBEDDING_BACKWARD8_BM];    // F, D: row r's A row (null past the slice's rows)
     float* rowC[TT_EMBEDDING_BACKWARD8_BM];          // F, D: row r's output row
@@ -2796,6 +2800,14 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
     const int* lst = io.list + io.start[g];
     const int cnt = io.start[g + 1] - io.start[g], mp = P.mp[t], Rt = s.R[t], nt_ = s.n[t];
     const float* Gs = io.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
+    // G: where the slice is one part (L 1, or few lookups per slice) the part is its whole gradient: the optimizer runs
+    // here (this core's products have all read G_t by now) and the reduce kernel skips the slice.
+    const bool whole = G_ && cnt <= P.lpp[t];
+    const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
+    auto put = [&](int64_t e, float v) {   // (core 0's sums, below)
+        if (whole) tt_embedding_backward_apply(io.o.opt, io.o.lr, io.o.eps, io.o.cores, io.o.state, io.o.dG, s.core_off[t] + (int64_t)k_sl * s.S[t] + e, v);
+        else io.partial[prow + e] = v;
+    };
     int M, N, K, m0, n0, j0 = 0;
     if (G_) {
         const int ntn = (nt_ + BN - 1) / BN;
@@ -2821,9 +2833,7 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
         });
         ex.phase([&](int tid) {
             const int col = n0 + tid;
-            if (tid < 64 && col < N)
-                io.partial[P.part_off[0] + (int64_t)(it - begin[0]) * s.S[0] + col] =
-                    ((sm.red[0][tid][0] + sm.red[1][tid][0]) + sm.red[2][tid][0]) + sm.red[3][tid][0];
+            if (tid < 64 && col < N) put(col, ((sm.red[0][tid][0] + sm.red[1][tid][0]) + sm.red[2][tid][0]) + sm.red[3][tid][0]);
         });
         return;
     }
@@ -2934,33 +2944,63 @@ TT_EMBEDDING_BACKWARD_UNROLL
             if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
         });
     }
-    const int64_t prow = G_ ? P.part_off[t] + (int64_t)(it - begin[t]) * s.S[t] : 0;
-    if (NARROW && !TC) {
+    if (!G_) {
         ex.phase([&](int tid) {
-            const int ty = tid % 64 / 4, tx = tid % 4;
             const float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int r = 0; r < 4; r++)
-TT_EMBEDDING_BACKWARD_UNROLL
-                for (int c = 0; c < 4; c++) sm.red[tid / 64][4 * ty + r][4 * tx + c] = a[r * 4 + c];
-        });
-        ex.phase([&](int tid) {
-            for (int o = tid; o < BM * 16; o += 256) {
-                const int m = o / 16, c = o % 16;
-                if (m0 + m >= M || c >= N) continue;
-                io.partial[prow + (int64_t)(m0 + m) * nt_ + c] = ((sm.red[0][m][c] + sm.red[1][m][c]) + sm.red[2][m][c]) + sm.red[3][m][c];
+            for (int e = 0; e < 16; e++) {
+                int m, c;
+                if (tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c) && n0 + c < N && sm.rowC[m]) sm.rowC[m][n0 + c] = a[e];
             }
         });
         return;
     }
+    // G: the tile leaves through shared memory, each row segment by consecutive threads, and where the optimizer runs
+    // here every load (G_t, its state) is issued before the first store. (Element by element from the fragments, each
+    // read-modify-write was a dependent round trip: G's launch took 1.7x longer.)
     ex.phase([&](int tid) {
         const float* a = acc(tid);
+        if constexpr (NARROW && !TC) {   // version 8's narrow tile: the 4 groups' sums, added in group order below
+            const int ty = tid % 64 / 4, tx = tid % 4;
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int e = 0; e < 16; e++) {
-            int m, c;
-            if (!tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c)) continue;
-            float* dst = G_ ? (m0 + m < M ? io.partial + prow + (int64_t)(m0 + m) * nt_ : nullptr) : sm.rowC[m];
-            if (dst && n0 + c < N) dst[n0 + c] = a[e];
+            for (int r = 0; r < 4; r++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int c = 0; c < 4; c++) sm.red[tid / 64][4 * ty + r][4 * tx + c] = a[r * 4 + c];
+        } else {
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int e = 0; e < 16; e++) {
+                int m, c;
+                if (tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c)) sm.tile[m][c] = a[e];
+            }
+        }
+    });
+    ex.phase([&](int tid) {
+        constexpr int W = NARROW ? 16 : BN, PER = BM * W / TT_EMBEDDING_BACKWARD8_BLOCK, GROUP = 4;   // (groups: registers)
+        float* Gc = io.o.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
+        float* St = io.o.state + s.core_off[t] + (int64_t)k_sl * s.S[t];
+        const int opt = io.o.opt;
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q0 = 0; q0 < PER; q0 += GROUP) {
+            float v[GROUP], gv[GROUP], sv[GROUP];
+            int at[GROUP];   // the element's place in the slice, -1 outside it
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int q = 0; q < GROUP; q++) {
+                const int o = tid + TT_EMBEDDING_BACKWARD8_BLOCK * (q0 + q), m = o / W, c = o % W;
+                at[q] = m0 + m < M && n0 + c < N ? (m0 + m) * nt_ + n0 + c : -1;
+                v[q] = NARROW && !TC ? ((sm.red[0][m][c] + sm.red[1][m][c]) + sm.red[2][m][c]) + sm.red[3][m][c] : sm.tile[m][c];
+                gv[q] = at[q] >= 0 && whole && opt != TT_EMBEDDING_BACKWARD_DENSE ? Gc[at[q]] : 0.0f;
+                sv[q] = at[q] >= 0 && whole && opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? St[at[q]] : 0.0f;
+            }
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int q = 0; q < GROUP; q++) {
+                if (at[q] < 0) continue;
+                if (!whole) { io.partial[prow + at[q]] = v[q]; continue; }
+                float d;
+                tt_embedding_backward_apply(opt, io.o.lr, io.o.eps, &gv[q], &sv[q], &d, 0, v[q]);
+                if (opt == TT_EMBEDDING_BACKWARD_DENSE) io.o.dG[s.core_off[t] + (int64_t)k_sl * s.S[t] + at[q]] = d;
+                else Gc[at[q]] = gv[q];
+                if (opt == TT_EMBEDDING_BACKWARD_ADAGRAD) St[at[q]] = sv[q];
+            }
         }
     });
 }
@@ -2980,7 +3020,8 @@ __host__ __device__ inline void tt_embedding_backward8_last_d(const TtEmbeddingB
     io.X[P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t] + r] = v;
 }
 
-// The reduce kernel's work on element e of slice key g (counts_g lookups): its parts summed in order, then the optimizer.
+// The reduce kernel's work on element e of slice key g (counts_g lookups) of more than one part: its parts summed in
+// order, then the optimizer.
 __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                               const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
                                                               int e, int counts_g) {
@@ -2988,18 +3029,30 @@ __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingB
     while (g >= s.key_base[t + 1]) t++;
     if (counts_g == 0 || e >= s.S[t]) return;
     const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g] - io.totals[s.T + 1 + t];
+    if (np == 1) return;   // G applied the optimizer
     const float* src = io.partial + P.part_off[t] + (int64_t)fp * s.S[t] + e;
     float sum = src[0];
     for (int p = 1; p < np; p++) sum += src[(int64_t)p * s.S[t]];
     tt_embedding_backward_apply(o.opt, o.lr, o.eps, o.cores, o.state, o.dG, s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e, sum);
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK)
-tt_embedding_backward8_items_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
-                                    const int* counts, const __grid_constant__ TtEmbeddingBackward8Io io) {
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK];
+// Version 6's prep kernel with another last block: the slices' list starts (P6.starts_only), then the items block.
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
+tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P6,
+                                   const __grid_constant__ TtEmbeddingBackward8Plan P, const int64_t* offsets, const int64_t* indices,
+                                   const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackward8Io io) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
+    __shared__ int last;
+    tt_embedding_backward6_prep_lookup(s, P6.key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward8_items_block(ex, s, P, counts, io, scan);
+    tt_embedding_backward6_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
+    tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan);
 }
 
 template <int KIND, bool TC>
@@ -3025,13 +3078,21 @@ TT_EMBEDDING_BACKWARD_UNROLL
     }
 }
 
+// Grid-stride over (column block y, slice key g), y major: a block of a slice that G finished is a skip.
+static const int TT_EMBEDDING_BACKWARD8_RED_GRID = 2048;
 __global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
                                                      const __grid_constant__ TtEmbeddingBackward8Io io, const int* counts,
                                                      const __grid_constant__ TtEmbeddingBackwardIo o) {
-    const int g = blockIdx.x, cg = counts[g];
-    if (cg == 0) return;
-    const int e1 = (blockIdx.y + 1) * TT_EMBEDDING_BACKWARD8_RED_CW;
-    for (int e = blockIdx.y * TT_EMBEDDING_BACKWARD8_RED_CW + threadIdx.x; e < e1; e += blockDim.x) tt_embedding_backward8_reduce(s, P, io, o, g, e, cg);
+    const int K = s.key_base[s.T], CW = TT_EMBEDDING_BACKWARD8_RED_CW;
+    for (int64_t b = blockIdx.x; b < (int64_t)K * P.max_red_y; b += gridDim.x) {
+        const int g = (int)(b % K), y = (int)(b / K);
+        int t = 0;
+        while (g >= s.key_base[t + 1]) t++;
+        if ((int64_t)y * CW >= s.S[t]) continue;
+        const int cg = counts[g];
+        if (cg <= P.lpp[t]) continue;   // untouched, or one part (G applied the optimizer)
+        for (int e = y * CW + threadIdx.x; e < (y + 1) * CW; e += blockDim.x) tt_embedding_backward8_reduce(s, P, io, o, g, e, cg);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -3225,17 +3286,18 @@ void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    const TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    P6.starts_only = 1;
     TtEmbeddingBackward8Plan P;
     tt_embedding_backward8_make_plan(s, P);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
-    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P6, a.offsets,
-                                                                                                                                  a.indices, a.ws);
+    const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    const TtEmbeddingBackward8Io io = {a.cores, a.dY, a.X8, a.partial8, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
+                                       a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8, o};
+    tt_embedding_backward8_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(
+        s, P6, P, a.offsets, a.indices, a.ws, io);
     tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
                                           tt_embedding_backward6_list_stage(P6) * sizeof(int)>>>(s, P6, a.ws);
-    const TtEmbeddingBackward8Io io = {a.cores, a.dY, a.X8, a.partial8, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
-                                       a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8};
-    tt_embedding_backward8_items_kernel<<<1, TT_EMBEDDING_BACKWARD8_ITEMS_BLOCK>>>(s, P, a.ws.counts, io);
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
     for (int t = 1; t <= s.T - 2; t++)
         tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
@@ -3248,8 +3310,8 @@ void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
         if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC><<<grid, nb>>>(s, P, io, t);
         else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC><<<grid, nb>>>(s, P, io, t);
     }
-    const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    tt_embedding_backward8_reduce_kernel<<<dim3(s.key_base[s.T], P.max_red_y), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(s, P, io, a.ws.counts, o);
+    tt_embedding_backward8_reduce_kernel<<<(int)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD8_RED_GRID), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(
+        s, P, io, a.ws.counts, o);
 }
 void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<false>(a); }
 void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<true>(a); }
