@@ -967,9 +967,9 @@ __device__ __forceinline__ void pdl_wait_prior() { asm volatile("griddepcontrol.
 __device__ __forceinline__ void pdl_allow_next() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem, Args... args) {
+void launch_pdl(void (*kernel)(Params...), dim3 grid, unsigned block, size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = 0;

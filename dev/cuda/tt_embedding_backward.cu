@@ -1381,6 +1381,8 @@ __host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, cons
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_LIST_BLOCK, 2)
 tt_embedding_backward6_lists_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
                                     const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
+    pdl_wait_prior();   // (versions 8-9 launch it with PDL; a no-op in version 6's plain launch)
+    pdl_allow_next();
     __shared__ TtEmbeddingBackwardShape s;
     __shared__ TtEmbeddingBackward6Plan P;
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK];
@@ -3043,6 +3045,7 @@ tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackward8Io io) {
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
     __shared__ int last;
+    pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
     tt_embedding_backward6_prep_lookup(s, P6.key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
     __threadfence();
     __syncthreads();
@@ -3060,6 +3063,8 @@ __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_BLOCK)
 tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
                                    const __grid_constant__ TtEmbeddingBackward8Io io, int t) {
     __shared__ std::conditional_t<TC, TtEmbeddingBackward9Smem, TtEmbeddingBackward8Smem> sm;
+    pdl_wait_prior();
+    pdl_allow_next();
     float regs[16];
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     auto acc = [&](int) -> float* { return regs; };
@@ -3069,6 +3074,8 @@ tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 static const int TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD = 4;
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK) tt_embedding_backward8_last_d_kernel(  // block (lookup n, elements)
     const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P, const __grid_constant__ TtEmbeddingBackward8Io io) {
+    pdl_wait_prior();
+    pdl_allow_next();
     const int n = blockIdx.x, per = s.m[s.T - 2] * s.R[s.T - 1], B = TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK;
     if (n >= tt_embedding_backward_count(s)) return;
 TT_EMBEDDING_BACKWARD_UNROLL
@@ -3083,6 +3090,7 @@ static const int TT_EMBEDDING_BACKWARD8_RED_GRID = 2048;
 __global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
                                                      const __grid_constant__ TtEmbeddingBackward8Io io, const int* counts,
                                                      const __grid_constant__ TtEmbeddingBackwardIo o) {
+    pdl_wait_prior();
     const int K = s.key_base[s.T], CW = TT_EMBEDDING_BACKWARD8_RED_CW;
     for (int64_t b = blockIdx.x; b < (int64_t)K * P.max_red_y; b += gridDim.x) {
         const int g = (int)(b % K), y = (int)(b / K);
@@ -3296,22 +3304,24 @@ void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
                                        a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8, o};
     tt_embedding_backward8_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(
         s, P6, P, a.offsets, a.indices, a.ws, io);
-    tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
-                                          tt_embedding_backward6_list_stage(P6) * sizeof(int)>>>(s, P6, a.ws);
+    // every launch after the first with PDL: its blocks start under the tail of the one before (each waits for it)
+    launch_pdl(tt_embedding_backward6_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID),
+               (unsigned)TT_EMBEDDING_BACKWARD6_LIST_BLOCK, tt_embedding_backward6_list_stage(P6) * sizeof(int), s, P6, a.ws);
     const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
     for (int t = 1; t <= s.T - 2; t++)
-        tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC><<<dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb>>>(s, P, io, t);
+        launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC>, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb, 0, s, P, io, t);
     for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward8_direct_last_d(s))
-            tt_embedding_backward8_last_d_kernel<<<dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK *
-                                                   TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK>>>(s, P, io);
-        else if (t >= 1) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC><<<dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb>>>(s, P, io, t);
+            launch_pdl(tt_embedding_backward8_last_d_kernel, dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK *
+                       TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK, 0, s, P, io);
+        else if (t >= 1)
+            launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC>, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb, 0, s, P, io, t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
-        if (s.n[t] <= 16) tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC><<<grid, nb>>>(s, P, io, t);
-        else tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC><<<grid, nb>>>(s, P, io, t);
+        if (s.n[t] <= 16) launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC>, grid, nb, 0, s, P, io, t);
+        else launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC>, grid, nb, 0, s, P, io, t);
     }
-    tt_embedding_backward8_reduce_kernel<<<(int)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD8_RED_GRID), TT_EMBEDDING_BACKWARD8_RED_BLOCK>>>(
-        s, P, io, a.ws.counts, o);
+    launch_pdl(tt_embedding_backward8_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD8_RED_GRID),
+               TT_EMBEDDING_BACKWARD8_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
 }
 void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<false>(a); }
 void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<true>(a); }
