@@ -338,12 +338,6 @@ struct Grouping6 {
     }
 };
 
-// the last block's count(g) on the host
-struct HostCount {
-    const int* c;
-    __host__ __device__ int operator()(int g) const { return c[g]; }
-};
-
 // version 6's kernel 1 (prep, and the plan of its last block; then last(ex, scan) in that block: version 8's items) and list
 // kernel, emulated (versions 6 and 8 group by them)
 static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
@@ -359,8 +353,8 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan&
         }
         if (tt_embedding_backward6_atomic_inc(ws.done, 1) == nblk1 - 1) {
             HostExec6 ex{TT_EMBEDDING_BACKWARD6_PREP_BLOCK, reverse};
-            tt_embedding_backward6_plan_block(ex, s, P, HostCount{ws.counts}, scan1.data(), ws.chunk_desc, ws.choff,
-                                              ws.item_desc, ws.start, ws.totals);
+            tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
+                                              ws.totals);
             if (last) last(ex, scan1.data());
         }
     }
@@ -542,8 +536,7 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     const TtEmbeddingBackward8Io io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
                                        P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), oi};
-    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward8_items_block(ex, s, P, HostCount{ws.counts}, io, scan);
-    });
+    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan); });
     const int nt = TT_EMBEDDING_BACKWARD8_BLOCK, BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN;
     std::vector<float> accbuf((size_t)nt * 16);
     HostAcc8 acc{accbuf.data()};

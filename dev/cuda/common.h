@@ -985,6 +985,30 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, unsigned block, size_t sme
     cudaCheck(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
+// Asynchronous global -> shared copies (cp.async, sm_80+) of 16 bytes (both addresses 16-byte aligned) or 4 bytes;
+// made visible by async_wait_group<N>() (at most N of this thread's committed groups still in flight) and a barrier.
+// Host code (the CPU tests run the same block programs) copies at once.
+__host__ __device__ inline void async_copy(float* dst, const float* src, bool vec4) {
+#ifdef __CUDA_ARCH__
+    const unsigned saddr = (unsigned)__cvta_generic_to_shared(dst);
+    if (vec4) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(src) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(src) : "memory");
+#else
+    memcpy(dst, src, vec4 ? 16 : 4);
+#endif
+}
+__host__ __device__ inline void async_commit() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__host__ __device__ inline void async_wait_group() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // d += a . b: one mma.sync.m16n8k8, TF32 inputs, FP32 accumulate. Fragments (PTX ISA; lane = 4 group + tig):
 // A register r holds (row, col) = (group + 8 (r & 1), tig + 4 (r >> 1)); B register r holds (k, n) =
 // (tig + 4 r, group); C register r holds (group + 8 (r >> 1), 2 tig + (r & 1)). Not volatile, one instruction

@@ -792,14 +792,14 @@ __global__ void __launch_bounds__(TT_CACHE_ROWS_BLOCK7) tt_cache_part_rows_kerne
             for (int t = 0; t < s.T; t++) {
                 const float* src = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(g), t));
                 if (s.slice[t] % 4 == 0)                      // the slice is 16-byte aligned (cores are, slices are whole float4s)
-                    for (int e = 4 * lane; e < s.slice[t]; e += 128) tt_embedding_forward_async_copy(dst + e, src + e, true);
+                    for (int e = 4 * lane; e < s.slice[t]; e += 128) async_copy(dst + e, src + e, true);
                 else
-                    for (int e = lane; e < s.slice[t]; e += 32) tt_embedding_forward_async_copy(dst + e, src + e, false);
+                    for (int e = lane; e < s.slice[t]; e += 32) async_copy(dst + e, src + e, false);
                 if (lane == t) g = dst;
                 dst += (s.slice[t] + 3) / 4 * 4;
             }
-            tt_embedding_forward_async_commit();
-            tt_embedding_forward_async_wait_group<0>();
+            async_commit();
+            async_wait_group<0>();
             __syncwarp();
         }
         tt_embedding_forward_warp_chain(s, g, buf0, buf1, rows + n * s.D, false, lane);   // ends with a __syncwarp

@@ -449,15 +449,8 @@ __host__ __device__ inline void tt_embedding_backward_atomic_add(float* p, float
 #endif
 }
 
-// the bag of lookup n: the last b with offsets[b] <= n (empty bags share offsets). nnz: the lookups (or a bound);
-// the guess n / (mean bag length) is checked first with two independent loads: right wherever bags have one length.
-__host__ __device__ inline int tt_embedding_backward_bag_of(const int64_t* offsets, int num_bags, int64_t n, int64_t nnz) {
-    if (num_bags > 0 && nnz > 0) {
-        const int64_t q = n * num_bags / nnz;
-        const int guess = q < num_bags - 1 ? (int)q : num_bags - 1;
-        const int64_t o0 = offsets[guess], o1 = offsets[guess + 1];
-        if (o0 <= n && n < o1) return guess;
-    }
+// the bag of lookup n: the last b with offsets[b] <= n (empty bags share offsets)
+__host__ __device__ inline int tt_embedding_backward_bag_of(const int64_t* offsets, int num_bags, int64_t n) {
     int lo = 0, hi = num_bags - 1;
     while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
@@ -507,7 +500,7 @@ __host__ __device__ inline void tt_embedding_backward_naive_element(const TtEmbe
     const int64_t n = gid / Ssum;
     int r = (int)(gid - n * Ssum), t = 0;
     while (r >= s.S[t]) { r -= s.S[t]; t++; }
-    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, n, s.nnz);
+    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, n);
     const int tbl = bag / s.B;
     int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[n], idx);
@@ -619,7 +612,7 @@ __host__ __device__ inline void tt_embedding_backward_fbtt_setup_lookup(const Tt
                                                                         float** ptrs, int* rows) {
     const int T = s.T;
     const int64_t j = start + nl;
-    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j, s.nnz);
+    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j);
     const int tbl = bag / s.B;
     int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[j], idx);
@@ -1277,7 +1270,7 @@ __host__ __device__ inline void tt_embedding_backward6_prep_lookup(const TtEmbed
             for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + j] = -1;
         return;
     }
-    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j, s.nnz), tbl = bag / s.B;
+    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j), tbl = bag / s.B;
     int idx[TT_EMBEDDING_BACKWARD_MAX_T];
     tt_embedding_backward_decode_row(s, indices[j], idx);
     bag_of[j] = bag;
@@ -1307,20 +1300,19 @@ __host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddi
 // The last block of the prep kernel: from the counts, where every slice's lookups go in the list, the chunk
 // list of kernel 2 and the item list of kernel 3 (each written by the thread that owns the slice) and their
 // totals (versions 8-9 stop after the first). Threads own contiguous ranges of slices; block scans give the offsets.
-// count(g): slice key g's lookups (read from L2, or from the block's copy).
-template <class Exec, class Count>
+template <class Exec>
 __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
-                                                                 Count&& count, int* scan, int* chunk_desc, int* choff,
+                                                                 const int* counts, int* scan, int* chunk_desc, int* choff,
                                                                  int* item_desc, int* start, int* totals) {
     const int h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
     // where every slice's lookups start in the list
-    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return count(g); },
+    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward6_ldcg(counts + g); },
                                  [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
     if (P.starts_only) return;
     // chunks of every pivot slice
-    auto chunks_of = [&](int k) { return tt_embedding_backward6_nchunks(count(kb + k), P.chunk); };
+    auto chunks_of = [&](int k) { return tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk); };
     tt_embedding_backward6_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
-        const int n = count(kb + k);
+        const int n = tt_embedding_backward6_ldcg(counts + kb + k);
         choff[k] = off;
         for (int c = 0; c < nch; c++) {
             int* d = chunk_desc + (int64_t)(off + c) * 4;
@@ -1332,7 +1324,7 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
     }, [&](int total) { choff[Kc] = total; totals[0] = total; });
     // items of the final kernel: every slice with rows, ncol column items x ceil(rows / RC) parts
     auto parts_of = [&](int g) {
-        const int rows = tt_embedding_backward6_final_rows(s, P, g, count(g));
+        const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
         return (rows + TT_EMBEDDING_BACKWARD6_RC - 1) / TT_EMBEDDING_BACKWARD6_RC;
     };
     auto ncol_of = [&](int g) {
@@ -1367,8 +1359,7 @@ tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     if (!last) return;
     __threadfence();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward6_plan_block(ex, s, P, [&](int g) { return tt_embedding_backward6_ldcg(ws.counts + g); }, scan, ws.chunk_desc, ws.choff,
-                                      ws.item_desc, ws.start, ws.totals);
+    tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
 }
 
 // ---- version 6, list kernel: every slice's lookups, in lookup order ----
@@ -2646,9 +2637,9 @@ struct TtEmbeddingBackward8Io {
 // The items kernel's block program: two block scans over every slice key g (all cores, key order) turn the counts
 // into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries are contiguous from
 // totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
-template <class Exec, class Count>
+template <class Exec>
 __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                                  Count&& count, const TtEmbeddingBackward8Io& io, int* scan) {
+                                                                  const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
     const int K = s.key_base[s.T];
     for (int kind = 0; kind < 2; kind++) {
         auto core_of = [&](int g) {
@@ -2658,7 +2649,7 @@ __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, con
         };
         auto n_of = [&](int g) {
             const int t = core_of(g);
-            const int64_t c = count(g);
+            const int64_t c = tt_embedding_backward6_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
             if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
             return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
         };
@@ -3048,13 +3039,11 @@ __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingB
 }
 
 // Version 6's prep kernel with another last block: the slices' list starts (P6.starts_only), then the items block.
-static const int TT_EMBEDDING_BACKWARD8_PREP_CACHE = 8192;   // slice keys whose counts the last block copies to shared memory
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
 tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P6,
                                    const __grid_constant__ TtEmbeddingBackward8Plan P, const int64_t* offsets, const int64_t* indices,
                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackward8Io io) {
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
-    __shared__ int cached[TT_EMBEDDING_BACKWARD8_PREP_CACHE];
     __shared__ int last;
     pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
     tt_embedding_backward6_prep_lookup(s, P6.key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
@@ -3064,17 +3053,9 @@ tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // the counts (other blocks' atomics, so from L2) into shared memory where they fit: the block's three scans read each
-    // count twice, and one coalesced pass beats six dependent L2 round trips per thread
-    const int K = s.key_base[s.T];
-    const bool fits = K <= TT_EMBEDDING_BACKWARD8_PREP_CACHE;
-    if (fits)
-        for (int g = threadIdx.x; g < K; g += blockDim.x) cached[g] = __ldcg(ws.counts + g);
-    __syncthreads();
-    auto count = [&](int g) { return fits ? cached[g] : __ldcg(ws.counts + g); };
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward6_plan_block(ex, s, P6, count, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
-    tt_embedding_backward8_items_block(ex, s, P, count, io, scan);
+    tt_embedding_backward6_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
+    tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan);
 }
 
 template <int KIND, bool TC>

@@ -536,21 +536,6 @@ __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const
     out[i] = from_float<floatX>(sum);
 }
 
-// Asynchronous global -> shared copies of 16 bytes (both addresses 16-byte aligned) or 4 bytes (cp.async,
-// sm_80+); made visible by tt_embedding_forward_async_wait_group<0>() and a barrier. The host copies at once.
-__host__ __device__ inline void tt_embedding_forward_async_copy(float* dst, const float* src, bool vec4) {
-#ifdef __CUDA_ARCH__
-    const unsigned saddr = (unsigned)__cvta_generic_to_shared(dst);
-    if (vec4) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(src) : "memory");
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(src) : "memory");
-#else
-    memcpy(dst, src, vec4 ? 16 : 4);
-#endif
-}
-__device__ __forceinline__ void tt_embedding_forward_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void tt_embedding_forward_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // Digits without a 64-bit division (version 4 reads every index of its segment: with int64 '/' and '%' its
 // kernel executed 18.4M warp instructions in ncu, 16.2M with these). For x < 2^32 and a
 // divisor d <= 2^32, q = mulhi64(x, floor(2^64 / d) + 1) is exactly floor(x / d): the multiplier's excess adds
@@ -875,7 +860,7 @@ TT_EMBEDDING_FORWARD_UNROLL
                 if (f == i) list.uniq[atomicAdd(&counters[1], 1)] = i;
             }
         }
-        tt_embedding_forward_async_wait_group<0>();          // this thread's copies of G_1
+        async_wait_group<0>();          // this thread's copies of G_1
         __syncthreads();
         on_ready(fresh);
         compute(tbl, counters[1]);
@@ -890,7 +875,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         __syncthreads();                                    // before the list is reused
     }
   }
-    tt_embedding_forward_async_wait_group<0>();             // nothing may be in flight at exit
+    async_wait_group<0>();             // nothing may be in flight at exit
     // the last block out resets the two counters for the next call (every block took its last item before)
     if (threadIdx.x == 0) {
         __threadfence();
@@ -1010,10 +995,10 @@ template <int Q0>
 __host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float* t0, const float* g0, const float* g2, int R1, int R2, int lane,
                                                                         int ld = Q0) {
     for (int k = lane; k < R1; k += 32)
-        for (int a0 = 0; a0 < Q0; a0++) tt_embedding_forward_async_copy(t0 + k * ld + a0, g0 + a0 * R1 + k, false);
+        for (int a0 = 0; a0 < Q0; a0++) async_copy(t0 + k * ld + a0, g0 + a0 * R1 + k, false);
     float* s2 = t0 + tt_embedding_forward_r1_pad(R1) * ld;
     if (g2)
-        for (int c = lane; c < R2; c += 32) tt_embedding_forward_async_copy(s2 + 4 * c, g2 + 4 * c, true);
+        for (int c = lane; c < R2; c += 32) async_copy(s2 + 4 * c, g2 + 4 * c, true);
 }
 
 // A lane's reduced partials of one lookup (rows a_0 of part) -> its row: the first lane of each a_1 writes
@@ -1049,16 +1034,16 @@ __device__ __forceinline__ void tt_embedding_forward_g1_rows_warp(float* __restr
         for (int l = 0; l < LPW && g * LPW + l < nu; l++)  // rows are computed and never stored
             tt_embedding_forward_stage_copies<Q0>(t0 + l * Q0, slice(g * LPW + l, 0), G2_STAGED ? slice(g * LPW + l, 2) : nullptr, R1, R2,
                                                   lane, ROWS);
-        tt_embedding_forward_async_commit();
+        async_commit();
     };
     int buf = 0;
     if (warp < groups) stage(my_stages, warp);
     for (int g = warp; g < groups; g += W) {                // warp-uniform
         if (g + W < groups) {
             stage(my_stages + (buf ^ 1) * stage_floats, g + W);
-            tt_embedding_forward_async_wait_group<1>();
+            async_wait_group<1>();
         } else {
-            tt_embedding_forward_async_wait_group<0>();
+            async_wait_group<0>();
         }
         __syncwarp();
         const float* t0 = my_stages + buf * stage_floats;
@@ -1100,8 +1085,8 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
     auto on_item = [](int, int) {};
     auto on_work = [&](int tbl, int i1) {                   // G_1's slice, once, only for a block with work
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + i1) * s.slice[1];
-        for (int c = threadIdx.x; c < R1 * ncols / 4; c += blockDim.x) tt_embedding_forward_async_copy(g1s + 4 * c, g1 + 4 * c, true);
-        tt_embedding_forward_async_commit();
+        for (int c = threadIdx.x; c < R1 * ncols / 4; c += blockDim.x) async_copy(g1s + 4 * c, g1 + 4 * c, true);
+        async_commit();
     };
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
@@ -1285,13 +1270,13 @@ __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_ker
     float* raw = blo + R1 * NCOLS;                                           // [R1][RAW_LD]: the slice as copied
     const TtEmbeddingForwardList list = tt_embedding_forward_list(raw + R1 * RAW_LD, cap);
     auto on_item = [&](int tbl, int i1) {                   // G_1's slice under the scan (even if no lookup matches)
-        tt_embedding_forward_async_wait_group<0>();          // the last item's copy, if it had no work
+        async_wait_group<0>();          // the last item's copy, if it had no work
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + i1) * s.slice[1];
         for (int c = threadIdx.x; c < R1 * NCOLS / 4; c += blockDim.x) {
             const int k = c / (NCOLS / 4);
-            tt_embedding_forward_async_copy(raw + k * RAW_LD + 4 * (c - k * (NCOLS / 4)), g1 + 4 * c, true);
+            async_copy(raw + k * RAW_LD + 4 * (c - k * (NCOLS / 4)), g1 + 4 * c, true);
         }
-        tt_embedding_forward_async_commit();
+        async_commit();
     };
     auto on_work = [](int, int) {};
     auto on_ready = [&](bool fresh) {                       // split and scatter to fragment order, once per item
@@ -1388,7 +1373,7 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, cons
     const int v4 = n_a1 * R2 / 4;                           // float4s per row of the tile
     for (int c = tid; c < R1 * v4; c += nthreads) {
         const int k = c / v4, j = c - k * v4;
-        tt_embedding_forward_async_copy(dst + (int64_t)k * (ld ? ld : v4 * 4) + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
+        async_copy(dst + (int64_t)k * (ld ? ld : v4 * 4) + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
     }
 }
 
@@ -1519,15 +1504,15 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
         if constexpr (TC) {                                 // a_1's tile double-buffered: the next one copies under the mma
             auto copy = [&](float* dst, int a1) {
                 tt_embedding_forward_copy_tile7(dst, g1, R1, q1, R2, a1, 1, threadIdx.x, blockDim.x, TT_EMBEDDING_FORWARD_TC7_LD);
-                tt_embedding_forward_async_commit();
+                async_commit();
             };
             copy(tile, 0);
             for (int a1 = 0; a1 < q1; a1++) {
                 if (a1 + 1 < q1) {
                     copy(tile + ((a1 + 1) & 1) * tc_floats, a1 + 1);
-                    tt_embedding_forward_async_wait_group<1>();
+                    async_wait_group<1>();
                 } else {
-                    tt_embedding_forward_async_wait_group<0>();
+                    async_wait_group<0>();
                 }
                 __syncthreads();
                 for (int mt = threadIdx.x / 32; 16 / Q0 * mt < nu; mt += W)     // warp-uniform
@@ -1540,8 +1525,8 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
                 const int n_a1 = min(tile_a1, q1 - a1_base);
                 __syncthreads();                            // the previous tile is read by every warp
                 tt_embedding_forward_copy_tile7(tile, g1, R1, q1, R2, a1_base, n_a1, threadIdx.x, blockDim.x);
-                tt_embedding_forward_async_commit();
-                tt_embedding_forward_async_wait_group<0>();
+                async_commit();
+                async_wait_group<0>();
                 __syncthreads();
                 tt_embedding_forward_g1_rows_warp<Q0, LPW, false>(rowbuf, list, nu, stages, stage_floats, tile, n_a1 * R2, a1_base, cores, s, fd,
                                                                   fast, tbl);
