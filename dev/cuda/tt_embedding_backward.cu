@@ -1345,19 +1345,25 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
     }, [&](int total) { totals[1] = total; });
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
-tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P,
-                                   const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
+// The prep kernel's per-lookup part (a thread per lookup); true in the block that arrives last, which then sees every count
+__device__ inline bool tt_embedding_backward6_prep_then_last(const TtEmbeddingBackwardShape& s, int key_stride, const int64_t* offsets,
+                                                            const int64_t* indices, const TtEmbeddingBackwardWorkspace& ws) {
     __shared__ int last;
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    tt_embedding_backward6_prep_lookup(s, P.key_stride, j, offsets, indices, ws.keys, ws.bag_of, ws.counts);
+    tt_embedding_backward6_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
     __syncthreads();
-    if (!last) return;
+    if (!last) return false;
     __threadfence();
+    return true;
+}
+
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
+tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P,
+                                   const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
+    if (!tt_embedding_backward6_prep_then_last(s, P.key_stride, offsets, indices, ws)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
 }
@@ -3044,15 +3050,8 @@ tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
                                    const __grid_constant__ TtEmbeddingBackward8Plan P, const int64_t* offsets, const int64_t* indices,
                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackward8Io io) {
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
-    __shared__ int last;
     pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
-    tt_embedding_backward6_prep_lookup(s, P6.key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!tt_embedding_backward6_prep_then_last(s, P6.key_stride, offsets, indices, ws)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     tt_embedding_backward6_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
     tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan);
