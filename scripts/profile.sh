@@ -51,6 +51,9 @@ tt_embedding_forward 6 --block 256
 tt_embedding_forward 2
 tt_embedding_backward 7
 tt_embedding_backward 6
+tt_embedding_backward 7 --q 2,2,4 --ranks 128,128 --B 4096 --L 1
+tt_embedding_backward 7 --q 4,4,4 --ranks 128,128 --B 4096 --L 1
+tt_embedding_backward 7 --ranks 64,64
 embedding_bag_backward 4 --alpha 0
 embedding_bag_backward 7 --alpha 0 --block 64
 embedding_bag_backward 8 --alpha 0 --block 64
