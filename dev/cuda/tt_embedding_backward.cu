@@ -34,7 +34,7 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.333   5.8%
   9  version 8 with each K-step's products on tensor cores (mma.sync m16n8k8, 3xTF32)           0.256   7.5%
      (8 and 9 at this shape: before the last core's D became a direct sum where q_{T-1} <= 4, below)
-  Version 7 where it runs 9, and 8 (2026-12-02, results/logs/2026-12-02_tt_backward_slice_bench_final.log), EL-Rec's
+  Version 7 (routed to 9) / version 8, 2026-12-02 (results/logs/2026-12-02_tt_backward_slice_bench_final.log), EL-Rec's
   shapes (B 4096, ranks 128,128): q 2,2,4 L 20 1.809 ms (31.9%), L 1 0.194; q 4,4,4 L 20 6.101 / 8.191 (37.9%), L 1
   0.475; ranks 64,64 (B 512) 0.382 / 0.471 (19.3%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
 
