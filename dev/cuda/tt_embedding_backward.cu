@@ -2640,9 +2640,9 @@ struct TtEmbeddingBackward8Io {
     TtEmbeddingBackwardIo o;                // the optimizer, applied by G where a slice's gradient is one part
 };
 
-// The items kernel's block program: two block scans over every slice key g (all cores, key order) turn the counts
-// into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries are contiguous from
-// totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
+// The items block (run by the prep kernel's last block): two block scans over every slice key g (all cores, key
+// order) turn the counts into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries
+// are contiguous from totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
                                                                   const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
