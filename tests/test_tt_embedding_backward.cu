@@ -306,7 +306,7 @@ struct HostExec6 {
 };
 
 struct Emu6Info {
-    TtEmbeddingBackward6Plan plan;
+    TtEmbeddingBackwardGroupPlan plan;
     int nchunks = 0, nitems = 0, multi_chunk_slices = 0, multi_part_items = 0, batches = 0;
     bool chunks_cover = false;   // the chunk list has every lookup of every pivot slice exactly once
     bool lists_ok = false;       // every slice's list holds exactly its lookups, in increasing order
@@ -326,7 +326,7 @@ struct Grouping6 {
     Poisoned keys, bag_of, chunk_desc, choff, totals, item_desc, start, list;
     std::vector<int> zeroed;   // the launcher's memset
     TtEmbeddingBackwardWorkspace ws;
-    Grouping6(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P)
+    Grouping6(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P)
         : keys((size_t)s.T * P.key_stride), bag_of(s.nnz), chunk_desc((size_t)P.max_chunks * 4), choff(s.tables * s.p[P.h] + 1),
           totals(2), item_desc((size_t)P.max_items * 4), start(s.key_base[s.T] + 1), list((size_t)s.T * s.nnz),
           zeroed((size_t)s.key_base[s.T] + 1 + P.max_items, 0) {
@@ -340,31 +340,31 @@ struct Grouping6 {
 
 // version 6's kernel 1 (prep, and the plan of its last block; then last(ex, scan) in that block: version 8's items) and list
 // kernel, emulated (versions 6 and 8 group by them)
-static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackward6Plan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
+static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupPlan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
                               int tile, const std::function<void(HostExec6&, int*)>& last = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int K_total = s.key_base[s.T];
-    const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
-    std::vector<int> scan1(3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK);
+    const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
+    std::vector<int> scan1(3 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
     for (int b = 0; b < nblk1; b++) {
-        for (int th = 0; th < TT_EMBEDDING_BACKWARD6_PREP_BLOCK; th++) {
-            const int j = b * TT_EMBEDDING_BACKWARD6_PREP_BLOCK + th;
-            tt_embedding_backward6_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts);
+        for (int th = 0; th < TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK; th++) {
+            const int j = b * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK + th;
+            tt_embedding_backward_group_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts);
         }
-        if (tt_embedding_backward6_atomic_inc(ws.done, 1) == nblk1 - 1) {
-            HostExec6 ex{TT_EMBEDDING_BACKWARD6_PREP_BLOCK, reverse};
-            tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
+        if (tt_embedding_backward_group_atomic_inc(ws.done, 1) == nblk1 - 1) {
+            HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK, reverse};
+            tt_embedding_backward_group_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
                                               ws.totals);
             if (last) last(ex, scan1.data());
         }
     }
-    std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward6_list_stage(P))
-                                                                     : tt_embedding_backward6_list_stage(P));
+    std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward_group_list_stage(P))
+                                                                     : tt_embedding_backward_group_list_stage(P));
     for (int gi = 0; gi < K_total; gi++) {
         const int g = reverse ? K_total - 1 - gi : gi;
         std::fill(stageL.begin(), stageL.end(), -7);
-        HostExec6 ex{TT_EMBEDDING_BACKWARD6_LIST_BLOCK, reverse};
-        tt_embedding_backward6_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
+        HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, reverse};
+        tt_embedding_backward_group_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
     }
 }
 
@@ -382,10 +382,10 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         W_off[t] = W_total;
         if (t != pivot) W_total += (int64_t)s.nnz * s.S[t];
     }
-    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
+    const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, nt);
     const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
     Grouping6 gr(s, P);
-    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
+    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     TtEmbeddingBackwardWorkspace& ws = gr.ws;
     ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
     const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
@@ -399,28 +399,28 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         HostExec6 ex{nt, reverse};
         if (P.acc == 1) {
             HostAcc6<1> acc{accbuf.data()};
-            tt_embedding_backward6_chunk_block<1>(ex, acc, s, P, sm.data(), b, ws, io);
+            tt_embedding_backward_group_chunk_block<1>(ex, acc, s, P, sm.data(), b, ws, io);
         } else if (P.acc == 2) {
             HostAcc6<2> acc{accbuf.data()};
-            tt_embedding_backward6_chunk_block<2>(ex, acc, s, P, sm.data(), b, ws, io);
+            tt_embedding_backward_group_chunk_block<2>(ex, acc, s, P, sm.data(), b, ws, io);
         } else if (P.acc == 4) {
             HostAcc6<4> acc{accbuf.data()};
-            tt_embedding_backward6_chunk_block<4>(ex, acc, s, P, sm.data(), b, ws, io);
+            tt_embedding_backward_group_chunk_block<4>(ex, acc, s, P, sm.data(), b, ws, io);
         } else {
             HostAcc6<0> acc{accbuf.data()};
-            tt_embedding_backward6_chunk_block<0>(ex, acc, s, P, sm.data(), b, ws, io);
+            tt_embedding_backward_group_chunk_block<0>(ex, acc, s, P, sm.data(), b, ws, io);
         }
     }
     // kernel 3
-    std::vector<int> ids(TT_EMBEDDING_BACKWARD6_RC);
-    std::vector<float> sums(std::max(TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, TT_EMBEDDING_BACKWARD6_CW));
+    std::vector<int> ids(TT_EMBEDDING_BACKWARD_GROUP_RC);
+    std::vector<float> sums(std::max(TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK, TT_EMBEDDING_BACKWARD_GROUP_CW));
     int flag = 0;
     const int nitems = ws.totals[1];
     for (int ii = 0; ii < nitems; ii++) {
         const int item = reverse ? nitems - 1 - ii : ii;
         std::fill(sums.begin(), sums.end(), std::numeric_limits<float>::quiet_NaN());
-        HostExec6 ex{TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, reverse};
-        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids.data(), sums.data(), &flag);
+        HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK, reverse};
+        tt_embedding_backward_group_final_item(ex, s, P, item, ws, io, ids.data(), sums.data(), &flag);
     }
     if (info) {
         info->plan = P;
@@ -484,7 +484,7 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
             const bool ok = check_step(pr, ref, opt, lr, eps, o);
             StepOut o2 = emulate6(pr, opt, lr, eps, nt, true, nullptr, tile);
             const bool same = same_bits(o, o2);
-            const TtEmbeddingBackward6Plan& P = info.plan;
+            const TtEmbeddingBackwardGroupPlan& P = info.plan;
             const int mode = P.acc_global ? 1 : 0;   // where dG_h lives (make_plan6)
             const bool fast_ok = (!expect_fast || (P.fastI && P.fastII + P.fastIII >= 1)) && (want_mode < 0 || mode == want_mode);
             char name[160], why[400];
@@ -501,73 +501,72 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
 }
 
 // ------------------------------------------------------------------------------------------------
-// version 8, emulated: version 6's grouping, the items block, every product launch block by block (forward or
+// version 9, emulated: version 6's grouping, the items block, every product launch block by block (forward or
 // reversed order, threads too) with NaN-filled shared memory and accumulators, the reduce kernel
 
-struct Emu8Info {
-    TtEmbeddingBackward8Plan plan;
+struct EmuSliceInfo {
+    TtEmbeddingBackwardSlicePlan plan;
     int tiles = 0, parts = 0, multi_part_slices = 0, one_part_slices = 0;   // (one part: the optimizer in G's epilogue)
     bool within_bounds = false;   // the real item counts within the plan's grid bounds
 };
 
 // the 16 register accumulators of every emulated thread
-struct HostAcc8 {
+struct HostAccSlice {
     float* p;
     __host__ __device__ float* operator()(int tid) { return p + (size_t)tid * 16; }
 };
 
-// (TC: version 9, the same blocks with the K-steps' products on the tensor cores' fragments, emulated per accumulator)
-template <bool TC>
-static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool reverse, Emu8Info* info = nullptr) {
+// (the K-steps' products on the tensor cores' fragments, emulated per accumulator)
+static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool reverse, EmuSliceInfo* info = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
-    TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     P6.starts_only = 1;
-    TtEmbeddingBackward8Plan P;
-    const std::string why = tt_embedding_backward8_make_plan(s, P);
-    if (!why.empty()) { printf("version 8 plan: %s\n", why.c_str()); exit(1); }
+    TtEmbeddingBackwardSlicePlan P;
+    const std::string why = tt_embedding_backward_slice_make_plan(s, P);
+    if (!why.empty()) { printf("version 9 plan: %s\n", why.c_str()); exit(1); }
     const int K_total = s.key_base[s.T];
     Grouping6 gr(s, P6);
     const TtEmbeddingBackwardWorkspace& ws = gr.ws;
     Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
         totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
-    const TtEmbeddingBackward8Io io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
+    const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
                                        P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), oi};
-    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan); });
-    const int nt = TT_EMBEDDING_BACKWARD8_BLOCK, BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN;
+    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan); });
+    const int nt = TT_EMBEDDING_BACKWARD_SLICE_BLOCK, BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN;
     std::vector<float> accbuf((size_t)nt * 16);
-    HostAcc8 acc{accbuf.data()};
-    std::conditional_t<TC, TtEmbeddingBackward9Smem, TtEmbeddingBackward8Smem> sm;
+    HostAccSlice acc{accbuf.data()};
+    TtEmbeddingBackwardSliceSmem sm;
     auto launch = [&](auto kind, int t, int gx, int gy) {
         for (int bi = 0; bi < gx * gy; bi++) {
             const int b = reverse ? gx * gy - 1 - bi : bi;
             std::fill(accbuf.begin(), accbuf.end(), std::numeric_limits<float>::quiet_NaN());
             memset((void*)&sm, 0xFF, sizeof sm);
             HostExec6 ex{nt, reverse};
-            tt_embedding_backward8_gemm_block<decltype(kind)::value, TC>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
+            tt_embedding_backward_slice_gemm_block<decltype(kind)::value>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
         }
     };
-    using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_F>;
-    using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_D>;
-    using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G>;
-    using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD8_G_NARROW>;
+    using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_F>;
+    using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_D>;
+    using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
+    using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
     for (int t = 1; t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
     for (int t = s.T - 1; t >= 0; t--) {
-        if (t == s.T - 1 && tt_embedding_backward8_direct_last_d(s)) {   // the last core's D, element by element (lookups past the device count are padding)
+        if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s)) {   // the last core's D, element by element (lookups past the device count are padding)
             const int per = s.m[t - 1] * s.R[t], cnt = tt_embedding_backward_count(s);
             for (int ni = 0; ni < cnt; ni++)
-                for (int r = 0; r < per; r++) tt_embedding_backward8_last_d(s, P, io, reverse ? cnt - 1 - ni : ni, reverse ? per - 1 - r : r);
+                for (int r = 0; r < per; r++) tt_embedding_backward_slice_last_d(s, P, io, reverse ? cnt - 1 - ni : ni, reverse ? per - 1 - r : r);
         } else if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
         if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
     }
     for (int gi = 0; gi < K_total; gi++) {
         const int g = reverse ? K_total - 1 - gi : gi;
-        for (int64_t e = 0; e < (int64_t)P.max_red_y * TT_EMBEDDING_BACKWARD8_RED_CW; e++)
-            tt_embedding_backward8_reduce(s, P, io, oi, g, (int)e, ws.counts[g]);
+        for (int64_t e = 0; e < (int64_t)P.max_red_y * TT_EMBEDDING_BACKWARD_SLICE_RED_CW; e++)
+            tt_embedding_backward_slice_reduce(s, P, io, oi, g, (int)e, ws.counts[g]);
     }
     if (info) {
         info->plan = P;
@@ -588,20 +587,20 @@ static StepOut emulate8(const Problem& pr, int opt, float lr, float eps, bool re
     return o;
 }
 
-// Version 8 (or 9: tc) against the reference, and bit for bit the same with blocks and threads in the opposite order
-static void test_v8(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false, bool tc = false) {
+// Version 9 against the reference, and bit for bit the same with blocks and threads in the opposite order
+static void test_v9(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
     const float lr = 0.05f, eps = 1e-8f;
     for (int opt : opts) {
-        Emu8Info info;
-        StepOut o = tc ? emulate8<true>(pr, opt, lr, eps, false, &info) : emulate8<false>(pr, opt, lr, eps, false, &info);
+        EmuSliceInfo info;
+        StepOut o = emulate9(pr, opt, lr, eps, false, &info);
         const bool ok = check_step(pr, ref, opt, lr, eps, o);
-        StepOut o2 = tc ? emulate8<true>(pr, opt, lr, eps, true) : emulate8<false>(pr, opt, lr, eps, true);
+        StepOut o2 = emulate9(pr, opt, lr, eps, true);
         const bool same = same_bits(o, o2);
         const bool multi = !expect_multi_part || info.multi_part_slices > 0, one = pr.s.nnz == 0 || expect_multi_part || info.one_part_slices > 0;
         char name[160], why[300];
-        snprintf(name, sizeof name, "emulate_v%d_%s_%s", tc ? 9 : 8, c.name.c_str(), opt_name(opt));
+        snprintf(name, sizeof name, "emulate_v9_%s_%s", c.name.c_str(), opt_name(opt));
         snprintf(why, sizeof why, "check %d, bitwise same in reverse order %d, lists within the grid bounds %d, %d row tiles, %d parts, "
                  "%d slices in several parts (expected some: %d), %d in one (expected some unless several)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
                  info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part, info.one_part_slices);
@@ -619,7 +618,7 @@ static void test_lane_pairing() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     s.nnz = 10240;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
-    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, 256);
+    const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, 256);
     const int h = P.h, nbb = P.nb;
     struct U { int b, rt, ct; };
     // which unit each lane of warp w computes, for a decode function
@@ -642,19 +641,19 @@ static void test_lane_pairing() {
     };
     const int Rh = s.R[h], nh = s.n[h], Rn = s.R[h + 1], wn = P.w[h + 1];
     auto key = [](int a, int b) { return a * 100000 + b; };
-    check("I", P.tiles_I, [&](int t) { U x{0, 0, 0}; tt_embedding_backward6_tile_I_rc(s, P, t, x.rt, x.ct); return x; },
+    check("I", P.tiles_I, [&](int t) { U x{0, 0, 0}; tt_embedding_backward_group_tile_I_rc(s, P, t, x.rt, x.ct); return x; },
           [&](U x) { return x.rt; }, [&](U x) { return x.ct; });
-    check("II", tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (Rh / 4)),
-          [&](int u) { U x; tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, Rh / 4, x.b, x.rt, x.ct); return x; },
+    check("II", tt_embedding_backward_group_units_lookups(nbb, (s.m[h - 1] / 4) * (Rh / 4)),
+          [&](int u) { U x; tt_embedding_backward_group_rc_lookups(u, s.m[h - 1] / 4, Rh / 4, x.b, x.rt, x.ct); return x; },
           [&](U x) { return key(x.b, x.rt); }, [&](U x) { return x.ct; });
-    check("III", tt_embedding_backward6_units_lookups(nbb, (Rn / 4) * (wn / 4)),
-          [&](int u) { U x; tt_embedding_backward6_rc_lookups(u, Rn / 4, wn / 4, x.b, x.rt, x.ct); return x; },
+    check("III", tt_embedding_backward_group_units_lookups(nbb, (Rn / 4) * (wn / 4)),
+          [&](int u) { U x; tt_embedding_backward_group_rc_lookups(u, Rn / 4, wn / 4, x.b, x.rt, x.ct); return x; },
           [&](U x) { return x.rt; }, [&](U x) { return key(x.b, x.ct); });
     check("Y", nbb * (s.m[h] / 4) * (Rn / 4),
-          [&](int u) { U x; tt_embedding_backward6_rc_rows(u, s.m[h] / 4, Rn / 4, x.b, x.rt, x.ct); return x; },
+          [&](int u) { U x; tt_embedding_backward_group_rc_rows(u, s.m[h] / 4, Rn / 4, x.b, x.rt, x.ct); return x; },
           [&](U x) { return key(x.b, x.rt); }, [&](U x) { return key(x.b, x.ct); });
     check("L", nbb * (Rh / 4) * (P.w[h] / 4),
-          [&](int u) { U x; tt_embedding_backward6_rc_rows(u, Rh / 4, P.w[h] / 4, x.b, x.rt, x.ct); return x; },
+          [&](int u) { U x; tt_embedding_backward_group_rc_rows(u, Rh / 4, P.w[h] / 4, x.b, x.rt, x.ct); return x; },
           [&](U x) { return key(x.b, x.rt); }, [&](U x) { return key(x.b, x.ct); });
     (void)nh;
 }
@@ -675,13 +674,13 @@ static void test_plan6() {
         const int pivot = tt_embedding_backward_pick_pivot(s);
         for (int t = 0; t < s.T; t++) { W_off[t] = wt; if (t != pivot) wt += (int64_t)s.nnz * s.S[t]; }
         for (int nt : {128, 256, 512}) {
-            const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
-            const size_t bytes = tt_embedding_backward6_smem_bytes(P);
+            const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, nt);
+            const size_t bytes = tt_embedding_backward_group_smem_bytes(P);
             bool aligned = P.LB % 8 == 4 && P.lk_off % 4 == 0 && P.ints_off % 4 == 0 && P.g_off % 4 == 0 && P.Y_off % 4 == 0 &&
                            P.Lh_off % 4 == 0 && P.PH % 4 == 0;
             for (int t = 0; t < s.T; t++) aligned = aligned && P.sl_off[t] % 4 == 0 && P.P_off[t] % 4 == 0 && P.dM_off[t] % 4 == 0 &&
                                                     P.Suf_off[t] % 4 == 0 && P.L_off[t] % 4 == 0;
-            const bool fits = bytes <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET && 2 * (bytes + 1024) <= 228 * 1024;
+            const bool fits = bytes <= (size_t)TT_EMBEDDING_BACKWARD_GROUP_SMEM_TARGET && 2 * (bytes + 1024) <= 228 * 1024;
             const int want_acc = P.tiles_I <= nt ? 1 : 2;
             char name[96], why[300];
             snprintf(name, sizeof name, "plan6_%s_nt%d", c.name, nt);
@@ -845,35 +844,35 @@ static void test_validators() {
 static void emulate_mma7(double (&d)[32][4], const double (&a)[32][4], const double (&b)[32][2]) {
     double A[16][8], B[8][8];
     for (int lane = 0; lane < 32; lane++) {
-        for (int r = 0; r < 4; r++) A[tt_embedding_backward7_arow(lane, r)][tt_embedding_backward7_acol(lane, r)] = a[lane][r];
-        for (int r = 0; r < 2; r++) B[tt_embedding_backward7_bk(lane, r)][lane >> 2] = b[lane][r];
+        for (int r = 0; r < 4; r++) A[tt_embedding_backward_tc_arow(lane, r)][tt_embedding_backward_tc_acol(lane, r)] = a[lane][r];
+        for (int r = 0; r < 2; r++) B[tt_embedding_backward_tc_bk(lane, r)][lane >> 2] = b[lane][r];
     }
     for (int lane = 0; lane < 32; lane++)
         for (int r = 0; r < 4; r++) {
             double sum = 0.0;
-            for (int k = 0; k < 8; k++) sum += A[tt_embedding_backward7_crow(lane, r)][k] * B[k][tt_embedding_backward7_ccol(lane, r)];
+            for (int k = 0; k < 8; k++) sum += A[tt_embedding_backward_tc_crow(lane, r)][k] * B[k][tt_embedding_backward_tc_ccol(lane, r)];
             d[lane][r] += sum;
         }
 }
 
 static void test_v7(int ns) {
-    const int R = TT_EMBEDDING_BACKWARD7_R, Q = TT_EMBEDDING_BACKWARD7_Q, NB = TT_EMBEDDING_BACKWARD7_NB;
+    const int R = TT_EMBEDDING_BACKWARD_TC_R, Q = TT_EMBEDDING_BACKWARD_TC_Q, NB = TT_EMBEDDING_BACKWARD_TC_NB;
     Rng rng(700 + ns);
-    std::vector<double> seg(TT_EMBEDDING_BACKWARD7_SEG), g1s(TT_EMBEDDING_BACKWARD7_G1F);
+    std::vector<double> seg(TT_EMBEDDING_BACKWARD_TC_SEG), g1s(TT_EMBEDDING_BACKWARD_TC_G1F);
     for (auto& v : seg) v = rng.uniform(-1.0f, 1.0f);
     for (auto& v : g1s) v = rng.uniform(-1.0f, 1.0f);
     // the semantic views of the layout (what the formulas read)
-    auto Y = [&](int l, int a0, int a1, int k2) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k2]; };
-    auto Lt = [&](int l, int a2, int a1, int k1) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k1]; };
-    auto G0 = [&](int l, int a0, int k1) { return seg[l * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_G0 + a0 * TT_EMBEDDING_BACKWARD7_G0S + k1]; };
+    auto Y = [&](int l, int a0, int a1, int k2) { return seg[l * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_Y + a0 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * R + k2]; };
+    auto Lt = [&](int l, int a2, int a1, int k1) { return seg[l * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_LT + a2 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * R + k1]; };
+    auto G0 = [&](int l, int a0, int k1) { return seg[l * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_G0 + a0 * TT_EMBEDDING_BACKWARD_TC_G0S + k1]; };
     std::string why;
-    auto G1 = [&](int k1, int a1, int k2) { return g1s[tt_embedding_backward7_g1(k1, a1 * R + k2)]; };
+    auto G1 = [&](int k1, int a1, int k2) { return g1s[tt_embedding_backward_tc_g1(k1, a1 * R + k2)]; };
     {   // the swizzled copy is a permutation of the slice that keeps float4s whole
-        std::vector<int> hit(TT_EMBEDDING_BACKWARD7_S1, 0);
+        std::vector<int> hit(TT_EMBEDDING_BACKWARD_TC_S1, 0);
         for (int k1 = 0; k1 < R; k1++)
             for (int col = 0; col < Q * R; col++) {
-                const int at = tt_embedding_backward7_g1(k1, col);
-                if (at < 0 || at >= TT_EMBEDDING_BACKWARD7_S1 || (at & 3) != (col & 3)) why += " swizzle out of place";
+                const int at = tt_embedding_backward_tc_g1(k1, col);
+                if (at < 0 || at >= TT_EMBEDDING_BACKWARD_TC_S1 || (at & 3) != (col & 3)) why += " swizzle out of place";
                 else hit[at]++;
             }
         for (int v : hit)
@@ -888,8 +887,8 @@ static void test_v7(int ns) {
         }
     };
     // (II) and (III): per m-tile of 4 lookups, 4 n-tiles, 16 k-steps
-    std::vector<double> W0((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0.0), W2((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0.0);
-    std::vector<int> hits0((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0), hits2((size_t)NB * TT_EMBEDDING_BACKWARD7_S0, 0);
+    std::vector<double> W0((size_t)NB * TT_EMBEDDING_BACKWARD_TC_S0, 0.0), W2((size_t)NB * TT_EMBEDDING_BACKWARD_TC_S0, 0.0);
+    std::vector<int> hits0((size_t)NB * TT_EMBEDDING_BACKWARD_TC_S0, 0), hits2((size_t)NB * TT_EMBEDDING_BACKWARD_TC_S0, 0);
     for (int III = 0; III < 2; III++)
         for (int mt = 0; 4 * mt < ns; mt++)
             for (int nt = 0; nt < 4; nt++) {
@@ -899,12 +898,12 @@ static void test_v7(int ns) {
                     int offa[4][32], offb[2][32];
                     for (int lane = 0; lane < 32; lane++) {
                         for (int r = 0; r < 4; r++) {
-                            const int m = tt_embedding_backward7_arow(lane, r), c = tt_embedding_backward7_acol(lane, r);
-                            offa[r][lane] = 4 * mt * TT_EMBEDDING_BACKWARD7_LS + (III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks));
+                            const int m = tt_embedding_backward_tc_arow(lane, r), c = tt_embedding_backward_tc_acol(lane, r);
+                            offa[r][lane] = 4 * mt * TT_EMBEDDING_BACKWARD_TC_LS + (III ? tt_embedding_backward_tc_III_a(m, c, ks) : tt_embedding_backward_tc_II_a(m, c, ks));
                             a[lane][r] = seg[offa[r][lane]];
                         }
                         for (int r = 0; r < 2; r++) {
-                            offb[r][lane] = III ? tt_embedding_backward7_III_b(tt_embedding_backward7_bk(lane, r), lane >> 2, ks, nt) : tt_embedding_backward7_II_b(tt_embedding_backward7_bk(lane, r), lane >> 2, ks, nt);
+                            offb[r][lane] = III ? tt_embedding_backward_tc_III_b(tt_embedding_backward_tc_bk(lane, r), lane >> 2, ks, nt) : tt_embedding_backward_tc_II_b(tt_embedding_backward_tc_bk(lane, r), lane >> 2, ks, nt);
                             b[lane][r] = g1s[offb[r][lane]];
                         }
                     }
@@ -914,16 +913,16 @@ static void test_v7(int ns) {
                 }
                 for (int lane = 0; lane < 32; lane++)
                     for (int r = 0; r < 4; r++) {
-                        const int m = tt_embedding_backward7_crow(lane, r), n = tt_embedding_backward7_ccol(lane, r), l = 4 * mt + (m >> 2);
+                        const int m = tt_embedding_backward_tc_crow(lane, r), n = tt_embedding_backward_tc_ccol(lane, r), l = 4 * mt + (m >> 2);
                         if (l >= ns) continue;
-                        const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD7_S0 + (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt));
+                        const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD_TC_S0 + (III ? tt_embedding_backward_tc_III_c(m, n, nt) : tt_embedding_backward_tc_II_c(m, n, nt));
                         (III ? W2 : W0)[at] = acc[lane][r];
                         (III ? hits2 : hits0)[at]++;
                     }
             }
     // (I): warps w = 0..7, 2 x 2 tiles each, k-steps over lookup pairs
-    std::vector<double> dG1(TT_EMBEDDING_BACKWARD7_S1, 0.0);
-    std::vector<int> hits1(TT_EMBEDDING_BACKWARD7_S1, 0);
+    std::vector<double> dG1(TT_EMBEDDING_BACKWARD_TC_S1, 0.0);
+    std::vector<int> hits1(TT_EMBEDDING_BACKWARD_TC_S1, 0);
     for (int w = 0; w < 8; w++)
         for (int mi = 0; mi < 2; mi++)
             for (int ni = 0; ni < 2; ni++) {
@@ -933,13 +932,13 @@ static void test_v7(int ns) {
                     int offa[4][32], offb[2][32];
                     for (int lane = 0; lane < 32; lane++) {
                         for (int r = 0; r < 4; r++) {
-                            offa[r][lane] = tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi);
+                            offa[r][lane] = tt_embedding_backward_tc_I_a(tt_embedding_backward_tc_arow(lane, r), tt_embedding_backward_tc_acol(lane, r), kp, mi);
                             // the kernel zero-fills the inputs of absent lookups (so G_0 and Y are 0 there)
-                            a[lane][r] = 2 * kp + (tt_embedding_backward7_acol(lane, r) >> 2) < ns ? seg[offa[r][lane]] : 0.0;
+                            a[lane][r] = 2 * kp + (tt_embedding_backward_tc_acol(lane, r) >> 2) < ns ? seg[offa[r][lane]] : 0.0;
                         }
                         for (int r = 0; r < 2; r++) {
-                            offb[r][lane] = tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, w, ni);
-                            b[lane][r] = 2 * kp + (tt_embedding_backward7_bk(lane, r) >> 2) < ns ? seg[offb[r][lane]] : 0.0;
+                            offb[r][lane] = tt_embedding_backward_tc_I_b(tt_embedding_backward_tc_bk(lane, r), lane >> 2, kp, w, ni);
+                            b[lane][r] = 2 * kp + (tt_embedding_backward_tc_bk(lane, r) >> 2) < ns ? seg[offb[r][lane]] : 0.0;
                         }
                     }
                     for (int r = 0; r < 4; r++) conflict_free(offa[r], "(I) A");
@@ -948,7 +947,7 @@ static void test_v7(int ns) {
                 }
                 for (int lane = 0; lane < 32; lane++)
                     for (int r = 0; r < 4; r++) {
-                        const int at = tt_embedding_backward7_I_c(tt_embedding_backward7_crow(lane, r), tt_embedding_backward7_ccol(lane, r), w, mi, ni);
+                        const int at = tt_embedding_backward_tc_I_c(tt_embedding_backward_tc_crow(lane, r), tt_embedding_backward_tc_ccol(lane, r), w, mi, ni);
                         dG1[at] = acc[lane][r];
                         hits1[at]++;
                     }
@@ -956,8 +955,8 @@ static void test_v7(int ns) {
     // against the formulas
     double err = 0.0;
     for (int l = 0; l < NB; l++)
-        for (int e = 0; e < TT_EMBEDDING_BACKWARD7_S0; e++) {
-            const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD7_S0 + e;
+        for (int e = 0; e < TT_EMBEDDING_BACKWARD_TC_S0; e++) {
+            const size_t at = (size_t)l * TT_EMBEDDING_BACKWARD_TC_S0 + e;
             const int want = l < ns ? 1 : 0;
             if ((hits0[at] != want || hits2[at] != want) && why.size() < 300)
                 why += " W element (" + std::to_string(l) + "," + std::to_string(e) + ") written " + std::to_string(hits0[at]) + "/" +
@@ -991,10 +990,10 @@ static void test_v7(int ns) {
 
 // the small steps (16 threads per lookup) against Y = g x G_2 and L^T = G_0^T x g; the input map covers g, G_0, G_2
 static void test_v7_small_steps() {
-    const int R = TT_EMBEDDING_BACKWARD7_R;
+    const int R = TT_EMBEDDING_BACKWARD_TC_R;
     Rng rng(77);
-    std::vector<float> region(TT_EMBEDDING_BACKWARD7_LS, NAN);
-    std::vector<int> hit(TT_EMBEDDING_BACKWARD7_LS, 0);
+    std::vector<float> region(TT_EMBEDDING_BACKWARD_TC_LS, NAN);
+    std::vector<int> hit(TT_EMBEDDING_BACKWARD_TC_LS, 0);
     std::vector<float> g(64), g0(128), g2(128);
     for (auto& v : g) v = rng.uniform(-1.0f, 1.0f);
     for (auto& v : g0) v = rng.uniform(-1.0f, 1.0f);
@@ -1003,23 +1002,23 @@ static void test_v7_small_steps() {
     for (int f = 0; f < 80; f++) {                 // the kernel's input copy: float4 f of g | G_0 | G_2
         const float* src = f < 16 ? g.data() + 4 * f : f < 48 ? g0.data() + 4 * (f - 16) : g2.data() + 4 * (f - 48);
         for (int c = 0; c < 4; c++) {
-            region[tt_embedding_backward7_input_dst(f) + c] = src[c];
-            hit[tt_embedding_backward7_input_dst(f) + c]++;
+            region[tt_embedding_backward_tc_input_dst(f) + c] = src[c];
+            hit[tt_embedding_backward_tc_input_dst(f) + c]++;
         }
     }
-    for (int i = 0; i < TT_EMBEDDING_BACKWARD7_LS; i++)
+    for (int i = 0; i < TT_EMBEDDING_BACKWARD_TC_LS; i++)
         if (hit[i] > 1) why += " input slot " + std::to_string(i) + " written twice";
-    for (int u = 0; u < 16; u++) tt_embedding_backward7_small_steps(region.data(), u);
+    for (int u = 0; u < 16; u++) tt_embedding_backward_tc_small_steps(region.data(), u);
     double err = 0.0;
     for (int a0 = 0; a0 < 4; a0++)
         for (int a1 = 0; a1 < 4; a1++)
             for (int k = 0; k < R; k++) {
                 double y = 0.0, lt = 0.0;
                 for (int a2 = 0; a2 < 4; a2++) y += (double)g[a0 * 16 + a1 * 4 + a2] * g2[k * 4 + a2];
-                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k] - y));
+                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD_TC_Y + a0 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * R + k] - y));
                 const int a2 = a0;                   // L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2]
                 for (int b0 = 0; b0 < 4; b0++) lt += (double)g0[b0 * R + k] * g[b0 * 16 + a1 * 4 + a2];
-                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * R + k] - lt));
+                err = std::max(err, fabs(region[TT_EMBEDDING_BACKWARD_TC_LT + a2 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * R + k] - lt));
             }
     if (!(err < 1e-5)) why += " max error " + std::to_string(err);
     report(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
@@ -1027,14 +1026,14 @@ static void test_v7_small_steps() {
 
 static void test_v7_filter() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
-    report(tt_embedding_backward7_reason(s).empty(), "version 7 runs FBTT's default");
+    report(tt_embedding_backward_tc_reason(s).empty(), "version 7 runs FBTT's default");
     s = tt_embedding_backward_make_shape({7, 300, 9}, {4, 4, 4}, {32, 32}, 0, 2, 45);
-    report(tt_embedding_backward7_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
+    report(tt_embedding_backward_tc_reason(s).empty(), "version 7 runs other p and tables at q 4,4,4 ranks 32,32");
     s = tt_embedding_backward_make_shape({20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, 0, 1, 512);
-    std::string why = tt_embedding_backward7_reason(s);
+    std::string why = tt_embedding_backward_tc_reason(s);
     report(why.find("T = 4") != std::string::npos, "version 7 refuses the 4-core shape naming T", why);
     s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
-    why = tt_embedding_backward7_reason(s);
+    why = tt_embedding_backward_tc_reason(s);
     report(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
     // the default version's dispatcher (H200: 232,448 bytes per block, less the 1,024 reserved)
     const size_t lim = 232448 - 1024;
@@ -1064,7 +1063,7 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
            "default version: cuBLAS pipeline where version 8's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
-    report(tt_embedding_backward7_parts(0) == 0 && tt_embedding_backward7_parts(1) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART) == 1 && tt_embedding_backward7_parts(TT_EMBEDDING_BACKWARD7_PART + 1) == 2,
+    report(tt_embedding_backward_tc_parts(0) == 0 && tt_embedding_backward_tc_parts(1) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }
 
@@ -1128,34 +1127,26 @@ int main() {
     test_v6({"fbtt_default", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 0.0, false, 42}, {S}, {256}, true);
     test_v6({"fbtt_default_zipf", {200, 220, 250}, {4, 4, 4}, {32, 32}, 1, 512, 20, 1.15, false, 42}, {A}, {256}, true);
 
-    // version 8: T = 2..6, every optimizer, empty bags, several tables, Zipf slices longer than a part (several
-    // parts), ranks 64 and 128 with tiles and K not multiples of 64 and 16, D = 4
-    test_v8({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D});
-    test_v8({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D});
-    test_v8({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A});
-    test_v8({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {S});
-    test_v8({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 5}, {A});
-    test_v8({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A});
-    test_v8({"rank_ones", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S});
-    test_v8({"zipf_parts", {3, 20, 5}, {4, 4, 4}, {8, 8}, 1, 90, 30, 1.3, false, 11}, {S, A, D}, true);
-    test_v8({"rank128_q224_odd_p", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 18}, {A, D});
-    test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S});
-    test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A});
-    test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {S});
-    // version 9 (its mma fragments emulated per accumulator): the narrow G tiles (n <= 16), wide tiles with rows, columns
-    // and K not multiples of 32, 16 and 8, several parts, T = 2 and 5, every optimizer
-    test_v8({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D}, false, true);
-    test_v8({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {A}, false, true);
-    test_v8({"zipf_parts", {3, 20, 5}, {4, 4, 4}, {8, 8}, 1, 90, 30, 1.3, false, 11}, {S, D}, true, true);
-    test_v8({"rank128_q224_odd_p", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 18}, {A, D}, false, true);
-    test_v8({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S}, false, true);
-    test_v8({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A}, false, true);
-    test_v8({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {D}, false, true);
+    // version 9 (its mma fragments emulated per accumulator): T = 2..6, every optimizer, empty bags, several tables,
+    // Zipf slices longer than a part (several parts), ranks 64 and 128 with tiles and K not multiples of 64 and 16, the
+    // narrow G tiles (n <= 16), wide tiles with rows, columns and K not multiples of 32, 16 and 8, D = 4
+    test_v9({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D});
+    test_v9({"T3_example_ragged", {3, 4, 5}, {2, 2, 2}, {2, 3}, 1, 7, 3, 0.0, true, 2}, {S, D});
+    test_v9({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 1, 13, 7, 0.0, true, 3}, {D, A});
+    test_v9({"T5_tables3", {3, 2, 4, 3, 2}, {2, 2, 3, 1, 2}, {2, 4, 3, 5}, 3, 5, 9, 0.0, false, 4}, {S});
+    test_v9({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 5}, {A});
+    test_v9({"all_bags_empty", {3, 4, 5}, {2, 2, 2}, {2, 3}, 2, 4, 0, 0.0, false, 8}, {D, A});
+    test_v9({"rank_ones", {4, 5}, {3, 2}, {1}, 1, 6, 4, 0.0, true, 9}, {S});
+    test_v9({"zipf_parts", {3, 20, 5}, {4, 4, 4}, {8, 8}, 1, 90, 30, 1.3, false, 11}, {S, A, D}, true);
+    test_v9({"rank128_q224_odd_p", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 18}, {A, D});
+    test_v9({"rank100_q444", {3, 5, 3}, {4, 4, 4}, {100, 72}, 1, 9, 4, 0.0, false, 19}, {S});
+    test_v9({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A});
+    test_v9({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {S, D});
     // the last core's D by the GEMM (q_{T-1} = 8 > LAST_D_MAX_Q); the cases above take the direct kernel, but T2_tables2 (q 5)
-    test_v8({"q448_ragged", {3, 4, 5}, {4, 4, 8}, {40, 24}, 1, 9, 4, 0.0, true, 22}, {A}, false, true);
+    test_v9({"q448_ragged", {3, 4, 5}, {4, 4, 8}, {40, 24}, 1, 9, 4, 0.0, true, 22}, {A});
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
-    test_v7(TT_EMBEDDING_BACKWARD7_NB);
+    test_v7(TT_EMBEDDING_BACKWARD_TC_NB);
     test_v7(13);                // a partial last segment: the absent lookups' rows not written, their k-steps zeros
     test_v7(1);
     test_v7_small_steps();

@@ -667,7 +667,7 @@ __global__ void tt_cache_combine_kernel5(int opt, float* __restrict__ cache_w, f
 struct TtCacheTtBackward {       // one TT backward call's arguments and buffers (inputs: offsets, ids, dY)
     TtEmbeddingBackwardArgs a;
     TtEmbeddingBackwardInputs in;
-    TtEmbeddingBackward6Plan plan;
+    TtEmbeddingBackwardGroupPlan plan;
 };
 
 struct TtCacheTt {
@@ -709,10 +709,10 @@ void tt_cache_tt_backward_setup(TtCacheTtBackward& b, const TtCacheTt& t, int64_
     b.a.s.nnz = (int)nnz;
     b.a.opt = opt; b.a.lr = lr; b.a.eps = eps;
     b.a.smem_limit = smem_optin - 1024;
-    b.plan = tt_embedding_backward6_make_plan(b.a.s, b.a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    b.plan = tt_embedding_backward_group_make_plan(b.a.s, b.a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     tt_embedding_backward_alloc(b.a, b.in, b.plan);
     b.a.offsets = b.in.offsets; b.a.indices = b.in.indices; b.a.dY = b.in.dY;
-    if (tt_embedding_backward_route(b.a.s, b.a.W_off, b.a.smem_limit, TT_EMBEDDING_BACKWARD7_BLOCK) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS)
+    if (tt_embedding_backward_route(b.a.s, b.a.W_off, b.a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS)
         fail_args("tt_cache: at this shape the TT backward runs version 2's pipeline, which sizes its work on the host (no device-side count)");
 }
 
@@ -759,7 +759,7 @@ void tt_cache_tt_forward(TtCacheTt& t, bool build, const TtCacheTtBackward& core
     else tt_embedding_forward(6, out, ids, offsets, tt_cache_cores(cores), t.fwd, t.fws, t.fwd_block);
 }
 
-void tt_cache_tt_backward(TtCacheTtBackward& b) { tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD7_BLOCK); }
+void tt_cache_tt_backward(TtCacheTtBackward& b) { tt_embedding_backward(7, b.a, TT_EMBEDDING_BACKWARD_TC_BLOCK); }
 
 // Version 7: the TT part's rows, a warp per TT lookup. Version 6 hands the part to the TT forward's default, which is
 // sized for the batch, not the part: its digit kernel reads every id of the batch and each of its p_1 items copies a

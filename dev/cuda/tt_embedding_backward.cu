@@ -30,13 +30,14 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
      where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
      block fits in 110 KB and ranks are below 32 (or 32 at T = 3, D < 256), else version 9   0.0656 29.2%
-  8  per-slice GEMMs: each chain product one GEMM over the lookups of one slice (64 x 64 fp32
-     tiles), P_t and dM_t in global memory, gradient parts summed in order; any shape           0.333   5.8%
-  9  version 8 with each K-step's products on tensor cores (mma.sync m16n8k8, 3xTF32)           0.256   7.5%
-     (8 and 9 at this shape: before the last core's D became a direct sum where q_{T-1} <= 4, below)
-  Version 7 (routed to 9) / version 8, 2026-12-02 (results/logs/2026-12-02_tt_backward_slice_bench_final.log), EL-Rec's
-  shapes (B 4096, ranks 128,128): q 2,2,4 L 20 1.809 ms (31.9%), L 1 0.194; q 4,4,4 L 20 6.101 / 8.191 (37.9%), L 1
-  0.475; ranks 64,64 (B 512) 0.382 / 0.471 (19.3%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
+  8  retired: per-slice GEMMs on 64 x 64 fp32 tiles (0.333, 5.8%; rank 64 0.471, EL-Rec q 4,4,4 L 20
+     8.191): slower than version 9 at every shape (its code: git show 39c3510:<this file>)
+  9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
+     on tensor cores (mma.sync m16n8k8, 3xTF32), P_t and dM_t in global memory, parts summed
+     in order; any shape (at this shape: before the last core's D became a direct sum)          0.256   7.5%
+  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_backward_slice_bench_final.log), EL-Rec's shapes
+  (B 4096, ranks 128,128): q 2,2,4 L 20 1.809 ms (31.9%), L 1 0.194; q 4,4,4 L 20 6.101 (37.9%), L 1 0.475; ranks
+  64,64 (B 512) 0.382 (19.3%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
@@ -49,9 +50,9 @@ Lessons:
     registers; versions 4-5 sorted and grouped too but summed the other cores' gradients one slice per block.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
   - In 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
-  - What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
+    What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
-    GEMM per product (versions 8-9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
+    GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
     version 9 summed wrong, with NaN, and reruns differed (results/logs/2026-12-01_tt_backward_v9_before_syncwarp.log).
   - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
@@ -988,22 +989,22 @@ inline int tt_embedding_backward_pick_pivot(const TtEmbeddingBackwardShape& s) {
 // (4) one block per (slice, columns, part) of everything else: the rows of a slice in a fixed order (lookup
 // order for W, chunk order for pivot partials), the parts of a long slice combined by the last block to
 // finish (a counter), then the optimizer. No float atomics anywhere: the bits do not depend on timing.
-static const int TT_EMBEDDING_BACKWARD6_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
-static const int TT_EMBEDDING_BACKWARD6_MAX_NB = 16;                   // lookups per batch
-static const int TT_EMBEDDING_BACKWARD6_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
-static const int TT_EMBEDDING_BACKWARD6_SMEM_MAX = 227 * 1024 - 1024;  // else the most an sm_90 block can have (less the static copies)
-static const int TT_EMBEDDING_BACKWARD6_CW = 512;                      // final kernel: columns of a slice per item
-static const int TT_EMBEDDING_BACKWARD6_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
-static const int TT_EMBEDDING_BACKWARD6_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
-static const int TT_EMBEDDING_BACKWARD6_FINAL_BLOCK = 512;             // final kernel
-static const int TT_EMBEDDING_BACKWARD6_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
-static const int TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK = 256;          // two or four register tiles per thread only in blocks up to this
-static const int TT_EMBEDDING_BACKWARD6_LIST_BLOCK = 512;              // list kernel
-static const int TT_EMBEDDING_BACKWARD6_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
-static const int TT_EMBEDDING_BACKWARD6_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
+static const int TT_EMBEDDING_BACKWARD_GROUP_CHUNK = 64;                    // lookups of one pivot slice per block (longer slices split evenly)
+static const int TT_EMBEDDING_BACKWARD_GROUP_MAX_NB = 16;                   // lookups per batch
+static const int TT_EMBEDDING_BACKWARD_GROUP_SMEM_TARGET = 110 * 1024;      // largest NB whose block fits this (two blocks per SM)
+static const int TT_EMBEDDING_BACKWARD_GROUP_SMEM_MAX = 227 * 1024 - 1024;  // else the most an sm_90 block can have (less the static copies)
+static const int TT_EMBEDDING_BACKWARD_GROUP_CW = 512;                      // final kernel: columns of a slice per item
+static const int TT_EMBEDDING_BACKWARD_GROUP_RC = 64;                       // final kernel: rows (lookups or chunk partials) per item
+static const int TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK = 256;              // prep kernel (and its last block's planning)
+static const int TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK = 512;             // final kernel
+static const int TT_EMBEDDING_BACKWARD_GROUP_FINAL_GRID = 8192;             // final kernel: grid-stride over the items
+static const int TT_EMBEDDING_BACKWARD_GROUP_MAX_ACC2_BLOCK = 256;          // two or four register tiles per thread only in blocks up to this
+static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK = 512;              // list kernel
+static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
+static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
 
 // what every kernel of version 6 needs to know besides the shape (host-built per block size)
-struct TtEmbeddingBackward6Plan {
+struct TtEmbeddingBackwardGroupPlan {
     int h, nt, nb, chunk;   // pivot core, threads per block, lookups per batch, lookups per chunk
     int acc;                // 1, 2: 4x4 register tiles of dG_h per thread; 0: dG_h accumulated in shared memory
     int fastI, fastII, fastIII;   // float4 register-tile paths of the three pivot products (else generic tiles)
@@ -1022,17 +1023,17 @@ struct TtEmbeddingBackward6Plan {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
     int ncol[TT_EMBEDDING_BACKWARD_MAX_T];        // final kernel: column items per slice of core t
     int max_chunks, max_items;     // grid bounds (the real counts come from the prep kernel)
-    int starts_only;               // versions 8-9: the prep's last block places the slices' lookups only (no chunks, no items)
+    int starts_only;               // version 9: the prep's last block places the slices' lookups only (no chunks, no items)
 };
 
-inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
-    TtEmbeddingBackward6Plan P;
+inline TtEmbeddingBackwardGroupPlan tt_embedding_backward_group_make_plan(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
+    TtEmbeddingBackwardGroupPlan P;
     memset(&P, 0, sizeof P);
     const int T = s.T;
     const int h = tt_embedding_backward_pick_pivot(s);
     P.h = h;
     P.nt = nt;
-    P.chunk = TT_EMBEDDING_BACKWARD6_CHUNK;
+    P.chunk = TT_EMBEDDING_BACKWARD_GROUP_CHUNK;
     P.w[T] = 1;
     for (int t = T - 1; t >= 0; t--) P.w[t] = P.w[t + 1] * s.q[t];
     for (int t = 0; t < T; t++) P.W_off[t] = W_off[t];
@@ -1042,7 +1043,7 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     if (P.fastI) {
         P.tiles_I = (Rh / 4) * (nh / 4);
         const int need = (P.tiles_I + nt - 1) / nt;
-        P.acc = need <= 1 ? 1 : nt > TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK ? 0 : need <= 2 ? 2 : need <= 4 ? 4 : 0;   // (4: rank 64)
+        P.acc = need <= 1 ? 1 : nt > TT_EMBEDDING_BACKWARD_GROUP_MAX_ACC2_BLOCK ? 0 : need <= 2 ? 2 : need <= 4 ? 4 : 0;   // (4: rank 64)
         if (P.acc == 0) { P.fastI = 0; P.tiles_I = 0; }
     }
     P.fastII = h >= 1 && mprev % 4 == 0 && Rh % 4 == 0 && nh % 4 == 0;
@@ -1073,7 +1074,7 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     // The block's part: [G_h: R_h x PH][dG_h (acc == 0)][1.0f]. mode 0 keeps G_h and dG_h in shared memory; mode 1
     // accumulates dG_h in the chunk's row of `partial` instead. The first mode whose block fits the target with some
     // NB wins (NB as large as fits); failing that, the first that fits the largest block the device allows, at NB = 1.
-    // (A mode 2 read G_h from the cores where it does not fit, at rank 128; version 8 runs those shapes 6x faster;
+    // (A mode 2 read G_h from the cores where it does not fit, at rank 128; version 9 runs those shapes 6x faster;
     // its code: git show 55765c2:dev/cuda/tt_embedding_backward.cu.)
     auto layout = [&](int mode, int nb) {
         P.acc_global = mode >= 1 && P.acc == 0;
@@ -1099,29 +1100,29 @@ inline TtEmbeddingBackward6Plan tt_embedding_backward6_make_plan(const TtEmbeddi
     };
     bool placed = false;
     for (int mode = 0; mode < 2 && !placed; mode++)
-        for (int nb = TT_EMBEDDING_BACKWARD6_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_TARGET;
+        for (int nb = TT_EMBEDDING_BACKWARD_GROUP_MAX_NB; nb >= 1 && !placed; nb--) placed = layout(mode, nb) <= (size_t)TT_EMBEDDING_BACKWARD_GROUP_SMEM_TARGET;
     P.roomy = placed;
-    for (int mode = 0; mode < 2 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD6_SMEM_MAX;
+    for (int mode = 0; mode < 2 && !placed; mode++) placed = layout(mode, 1) <= (size_t)TT_EMBEDDING_BACKWARD_GROUP_SMEM_MAX;
     if (!placed) layout(1, 1);   // too large for any block: the skip reason reports it
     const int Kc = s.tables * s.p[h];
     P.max_chunks = (int)(ceil_div<int64_t>(s.nnz, P.chunk) + Kc);
     int64_t items = 0;
     for (int t = 0; t < T; t++) {
-        P.ncol[t] = (int)ceil_div<int64_t>(s.S[t], TT_EMBEDDING_BACKWARD6_CW);
-        const int64_t rows = t == h ? ceil_div<int64_t>(P.max_chunks, TT_EMBEDDING_BACKWARD6_RC) + Kc
-                                    : ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD6_RC) + (int64_t)s.tables * s.p[t];
+        P.ncol[t] = (int)ceil_div<int64_t>(s.S[t], TT_EMBEDDING_BACKWARD_GROUP_CW);
+        const int64_t rows = t == h ? ceil_div<int64_t>(P.max_chunks, TT_EMBEDDING_BACKWARD_GROUP_RC) + Kc
+                                    : ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_RC) + (int64_t)s.tables * s.p[t];
         items += P.ncol[t] * rows;
     }
     P.max_items = (int)std::min<int64_t>(items, INT32_MAX);
     return P;
 }
-inline size_t tt_embedding_backward6_smem_bytes(const TtEmbeddingBackward6Plan& P) { return (size_t)P.total_floats * sizeof(float); }
+inline size_t tt_embedding_backward_group_smem_bytes(const TtEmbeddingBackwardGroupPlan& P) { return (size_t)P.total_floats * sizeof(float); }
 // the list kernel's staged keys per tile (its dynamic shared memory, in ints)
-__host__ __device__ inline int tt_embedding_backward6_list_stage(const TtEmbeddingBackward6Plan& P) {
-    return P.key_stride < TT_EMBEDDING_BACKWARD6_LIST_STAGE ? P.key_stride : TT_EMBEDDING_BACKWARD6_LIST_STAGE;
+__host__ __device__ inline int tt_embedding_backward_group_list_stage(const TtEmbeddingBackwardGroupPlan& P) {
+    return P.key_stride < TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE ? P.key_stride : TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE;
 }
 // kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
-static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackward6Plan) <= 1024, "static shared copies exceed the reserve");
+static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardGroupPlan) <= 1024, "static shared copies exceed the reserve");
 
 // device workspace of version 6 (allocated once, outside timing)
 struct TtEmbeddingBackwardWorkspace {
@@ -1142,27 +1143,27 @@ struct TtEmbeddingBackwardWorkspace {
 };
 
 // small helpers that the CPU test runs too
-__host__ __device__ inline int tt_embedding_backward6_atomic_inc(int* p, int v) { return TT_EMBEDDING_BACKWARD_DEV_HOST(atomicAdd(p, v), (*p += v) - v); }
-__host__ __device__ inline void tt_embedding_backward6_fence() {
+__host__ __device__ inline int tt_embedding_backward_group_atomic_inc(int* p, int v) { return TT_EMBEDDING_BACKWARD_DEV_HOST(atomicAdd(p, v), (*p += v) - v); }
+__host__ __device__ inline void tt_embedding_backward_group_fence() {
 #ifdef __CUDA_ARCH__
     __threadfence();
 #endif
 }
 // loads of what other blocks of the same kernel wrote (atomics, parts): from L2, never a stale L1 line
 template <class V>
-__host__ __device__ inline V tt_embedding_backward6_ldcg(const V* p) { return TT_EMBEDDING_BACKWARD_DEV_HOST(__ldcg(p), *p); }
-__host__ __device__ __forceinline__ float4 tt_embedding_backward6_ld4(const float* p) {
+__host__ __device__ inline V tt_embedding_backward_group_ldcg(const V* p) { return TT_EMBEDDING_BACKWARD_DEV_HOST(__ldcg(p), *p); }
+__host__ __device__ __forceinline__ float4 tt_embedding_backward_group_ld4(const float* p) {
     return TT_EMBEDDING_BACKWARD_DEV_HOST(*reinterpret_cast<const float4*>(p), make_float4(p[0], p[1], p[2], p[3]));
 }
 // c[r][q] += a[r] b[q] (a 4x4 outer product), c[r][q] += a_r . b_q (four 4-long dot products)
-__host__ __device__ __forceinline__ void tt_embedding_backward6_outer(float (&c)[16], float4 a, float4 b) {
+__host__ __device__ __forceinline__ void tt_embedding_backward_group_outer(float (&c)[16], float4 a, float4 b) {
     const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int q = 0; q < 4; q++) c[r * 4 + q] = fmaf(av[r], bv[q], c[r * 4 + q]);
 }
-__host__ __device__ __forceinline__ void tt_embedding_backward6_dot(float& c, float4 a, float4 b) {
+__host__ __device__ __forceinline__ void tt_embedding_backward_group_dot(float& c, float4 a, float4 b) {
     c = fmaf(a.x, b.x, c);
     c = fmaf(a.y, b.y, c);
     c = fmaf(a.z, b.z, c);
@@ -1173,7 +1174,7 @@ __host__ __device__ __forceinline__ void tt_embedding_backward6_dot(float& c, fl
 // count on entry; returns where the inclusive sums are. log2(nt) phases, no thread reads what another
 // writes in the same phase.
 template <class Exec>
-__host__ __device__ inline const int* tt_embedding_backward6_scan(Exec& ex, int* buf) {
+__host__ __device__ inline const int* tt_embedding_backward_group_scan(Exec& ex, int* buf) {
     const int nt = ex.nt;
     int src = 1;
     for (int d = 1; d < nt; d <<= 1) {
@@ -1191,7 +1192,7 @@ __host__ __device__ inline const int* tt_embedding_backward6_scan(Exec& ex, int*
 // scan gives the offsets: put(g, off, n(g)) runs for every key with the place of its first entry (by the thread that
 // owns the key), then done(total) once.
 template <class Exec, class Count, class Put, class Done>
-__host__ __device__ inline void tt_embedding_backward6_place(Exec& ex, int K, int* scan, Count&& n, Put&& put, Done&& done) {
+__host__ __device__ inline void tt_embedding_backward_group_place(Exec& ex, int K, int* scan, Count&& n, Put&& put, Done&& done) {
     const int nt = ex.nt, per = (K + nt - 1) / nt;
     ex.phase([&](int tid) {
         const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
@@ -1200,7 +1201,7 @@ __host__ __device__ inline void tt_embedding_backward6_place(Exec& ex, int K, in
         scan[tid] = c;
         scan[nt + tid] = c;
     });
-    const int* incl = tt_embedding_backward6_scan(ex, scan);
+    const int* incl = tt_embedding_backward_group_scan(ex, scan);
     ex.phase([&](int tid) {
         const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
         int off = incl[tid] - scan[tid];
@@ -1221,7 +1222,7 @@ __host__ __device__ inline void tt_embedding_backward6_place(Exec& ex, int K, in
 // number of keys, so the lanes of a warp read 32 different banks), a block scan gives every thread its
 // first rank, and the threads whose ranks meet [lo, hi) write their matches.
 template <class Exec, class First, class Found>
-__host__ __device__ inline void tt_embedding_backward6_collect(Exec& ex, const int* keys, int len, int key, int lo, int hi, int* scan,
+__host__ __device__ inline void tt_embedding_backward_group_collect(Exec& ex, const int* keys, int len, int key, int lo, int hi, int* scan,
                                                               int* stage, int cap, First&& first, Found&& found) {
     const int nt = ex.nt;
     int base = 0;                                          // matches in the tiles before (the same in every thread)
@@ -1244,7 +1245,7 @@ __host__ __device__ inline void tt_embedding_backward6_collect(Exec& ex, const i
             scan[tid] = c;
             scan[nt + tid] = c;
         });
-        const int* incl = tt_embedding_backward6_scan(ex, scan);
+        const int* incl = tt_embedding_backward_group_scan(ex, scan);
         ex.phase([&](int tid) {
             const int c = scan[tid];
             int r = base + incl[tid] - c;
@@ -1262,7 +1263,7 @@ __host__ __device__ inline void tt_embedding_backward6_collect(Exec& ex, const i
 
 // ---- version 6, kernel 1: per lookup, its bag, slice rows and the slice counts ----
 
-__host__ __device__ inline void tt_embedding_backward6_prep_lookup(const TtEmbeddingBackwardShape& s, int key_stride, int j,
+__host__ __device__ inline void tt_embedding_backward_group_prep_lookup(const TtEmbeddingBackwardShape& s, int key_stride, int j,
                                                                   const int64_t* offsets, const int64_t* indices, int* keys,
                                                                   int* bag_of, int* counts) {
     if (j >= tt_embedding_backward_count(s)) {             // the pad of every key row
@@ -1279,19 +1280,19 @@ TT_EMBEDDING_BACKWARD_UNROLL
         if (t >= s.T) break;
         const int row = tbl * s.p[t] + idx[t];
         keys[(int64_t)t * key_stride + j] = row;
-        tt_embedding_backward6_atomic_inc(counts + s.key_base[t] + row, 1);
+        tt_embedding_backward_group_atomic_inc(counts + s.key_base[t] + row, 1);
     }
 }
 
 // chunks of pivot slice k (n lookups): ceil(n / chunk), split evenly
-__host__ __device__ inline int tt_embedding_backward6_nchunks(int n, int chunk) { return (n + chunk - 1) / chunk; }
+__host__ __device__ inline int tt_embedding_backward_group_nchunks(int n, int chunk) { return (n + chunk - 1) / chunk; }
 
 // final-kernel rows of slice key g: its lookups (other cores) or its chunk partials (pivot, only when it has
 // more than one chunk: a one-chunk slice is finished by its chunk's block)
-__host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline int tt_embedding_backward_group_final_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                 int g, int cnt) {
     if (g >= s.key_base[P.h] && g < s.key_base[P.h + 1]) {
-        const int nch = tt_embedding_backward6_nchunks(cnt, P.chunk);
+        const int nch = tt_embedding_backward_group_nchunks(cnt, P.chunk);
         return nch > 1 ? nch : 0;
     }
     return cnt;
@@ -1299,20 +1300,20 @@ __host__ __device__ inline int tt_embedding_backward6_final_rows(const TtEmbeddi
 
 // The last block of the prep kernel: from the counts, where every slice's lookups go in the list, the chunk
 // list of kernel 2 and the item list of kernel 3 (each written by the thread that owns the slice) and their
-// totals (versions 8-9 stop after the first). Threads own contiguous ranges of slices; block scans give the offsets.
+// totals (version 9 stops after the first). Threads own contiguous ranges of slices; block scans give the offsets.
 template <class Exec>
-__host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
                                                                  int* item_desc, int* start, int* totals) {
     const int h = P.h, Kc = s.tables * s.p[h], kb = s.key_base[h], K_total = s.key_base[s.T];
     // where every slice's lookups start in the list
-    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward6_ldcg(counts + g); },
+    tt_embedding_backward_group_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward_group_ldcg(counts + g); },
                                  [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
     if (P.starts_only) return;
     // chunks of every pivot slice
-    auto chunks_of = [&](int k) { return tt_embedding_backward6_nchunks(tt_embedding_backward6_ldcg(counts + kb + k), P.chunk); };
-    tt_embedding_backward6_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
-        const int n = tt_embedding_backward6_ldcg(counts + kb + k);
+    auto chunks_of = [&](int k) { return tt_embedding_backward_group_nchunks(tt_embedding_backward_group_ldcg(counts + kb + k), P.chunk); };
+    tt_embedding_backward_group_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
+        const int n = tt_embedding_backward_group_ldcg(counts + kb + k);
         choff[k] = off;
         for (int c = 0; c < nch; c++) {
             int* d = chunk_desc + (int64_t)(off + c) * 4;
@@ -1324,15 +1325,15 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
     }, [&](int total) { choff[Kc] = total; totals[0] = total; });
     // items of the final kernel: every slice with rows, ncol column items x ceil(rows / RC) parts
     auto parts_of = [&](int g) {
-        const int rows = tt_embedding_backward6_final_rows(s, P, g, tt_embedding_backward6_ldcg(counts + g));
-        return (rows + TT_EMBEDDING_BACKWARD6_RC - 1) / TT_EMBEDDING_BACKWARD6_RC;
+        const int rows = tt_embedding_backward_group_final_rows(s, P, g, tt_embedding_backward_group_ldcg(counts + g));
+        return (rows + TT_EMBEDDING_BACKWARD_GROUP_RC - 1) / TT_EMBEDDING_BACKWARD_GROUP_RC;
     };
     auto ncol_of = [&](int g) {
         int t = 0;
         while (g >= s.key_base[t + 1]) t++;
         return P.ncol[t];
     };
-    tt_embedding_backward6_place(ex, K_total, scan, [&](int g) { return parts_of(g) * ncol_of(g); }, [&](int g, int off, int) {
+    tt_embedding_backward_group_place(ex, K_total, scan, [&](int g) { return parts_of(g) * ncol_of(g); }, [&](int g, int off, int) {
         const int parts = parts_of(g), ncol = ncol_of(g);
         for (int cc = 0; cc < ncol; cc++)
             for (int p = 0; p < parts; p++) {
@@ -1346,10 +1347,10 @@ __host__ __device__ inline void tt_embedding_backward6_plan_block(Exec& ex, cons
 }
 
 // The prep kernel's per-lookup part (a thread per lookup); true in the block that arrives last, which then sees every count
-__device__ inline bool tt_embedding_backward6_prep_then_last(const TtEmbeddingBackwardShape& s, int key_stride, const int64_t* offsets,
+__device__ inline bool tt_embedding_backward_group_prep_then_last(const TtEmbeddingBackwardShape& s, int key_stride, const int64_t* offsets,
                                                             const int64_t* indices, const TtEmbeddingBackwardWorkspace& ws) {
     __shared__ int last;
-    tt_embedding_backward6_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
+    tt_embedding_backward_group_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
@@ -1359,13 +1360,13 @@ __device__ inline bool tt_embedding_backward6_prep_then_last(const TtEmbeddingBa
     return true;
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
-tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK)
+tt_embedding_backward_group_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardGroupPlan P,
                                    const int64_t* offsets, const int64_t* indices, const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
-    if (!tt_embedding_backward6_prep_then_last(s, P.key_stride, offsets, indices, ws)) return;
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK];
+    if (!tt_embedding_backward_group_prep_then_last(s, P.key_stride, offsets, indices, ws)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward6_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
+    tt_embedding_backward_group_plan_block(ex, s, P, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
 }
 
 // ---- version 6, list kernel: every slice's lookups, in lookup order ----
@@ -1373,30 +1374,30 @@ tt_embedding_backward6_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 // Slice key g's lookups in lookup order to list[start[g] ..): one ordered scan of its core's keys. One
 // block per slice (O(slices x nnz) work in all, done once; kernels 2 and 3 read their rows from the list).
 template <class Exec>
-__host__ __device__ inline void tt_embedding_backward6_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                  int g, const TtEmbeddingBackwardWorkspace& ws, int* scan, int* stage, int cap) {
     const int n = ws.counts[g];
     if (n == 0) return;
     int t = 0;
     while (g >= s.key_base[t + 1]) t++;
     int* dst = ws.list + ws.start[g];
-    tt_embedding_backward6_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, g - s.key_base[t], 0, n, scan, stage, cap,
+    tt_embedding_backward_group_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, g - s.key_base[t], 0, n, scan, stage, cap,
                                    [](int) {}, [&](int i, int id) { dst[i] = id; });
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_LIST_BLOCK, 2)
-tt_embedding_backward6_lists_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, 2)
+tt_embedding_backward_group_lists_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardGroupPlan plan,
                                     const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
-    pdl_wait_prior();   // (versions 8-9 launch it with PDL; a no-op in version 6's plain launch)
+    pdl_wait_prior();   // (version 9 launches it with PDL; a no-op in version 6's plain launch)
     pdl_allow_next();
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackward6Plan P;
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_LIST_BLOCK];
+    __shared__ TtEmbeddingBackwardGroupPlan P;
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK];
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     for (int g = blockIdx.x; g < s.key_base[s.T]; g += gridDim.x)
-        tt_embedding_backward6_list_block(ex, s, P, g, ws, scan, (int*)tt_embedding_backward_smem, tt_embedding_backward6_list_stage(P));
+        tt_embedding_backward_group_list_block(ex, s, P, g, ws, scan, (int*)tt_embedding_backward_smem, tt_embedding_backward_group_list_stage(P));
 }
 
 // ---- version 6, kernel 2: one block per chunk of a pivot slice ----
@@ -1408,7 +1409,7 @@ tt_embedding_backward6_lists_kernel(const TtEmbeddingBackwardShape shape, const 
 // 16 FMAs, what the FMA pipes take in the same time, instead of 2 + 4 or 4 + 4.
 // Pairing rows: unit u of a grid of nr x nc tiles per lookup -> lookup b, row tile rt, column tile ct, with
 // lanes n, n^1 in the same column tile (rows 2i, 2i+1) and n, n^2 in the same row tile (nr even).
-__host__ __device__ inline void tt_embedding_backward6_rc_rows(int u, int nr, int nc, int& b, int& rt, int& ct) {
+__host__ __device__ inline void tt_embedding_backward_group_rc_rows(int u, int nr, int nc, int& b, int& rt, int& ct) {
     const int per = nr * nc;
     b = u / per;
     const int rem = u - b * per;
@@ -1424,78 +1425,78 @@ __host__ __device__ inline void tt_embedding_backward6_rc_rows(int u, int nr, in
 // Pairing lookups: unit u -> lookup b = 2 (u/2 / per) + u%2 (possibly >= nbb: no unit), row and column tile
 // from the rest, so lanes n, n^1 have the same tiles of two lookups (an operand shared by the lookups, G_h,
 // is the same) and n, n^2 the same lookup. Units: ceil(nbb / 2) * 2 * per.
-__host__ __device__ inline void tt_embedding_backward6_rc_lookups(int u, int nr, int nc, int& b, int& rt, int& ct) {
+__host__ __device__ inline void tt_embedding_backward_group_rc_lookups(int u, int nr, int nc, int& b, int& rt, int& ct) {
     const int per = nr * nc, v = u >> 1, b2 = v / per, rem = v - b2 * per;
     b = 2 * b2 + (u & 1);
     rt = rem / nc;
     ct = rem - rt * nc;
     (void)nr;
 }
-__host__ __device__ inline int tt_embedding_backward6_units_lookups(int nbb, int per) { return (nbb + 1) / 2 * 2 * per; }
+__host__ __device__ inline int tt_embedding_backward_group_units_lookups(int nbb, int per) { return (nbb + 1) / 2 * 2 * per; }
 
 // (I)'s tile of thread-owned tile index `tile` (rows 4 rt .., columns 4 ct .. of dG_h)
-__host__ __device__ inline void tt_embedding_backward6_tile_I_rc(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P, int tile,
+__host__ __device__ inline void tt_embedding_backward_group_tile_I_rc(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P, int tile,
                                                                 int& rt, int& ct) {
     int b;
-    tt_embedding_backward6_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
+    tt_embedding_backward_group_rc_rows(tile, s.R[P.h] / 4, s.n[P.h] / 4, b, rt, ct);
 }
 
 // f(i, rt, ct) for each of a thread's (I) tiles: slot i of its ACC register accumulators holds tile tid + i nt
 template <int ACC, typename F>
-__host__ __device__ __forceinline__ void tt_embedding_backward6_each_tile_I(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ __forceinline__ void tt_embedding_backward_group_each_tile_I(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                             int tid, int nt, F&& f) {
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < ACC; i++) {
         const int tile = tid + i * nt;
         if (tile < P.tiles_I) {
             int rt, ct;
-            tt_embedding_backward6_tile_I_rc(s, P, tile, rt, ct);
+            tt_embedding_backward_group_tile_I_rc(s, P, tile, rt, ct);
             f(i, rt, ct);
         }
     }
 }
 
 // (I) for one 4x4 tile over the batch: c += sum_b sum_alpha P_b[alpha, 4rt..] (x) Y_b[alpha, 4ct..]
-__host__ __device__ inline void tt_embedding_backward6_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
+__host__ __device__ inline void tt_embedding_backward_group_tile_I(float (&c)[16], const float* Pb, const float* Yb, int LB, int Rh, int nh,
                                                              int mprev, int nbb, int rt, int ct) {
     for (int b = 0; b < nbb; b++) {
         const float* Pr = Pb + (int64_t)b * LB + 4 * rt;
         const float* Yr = Yb + (int64_t)b * LB + 4 * ct;
 TT_EMBEDDING_BACKWARD_UNROLL4
         for (int al = 0; al < mprev; al++)
-            tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + al * Rh), tt_embedding_backward6_ld4(Yr + al * nh));
+            tt_embedding_backward_group_outer(c, tt_embedding_backward_group_ld4(Pr + al * Rh), tt_embedding_backward_group_ld4(Yr + al * nh));
     }
 }
 
 // A 4x4 tile of dot products along K in float4 steps: c[r][q] = sum_k A[r*a_rs + k] B[q*b_rs + k]
-__host__ __device__ inline void tt_embedding_backward6_dot_tile(float (&c)[16], const float* A, int a_rs, const float* B, int b_rs, int K) {
+__host__ __device__ inline void tt_embedding_backward_group_dot_tile(float (&c)[16], const float* A, int a_rs, const float* B, int b_rs, int K) {
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
 TT_EMBEDDING_BACKWARD_UNROLL2
     for (int kk = 0; kk < K; kk += 4) {
         float4 x[4], y[4];
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int r = 0; r < 4; r++) x[r] = tt_embedding_backward6_ld4(A + (int64_t)r * a_rs + kk);
+        for (int r = 0; r < 4; r++) x[r] = tt_embedding_backward_group_ld4(A + (int64_t)r * a_rs + kk);
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int q = 0; q < 4; q++) y[q] = tt_embedding_backward6_ld4(B + (int64_t)q * b_rs + kk);
+        for (int q = 0; q < 4; q++) y[q] = tt_embedding_backward_group_ld4(B + (int64_t)q * b_rs + kk);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int q = 0; q < 4; q++) tt_embedding_backward6_dot(c[r * 4 + q], x[r], y[q]);
+            for (int q = 0; q < 4; q++) tt_embedding_backward_group_dot(c[r * 4 + q], x[r], y[q]);
     }
 }
 
 // (II) unit u (lookup pairs): lookup b, rows alpha = 4 rt .. 4 rt + 3, columns k = ct + (R_h/4) q, q < 4
 // (strided: lanes with consecutive ct read consecutive rows of G_h, PH/4 odd, so 8 bank groups):
 //   dM_{h-1}[alpha, k] = sum_c Y_b[alpha, c] G_h[k, c]
-__host__ __device__ inline void tt_embedding_backward6_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_unit_II(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                               const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], nh = s.n[h], tn = Rh / 4;
     int b, rt, ct;
-    tt_embedding_backward6_rc_lookups(u, s.m[h - 1] / 4, tn, b, rt, ct);
+    tt_embedding_backward_group_rc_lookups(u, s.m[h - 1] / 4, tn, b, rt, ct);
     if (b >= nbb) return;
     float c[16];
-    tt_embedding_backward6_dot_tile(c, sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh, nh,
+    tt_embedding_backward_group_dot_tile(c, sm + P.lk_off + (int64_t)b * P.LB + P.Y_off + (int64_t)4 * rt * nh, nh,
                                     gh + (int64_t)ct * P.PH, tn * P.PH, nh);
     // to the lookup's dM_{h-1} (m_{h-1} x R_h), or for h = 1 straight to its core-0 gradient row in W (q_0 x R_1)
     float* dst = h - 1 == 0 ? W + P.W_off[0] + (int64_t)bints[b * TT_EMBEDDING_BACKWARD_INTS] * s.S[0]
@@ -1508,11 +1509,11 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // (III) unit u (lookup pairs): lookup b, rows k' = 4 rt .., columns beta = 4 ct ..:
 //   L_{h+1}[k', beta] = sum_{k, a} G_h[k, a, k'] L_h[(k, a), beta]  (float4 of G_h along k', of L_h along beta)
-__host__ __device__ inline void tt_embedding_backward6_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_unit_III(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                const float* sm, const float* gh, const int* bints, int nbb, int u, float* W) {
     const int h = P.h, Rh = s.R[h], qh = s.q[h], Rn = s.R[h + 1], wn = P.w[h + 1], tn = wn / 4;
     int b, rt, ct;
-    tt_embedding_backward6_rc_lookups(u, Rn / 4, tn, b, rt, ct);
+    tt_embedding_backward_group_rc_lookups(u, Rn / 4, tn, b, rt, ct);
     if (b >= nbb) return;
     const float* G = gh + 4 * rt;
     const float* Lh = sm + P.lk_off + (int64_t)b * P.LB + P.Lh_off + 4 * ct;
@@ -1522,8 +1523,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
     for (int k = 0; k < Rh; k++) {
 TT_EMBEDDING_BACKWARD_UNROLL4
         for (int a = 0; a < qh; a++)
-            tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(G + (int64_t)k * P.PH + a * Rn),
-                                         tt_embedding_backward6_ld4(Lh + (int64_t)(k * qh + a) * wn));
+            tt_embedding_backward_group_outer(c, tt_embedding_backward_group_ld4(G + (int64_t)k * P.PH + a * Rn),
+                                         tt_embedding_backward_group_ld4(Lh + (int64_t)(k * qh + a) * wn));
     }
     // to the lookup's L_{h+1} (R_{h+1} x w_{h+1}), or for h = T-2 straight to its core-(T-1) gradient row in W
     const int T = s.T;
@@ -1537,15 +1538,15 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // Y unit u (pairing rows): lookup b, rows (alpha, a) = 4 rt .., columns k' = ct + (R_{h+1}/4) q:
 //   Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]   (float4 along beta)
-__host__ __device__ inline void tt_embedding_backward6_unit_Y(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_unit_Y(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                              float* sm, int u) {
     const int h = P.h, T = s.T, Rn = s.R[h + 1], wn = P.w[h + 1], tn = Rn / 4;
     int b, rt, ct;
-    tt_embedding_backward6_rc_rows(u, s.m[h] / 4, tn, b, rt, ct);
+    tt_embedding_backward_group_rc_rows(u, s.m[h] / 4, tn, b, rt, ct);
     float* lk = sm + P.lk_off + (int64_t)b * P.LB;
     const float* Suf = lk + (h + 1 == T - 1 ? P.sl_off[T - 1] : P.Suf_off[h + 1]);
     float c[16];
-    tt_embedding_backward6_dot_tile(c, lk + P.g_off + (int64_t)4 * rt * wn, wn, Suf + (int64_t)ct * wn, tn * wn, wn);
+    tt_embedding_backward_group_dot_tile(c, lk + P.g_off + (int64_t)4 * rt * wn, wn, Suf + (int64_t)ct * wn, tn * wn, wn);
     float* dst = lk + P.Y_off;
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
@@ -1555,11 +1556,11 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // L_h unit u (pairing rows): lookup b, rows k = 4 rt .., columns (a, beta) = 4 ct ..:
 //   L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]   (outer products of float4s)
-__host__ __device__ inline void tt_embedding_backward6_unit_L(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_unit_L(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                              float* sm, int u) {
     const int h = P.h, Rh = s.R[h], wh = P.w[h];
     int b, rt, ct;
-    tt_embedding_backward6_rc_rows(u, Rh / 4, wh / 4, b, rt, ct);
+    tt_embedding_backward_group_rc_rows(u, Rh / 4, wh / 4, b, rt, ct);
     float* lk = sm + P.lk_off + (int64_t)b * P.LB;
     const float* Pr = lk + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]) + 4 * rt;
     const float* gr = lk + P.g_off + 4 * ct;
@@ -1568,7 +1569,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
     for (int i = 0; i < 16; i++) c[i] = 0.0f;
 TT_EMBEDDING_BACKWARD_UNROLL4
     for (int al = 0; al < s.m[h - 1]; al++)
-        tt_embedding_backward6_outer(c, tt_embedding_backward6_ld4(Pr + (int64_t)al * Rh), tt_embedding_backward6_ld4(gr + (int64_t)al * wh));
+        tt_embedding_backward_group_outer(c, tt_embedding_backward_group_ld4(Pr + (int64_t)al * Rh), tt_embedding_backward_group_ld4(gr + (int64_t)al * wh));
     float* dst = lk + P.Lh_off;
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int r = 0; r < 4; r++)
@@ -1578,7 +1579,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // Generic GEMMs of a phase (the side chains, and the pivot products where the float4 paths do not apply),
 // built on version 3's strided tile (TtEmbeddingBackwardGemm). Per-lookup operands have batch stride LB.
-__host__ __device__ inline TtEmbeddingBackwardGemm tt_embedding_backward6_gemm(int M, int N, int K, const float* A, int a_bs, int a_rs,
+__host__ __device__ inline TtEmbeddingBackwardGemm tt_embedding_backward_group_gemm(int M, int N, int K, const float* A, int a_bs, int a_rs,
                                                                                int a_cs, const float* B, int b_bs, int b_rs, int b_cs) {
     TtEmbeddingBackwardGemm g = {};
     g.M = M; g.N = N; g.K = K;
@@ -1588,18 +1589,18 @@ __host__ __device__ inline TtEmbeddingBackwardGemm tt_embedding_backward6_gemm(i
     return g;
 }
 // destination: a per-lookup buffer (row stride c_rs) or core u's W row of the lookup
-__host__ __device__ inline void tt_embedding_backward6_to_buf(TtEmbeddingBackwardGemm& g, float* C, int LB, int c_rs) {
+__host__ __device__ inline void tt_embedding_backward_group_to_buf(TtEmbeddingBackwardGemm& g, float* C, int LB, int c_rs) {
     g.C = C; g.c_bs = LB; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = nullptr;
 }
-__host__ __device__ inline void tt_embedding_backward6_to_W(TtEmbeddingBackwardGemm& g, const TtEmbeddingBackwardShape& s,
-                                                           const TtEmbeddingBackward6Plan& P, float* W, int u, const int* bints, int c_rs) {
+__host__ __device__ inline void tt_embedding_backward_group_to_W(TtEmbeddingBackwardGemm& g, const TtEmbeddingBackwardShape& s,
+                                                           const TtEmbeddingBackwardGroupPlan& P, float* W, int u, const int* bints, int c_rs) {
     g.C = W + P.W_off[u]; g.c_bs = s.S[u]; g.c_rs = c_rs; g.c_cs = 1; g.c_bidx = bints;
 }
 
 // Generic GEMM number `which` (0..3) of phase `ph` of a batch (phases: 0 load, 1..F side forward steps,
 // F+1 Y and L_h, F+2 the pivot products, F+3..2F+2 side backward steps); false when the phase has fewer.
 // (Built by index rather than into an array, so that the kernel keeps the descriptor in registers.)
-__host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline bool tt_embedding_backward_group_phase_gemm(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                  float* sm, const float* gh, float* accp, const int* bints, int ph,
                                                                  int which, float* W, TtEmbeddingBackwardGemm& out) {
     const int T = s.T, h = P.h, F = P.F, LB = P.LB;
@@ -1612,75 +1613,75 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
     if (ph >= 1 && ph <= F) {                       // forward steps
         const int tl = ph, tr = T - 1 - ph;
         if (take(tl <= h - 1)) {                    // P_t = P_{t-1} G_t: m_{t-1} x n_t (= m_t x R_{t+1})
-            out = tt_embedding_backward6_gemm(s.m[tl - 1], s.n[tl], s.R[tl], Pbuf(tl - 1), LB, s.R[tl], 1, lk + P.sl_off[tl], LB, s.n[tl], 1);
-            tt_embedding_backward6_to_buf(out, lk + P.P_off[tl], LB, s.n[tl]);
+            out = tt_embedding_backward_group_gemm(s.m[tl - 1], s.n[tl], s.R[tl], Pbuf(tl - 1), LB, s.R[tl], 1, lk + P.sl_off[tl], LB, s.n[tl], 1);
+            tt_embedding_backward_group_to_buf(out, lk + P.P_off[tl], LB, s.n[tl]);
             return true;
         }
         if (take(tr >= h + 1)) {                    // Suf_t[(k,a), beta] = sum_k' G_t[(k,a), k'] Suf_{t+1}[k', beta]
-            out = tt_embedding_backward6_gemm(s.R[tr] * s.q[tr], P.w[tr + 1], s.R[tr + 1], lk + P.sl_off[tr], LB, s.R[tr + 1], 1,
+            out = tt_embedding_backward_group_gemm(s.R[tr] * s.q[tr], P.w[tr + 1], s.R[tr + 1], lk + P.sl_off[tr], LB, s.R[tr + 1], 1,
                                               Sufbuf(tr + 1), LB, P.w[tr + 1], 1);
-            tt_embedding_backward6_to_buf(out, lk + P.Suf_off[tr], LB, P.w[tr + 1]);
+            tt_embedding_backward_group_to_buf(out, lk + P.Suf_off[tr], LB, P.w[tr + 1]);
             return true;
         }
     } else if (ph == F + 1) {                       // Y and L_h
         if (take(h <= T - 2 && !P.fastY)) {         // Y[(alpha,a), k'] = sum_beta g[(alpha,a), beta] Suf_{h+1}[k', beta]
             const int wn = P.w[h + 1];
-            out = tt_embedding_backward6_gemm(s.m[h], s.R[h + 1], wn, lk + P.g_off, LB, wn, 1, Sufbuf(h + 1), LB, 1, wn);
-            tt_embedding_backward6_to_buf(out, lk + P.Y_off, LB, s.R[h + 1]);
+            out = tt_embedding_backward_group_gemm(s.m[h], s.R[h + 1], wn, lk + P.g_off, LB, wn, 1, Sufbuf(h + 1), LB, 1, wn);
+            tt_embedding_backward_group_to_buf(out, lk + P.Y_off, LB, s.R[h + 1]);
             return true;
         }
         if (take(h >= 1 && !P.fastL)) {             // L_h[k, (a,beta)] = sum_alpha P_{h-1}[alpha, k] g[alpha, (a,beta)]
-            out = tt_embedding_backward6_gemm(s.R[h], P.w[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.g_off, LB, P.w[h], 1);
-            tt_embedding_backward6_to_buf(out, lk + P.Lh_off, LB, P.w[h]);
+            out = tt_embedding_backward_group_gemm(s.R[h], P.w[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.g_off, LB, P.w[h], 1);
+            tt_embedding_backward_group_to_buf(out, lk + P.Lh_off, LB, P.w[h]);
             return true;
         }
     } else if (ph == F + 2) {                       // the pivot products without a float4 path
         if (take(!P.fastI)) {                       // (I) dG_h += sum_b P^T Y (h = 0: P = [1])
-            out = h >= 1 ? tt_embedding_backward6_gemm(s.R[h], s.n[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.Y_off, LB, s.n[h], 1)
-                         : tt_embedding_backward6_gemm(1, s.n[0], 1, sm + P.one_off, 0, 0, 0, lk + P.Y_off, LB, s.n[0], 1);
+            out = h >= 1 ? tt_embedding_backward_group_gemm(s.R[h], s.n[h], s.m[h - 1], Pbuf(h - 1), LB, 1, s.R[h], lk + P.Y_off, LB, s.n[h], 1)
+                         : tt_embedding_backward_group_gemm(1, s.n[0], 1, sm + P.one_off, 0, 0, 0, lk + P.Y_off, LB, s.n[0], 1);
             out.C = accp; out.c_bs = 0; out.c_rs = s.n[h]; out.c_cs = 1; out.c_bidx = nullptr;
             out.mode = TT_EMBEDDING_BACKWARD_ACCUM; out.sum_batches = 1;
             return true;
         }
         if (take(h >= 1 && !P.fastII)) {            // (II) dM_{h-1} = Y G_h^T
-            out = tt_embedding_backward6_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, gh, 0, 1, P.PH);
-            if (h - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
-            else tt_embedding_backward6_to_buf(out, lk + P.dM_off[h - 1], LB, s.R[h]);
+            out = tt_embedding_backward_group_gemm(s.m[h - 1], s.R[h], s.n[h], lk + P.Y_off, LB, s.n[h], 1, gh, 0, 1, P.PH);
+            if (h - 1 == 0) tt_embedding_backward_group_to_W(out, s, P, W, 0, bints, s.R[1]);
+            else tt_embedding_backward_group_to_buf(out, lk + P.dM_off[h - 1], LB, s.R[h]);
             return true;
         }
         if (take(h <= T - 2 && !P.fastIII)) {       // (III) L_{h+1} = G_h^T L_h (PH = n_h here: one flat (k, a) index)
             const int wn = P.w[h + 1];
-            out = tt_embedding_backward6_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], gh, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
-            if (h + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
-            else tt_embedding_backward6_to_buf(out, lk + P.L_off[h + 1], LB, wn);
+            out = tt_embedding_backward_group_gemm(s.R[h + 1], wn, s.R[h] * s.q[h], gh, 0, 1, s.R[h + 1], lk + P.Lh_off, LB, wn, 1);
+            if (h + 1 == T - 1) tt_embedding_backward_group_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
+            else tt_embedding_backward_group_to_buf(out, lk + P.L_off[h + 1], LB, wn);
             return true;
         }
     } else if (ph >= F + 3) {                       // backward steps
         const int st = ph - (F + 2), tl = h - st, tr = h + st;
         if (take(tl >= 1)) {                        // dG_t = P_{t-1}^T dM_t -> W
             const int t = tl;
-            out = tt_embedding_backward6_gemm(s.R[t], s.n[t], s.m[t - 1], Pbuf(t - 1), LB, 1, s.R[t], lk + P.dM_off[t], LB, s.n[t], 1);
-            tt_embedding_backward6_to_W(out, s, P, W, t, bints, s.n[t]);
+            out = tt_embedding_backward_group_gemm(s.R[t], s.n[t], s.m[t - 1], Pbuf(t - 1), LB, 1, s.R[t], lk + P.dM_off[t], LB, s.n[t], 1);
+            tt_embedding_backward_group_to_W(out, s, P, W, t, bints, s.n[t]);
             return true;
         }
         if (take(tl >= 1)) {                        // dM_{t-1} = dM_t G_t^T -> dM buffer, or W for t - 1 = 0
             const int t = tl;
-            out = tt_embedding_backward6_gemm(s.m[t - 1], s.R[t], s.n[t], lk + P.dM_off[t], LB, s.n[t], 1, lk + P.sl_off[t], LB, 1, s.n[t]);
-            if (t - 1 == 0) tt_embedding_backward6_to_W(out, s, P, W, 0, bints, s.R[1]);
-            else tt_embedding_backward6_to_buf(out, lk + P.dM_off[t - 1], LB, s.R[t]);
+            out = tt_embedding_backward_group_gemm(s.m[t - 1], s.R[t], s.n[t], lk + P.dM_off[t], LB, s.n[t], 1, lk + P.sl_off[t], LB, 1, s.n[t]);
+            if (t - 1 == 0) tt_embedding_backward_group_to_W(out, s, P, W, 0, bints, s.R[1]);
+            else tt_embedding_backward_group_to_buf(out, lk + P.dM_off[t - 1], LB, s.R[t]);
             return true;
         }
         if (take(tr <= T - 2)) {                    // dG_t[(k,a), k'] = sum_beta L_t[(k,a), beta] Suf_{t+1}[k', beta] -> W
             const int t = tr, w1 = P.w[t + 1];
-            out = tt_embedding_backward6_gemm(s.R[t] * s.q[t], s.R[t + 1], w1, lk + P.L_off[t], LB, w1, 1, Sufbuf(t + 1), LB, 1, w1);
-            tt_embedding_backward6_to_W(out, s, P, W, t, bints, s.R[t + 1]);
+            out = tt_embedding_backward_group_gemm(s.R[t] * s.q[t], s.R[t + 1], w1, lk + P.L_off[t], LB, w1, 1, Sufbuf(t + 1), LB, 1, w1);
+            tt_embedding_backward_group_to_W(out, s, P, W, t, bints, s.R[t + 1]);
             return true;
         }
         if (take(tr <= T - 2)) {                    // L_{t+1} = G_t^T L_t -> L buffer, or W for t + 1 = T - 1
             const int t = tr, w1 = P.w[t + 1];
-            out = tt_embedding_backward6_gemm(s.R[t + 1], w1, s.R[t] * s.q[t], lk + P.sl_off[t], LB, 1, s.R[t + 1], lk + P.L_off[t], LB, w1, 1);
-            if (t + 1 == T - 1) tt_embedding_backward6_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
-            else tt_embedding_backward6_to_buf(out, lk + P.L_off[t + 1], LB, w1);
+            out = tt_embedding_backward_group_gemm(s.R[t + 1], w1, s.R[t] * s.q[t], lk + P.sl_off[t], LB, 1, s.R[t + 1], lk + P.L_off[t], LB, w1, 1);
+            if (t + 1 == T - 1) tt_embedding_backward_group_to_W(out, s, P, W, T - 1, bints, s.q[T - 1]);
+            else tt_embedding_backward_group_to_buf(out, lk + P.L_off[t + 1], LB, w1);
             return true;
         }
     }
@@ -1691,7 +1692,7 @@ __host__ __device__ inline bool tt_embedding_backward6_phase_gemm(const TtEmbedd
 // pivot phase only), then units dealt round-robin over the float4 (II) and (III) units and the generic
 // GEMMs' units in turn, starting at thread tiles_I % nt so that threads with fewer (I) tiles get units first.
 template <int ACC>
-__host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_phase(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                             float* sm, const float* gh, float* accp, const int* bints, int nbb, int ph,
                                                             int tid, int nt, float (&acc)[ACC > 0 ? ACC : 1][16], float* W) {
     const int h = P.h;
@@ -1700,30 +1701,30 @@ __host__ __device__ inline void tt_embedding_backward6_phase(const TtEmbeddingBa
         if (ACC > 0 && P.fastI) {
             const float* Pb = sm + P.lk_off + (h - 1 == 0 ? P.sl_off[0] : P.P_off[h - 1]);
             const float* Yb = sm + P.lk_off + P.Y_off;
-            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
-                tt_embedding_backward6_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
+            tt_embedding_backward_group_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
+                tt_embedding_backward_group_tile_I(acc[i], Pb, Yb, P.LB, s.R[h], s.n[h], s.m[h - 1], nbb, rt, ct);
             });
             off = P.tiles_I % nt;
         }
-        if (P.fastII) U2 = tt_embedding_backward6_units_lookups(nbb, (s.m[h - 1] / 4) * (s.R[h] / 4));
-        if (P.fastIII) U3 = tt_embedding_backward6_units_lookups(nbb, (s.R[h + 1] / 4) * (P.w[h + 1] / 4));
+        if (P.fastII) U2 = tt_embedding_backward_group_units_lookups(nbb, (s.m[h - 1] / 4) * (s.R[h] / 4));
+        if (P.fastIII) U3 = tt_embedding_backward_group_units_lookups(nbb, (s.R[h + 1] / 4) * (P.w[h + 1] / 4));
     } else if (ph == P.F + 1) {                            // Y and L_h, as U2 and U3
         if (P.fastY) U2 = nbb * (s.m[h] / 4) * (s.R[h + 1] / 4);
         if (P.fastL) U3 = nbb * (s.R[h] / 4) * (P.w[h] / 4);
     }
     int u = (tid - off + nt) % nt;
     if (ph == P.F + 2) {
-        for (; u < U2; u += nt) tt_embedding_backward6_unit_II(s, P, sm, gh, bints, nbb, u, W);
-        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_III(s, P, sm, gh, bints, nbb, u - U2, W);
+        for (; u < U2; u += nt) tt_embedding_backward_group_unit_II(s, P, sm, gh, bints, nbb, u, W);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward_group_unit_III(s, P, sm, gh, bints, nbb, u - U2, W);
     } else {
-        for (; u < U2; u += nt) tt_embedding_backward6_unit_Y(s, P, sm, u);
-        for (; u < U2 + U3; u += nt) tt_embedding_backward6_unit_L(s, P, sm, u - U2);
+        for (; u < U2; u += nt) tt_embedding_backward_group_unit_Y(s, P, sm, u);
+        for (; u < U2 + U3; u += nt) tt_embedding_backward_group_unit_L(s, P, sm, u - U2);
     }
     int base = U2 + U3;
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int which = 0; which < 4; which++) {
         TtEmbeddingBackwardGemm g;
-        if (!tt_embedding_backward6_phase_gemm(s, P, sm, gh, accp, bints, ph, which, W, g)) break;
+        if (!tt_embedding_backward_group_phase_gemm(s, P, sm, gh, accp, bints, ph, which, W, g)) break;
         g.tile = tt_embedding_backward_pick_tile(g.M, g.N, g.sum_batches ? 1 : nbb, nt);
         const int units = tt_embedding_backward_units(g, nbb);
         for (; u < base + units; u += nt) tt_embedding_backward_run_unit<1>(g, nbb, u - base);
@@ -1734,7 +1735,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
 // The batch's slices of the other cores (unpadded) and dY rows: per segment (a core's slice, or g), the
 // threads stride over (lookup, element), in float4 where the segment length is a multiple of 4 (every
 // source row and destination is then 16-byte aligned: cores 128-byte aligned, regions multiples of 4).
-__host__ __device__ inline void tt_embedding_backward6_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ inline void tt_embedding_backward_group_load_batch(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                  float* sm, const int* bints, int nbb, int tid, int nt,
                                                                  const float* cores, const float* dY) {
     float* lk = sm + P.lk_off;
@@ -1775,8 +1776,8 @@ struct TtEmbeddingBackwardIo {
 
 // Kernel 2's block program for chunk `block`. acc(tid) is the thread's register accumulator (ACC 4x4 tiles).
 template <int ACC, class Exec, class Acc>
-__host__ __device__ void tt_embedding_backward6_chunk_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
-                                                           const TtEmbeddingBackward6Plan& P, float* sm, int block,
+__host__ __device__ void tt_embedding_backward_group_chunk_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
+                                                           const TtEmbeddingBackwardGroupPlan& P, float* sm, int block,
                                                            const TtEmbeddingBackwardWorkspace& ws, const TtEmbeddingBackwardIo& io) {
     if (block >= ws.totals[0]) return;
     const int* d = ws.chunk_desc + (int64_t)block * 4;
@@ -1816,9 +1817,9 @@ TT_EMBEDDING_BACKWARD_UNROLL
     for (int start = 0; start < n; start += P.nb) {
         const int nbb = min(P.nb, n - start);
         const int* bints = ints + start * TT_EMBEDDING_BACKWARD_INTS;
-        ex.phase([&](int tid) { tt_embedding_backward6_load_batch(s, P, sm, bints, nbb, tid, nt, io.cores, io.dY); });
+        ex.phase([&](int tid) { tt_embedding_backward_group_load_batch(s, P, sm, bints, nbb, tid, nt, io.cores, io.dY); });
         for (int ph = 1; ph <= 2 * P.F + 2; ph++)
-            ex.phase([&](int tid) { tt_embedding_backward6_phase<ACC>(s, P, sm, gh, accp, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
+            ex.phase([&](int tid) { tt_embedding_backward_group_phase<ACC>(s, P, sm, gh, accp, bints, nbb, ph, tid, nt, acc(tid), ws.W); });
     }
     // the chunk's pivot gradient: the slice's update when it is the only chunk, else a partial for kernel 3
     float* part = ws.partial + (int64_t)block * Sh;
@@ -1829,7 +1830,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
         };
         if (ACC > 0) {
             auto& a = acc(tid);
-            tt_embedding_backward6_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
+            tt_embedding_backward_group_each_tile_I<(ACC > 0 ? ACC : 1)>(s, P, tid, nt, [&](int i, int rt, int ct) {
 TT_EMBEDDING_BACKWARD_UNROLL
                 for (int r = 0; r < 4; r++)
 TT_EMBEDDING_BACKWARD_UNROLL
@@ -1843,7 +1844,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // register accumulators: on the GPU the thread's own array; the CPU test gives every emulated thread one
 template <int ACC>
-struct TtEmbeddingBackward6AccRegs {
+struct TtEmbeddingBackwardGroupAccRegs {
     float v[ACC > 0 ? ACC : 1][16];
     __host__ __device__ float (&operator()(int))[ACC > 0 ? ACC : 1][16] { return v; }
 };
@@ -1851,16 +1852,16 @@ struct TtEmbeddingBackward6AccRegs {
 // (two register tiles need more than the 128 registers a 512-thread block leaves: that instantiation is
 // compiled for 256 threads, and the plan uses it only up to 256)
 template <int ACC>
-__global__ void __launch_bounds__(ACC >= 2 ? TT_EMBEDDING_BACKWARD6_MAX_ACC2_BLOCK : TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
-tt_embedding_backward6_chunk_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+__global__ void __launch_bounds__(ACC >= 2 ? TT_EMBEDDING_BACKWARD_GROUP_MAX_ACC2_BLOCK : TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK)
+tt_embedding_backward_group_chunk_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardGroupPlan plan,
                               const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardIo io) {
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackward6Plan P;
+    __shared__ TtEmbeddingBackwardGroupPlan P;
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    TtEmbeddingBackward6AccRegs<ACC> acc;
-    tt_embedding_backward6_chunk_block<ACC>(ex, acc, s, P, (float*)tt_embedding_backward_smem, blockIdx.x, ws, io);
+    TtEmbeddingBackwardGroupAccRegs<ACC> acc;
+    tt_embedding_backward_group_chunk_block<ACC>(ex, acc, s, P, (float*)tt_embedding_backward_smem, blockIdx.x, ws, io);
 }
 
 // ---- version 6, kernel 3: every other slice, and the pivot slices of several chunks ----
@@ -1872,7 +1873,7 @@ tt_embedding_backward6_chunk_kernel(const TtEmbeddingBackwardShape shape, const 
 // and the last part to finish (a counter per (slice, column item)) adds the parts in part order and applies
 // the optimizer. Shared memory: ids [RC] ints, sums [max(nt, CW)] floats, flag.
 template <class Exec>
-__host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward6Plan& P,
+__host__ __device__ void tt_embedding_backward_group_final_item(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                           int item, const TtEmbeddingBackwardWorkspace& ws, const TtEmbeddingBackwardIo& io,
                                                           int* ids, float* sums, int* flag) {
     const int nt = ex.nt;
@@ -1880,10 +1881,10 @@ __host__ __device__ void tt_embedding_backward6_final_item(Exec& ex, const TtEmb
     const int g = d[0], cc = d[1], p = d[2], parts = d[3];
     int t = 0;
     while (g >= s.key_base[t + 1]) t++;
-    const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_EMBEDDING_BACKWARD6_CW, cw = min(TT_EMBEDDING_BACKWARD6_CW, S - c0);
+    const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_EMBEDDING_BACKWARD_GROUP_CW, cw = min(TT_EMBEDDING_BACKWARD_GROUP_CW, S - c0);
     const bool piv = t == P.h;
     const int n = piv ? ws.choff[k + 1] - ws.choff[k] : ws.counts[g];
-    const int r0 = p * TT_EMBEDDING_BACKWARD6_RC, r1 = min(n, r0 + TT_EMBEDDING_BACKWARD6_RC), nr = r1 - r0;
+    const int r0 = p * TT_EMBEDDING_BACKWARD_GROUP_RC, r1 = min(n, r0 + TT_EMBEDDING_BACKWARD_GROUP_RC), nr = r1 - r0;
     if (!piv)
         ex.phase([&](int tid) {
             for (int i = tid; i < nr; i += nt) ids[i] = ws.list[ws.start[g] + r0 + i];
@@ -1918,37 +1919,37 @@ TT_EMBEDDING_BACKWARD_UNROLL4
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
             for (int gi = 0; gi < groups; gi++) v += sums[gi * cw + col];
-            ws.partial3[(int64_t)item * TT_EMBEDDING_BACKWARD6_CW + col] = v;
+            ws.partial3[(int64_t)item * TT_EMBEDDING_BACKWARD_GROUP_CW + col] = v;
         }
-        tt_embedding_backward6_fence();
+        tt_embedding_backward_group_fence();
     });
     ex.phase([&](int tid) {
-        if (tid == 0) *flag = tt_embedding_backward6_atomic_inc(ws.ctr + first, 1) == parts - 1;
+        if (tid == 0) *flag = tt_embedding_backward_group_atomic_inc(ws.ctr + first, 1) == parts - 1;
     });
     if (!*flag) return;
-    tt_embedding_backward6_fence();
+    tt_embedding_backward_group_fence();
     ex.phase([&](int tid) {
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
-            for (int q = 0; q < parts; q++) v += tt_embedding_backward6_ldcg(ws.partial3 + (int64_t)(first + q) * TT_EMBEDDING_BACKWARD6_CW + col);
+            for (int q = 0; q < parts; q++) v += tt_embedding_backward_group_ldcg(ws.partial3 + (int64_t)(first + q) * TT_EMBEDDING_BACKWARD_GROUP_CW + col);
             tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, off + col, v);
         }
     });
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_FINAL_BLOCK, 2)
-tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackward6Plan plan,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK, 2)
+tt_embedding_backward_group_final_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardGroupPlan plan,
                                     const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardIo io) {
     __shared__ TtEmbeddingBackwardShape s;
-    __shared__ TtEmbeddingBackward6Plan P;
-    __shared__ int ids[TT_EMBEDDING_BACKWARD6_RC], flag;
-    __shared__ float sums[TT_EMBEDDING_BACKWARD6_FINAL_BLOCK > TT_EMBEDDING_BACKWARD6_CW ? TT_EMBEDDING_BACKWARD6_FINAL_BLOCK : TT_EMBEDDING_BACKWARD6_CW];
+    __shared__ TtEmbeddingBackwardGroupPlan P;
+    __shared__ int ids[TT_EMBEDDING_BACKWARD_GROUP_RC], flag;
+    __shared__ float sums[TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK > TT_EMBEDDING_BACKWARD_GROUP_CW ? TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK : TT_EMBEDDING_BACKWARD_GROUP_CW];
     if (threadIdx.x == 0) { s = shape; P = plan; }
     __syncthreads();
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     const int nitems = ws.totals[1];
     for (int item = blockIdx.x; item < nitems; item += gridDim.x)
-        tt_embedding_backward6_final_item(ex, s, P, item, ws, io, ids, sums, &flag);
+        tt_embedding_backward_group_final_item(ex, s, P, item, ws, io, ids, sums, &flag);
 }
 
 // ---- version 7: FBTT's default shape on tensor cores, grouped by core 1 without a sort, in one wave ----
@@ -1984,46 +1985,46 @@ tt_embedding_backward6_final_kernel(const TtEmbeddingBackwardShape shape, const 
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
 // puts a fragment's 4 k values (tig) 8 banks apart, LS = 4 (mod 32) the two lookups of its 8 rows (group)
 // 4 banks apart. G_1 is read along rows by (II) (8 rows k_1 = group, 4 columns tig) and down columns by (III)
-// (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_embedding_backward7_g1). (III)
+// (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_embedding_backward_tc_g1). (III)
 // takes K in the order (k_1 block of 8 per 4 k-steps, a_1 = ks % 4), and L^T is stored (a_2, a_1, k_1) to match.
-static const int TT_EMBEDDING_BACKWARD7_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
-static const int TT_EMBEDDING_BACKWARD7_PART = 64;          // lookups per item (longer slices split evenly into parts)
-static const int TT_EMBEDDING_BACKWARD7_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
-static const int TT_EMBEDDING_BACKWARD7_SIDE_BLOCK = 256;   // side kernel
-static const int TT_EMBEDDING_BACKWARD7_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
-static const int TT_EMBEDDING_BACKWARD7_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
-static const int TT_EMBEDDING_BACKWARD7_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
+static const int TT_EMBEDDING_BACKWARD_TC_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
+static const int TT_EMBEDDING_BACKWARD_TC_PART = 64;          // lookups per item (longer slices split evenly into parts)
+static const int TT_EMBEDDING_BACKWARD_TC_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
+static const int TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK = 256;   // side kernel
+static const int TT_EMBEDDING_BACKWARD_TC_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
+static const int TT_EMBEDDING_BACKWARD_TC_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
+static const int TT_EMBEDDING_BACKWARD_TC_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
-    TT_EMBEDDING_BACKWARD7_R = 32,
-    TT_EMBEDDING_BACKWARD7_Q = 4,
-    TT_EMBEDDING_BACKWARD7_S1 = 4096,
-    TT_EMBEDDING_BACKWARD7_S0 = 128,  // the compiled shape: slices of cores 1 and 0, 2
-    TT_EMBEDDING_BACKWARD7_YS = 136,
-    TT_EMBEDDING_BACKWARD7_G0S = 40,  // row strides of Y / L^T, G_0
-    TT_EMBEDDING_BACKWARD7_Y = 0,
-    TT_EMBEDDING_BACKWARD7_LT = 544,
-    TT_EMBEDDING_BACKWARD7_G0 = 1088,
-    TT_EMBEDDING_BACKWARD7_G = 1248,
-    TT_EMBEDDING_BACKWARD7_G2 = 1312,
-    TT_EMBEDDING_BACKWARD7_LS = 1444,
-    TT_EMBEDDING_BACKWARD7_SEG = TT_EMBEDDING_BACKWARD7_NB * TT_EMBEDDING_BACKWARD7_LS,  // floats of a segment
-    TT_EMBEDDING_BACKWARD7_G1F = TT_EMBEDDING_BACKWARD7_S1,                              // floats of the G_1 copy (swizzled, unpadded)
+    TT_EMBEDDING_BACKWARD_TC_R = 32,
+    TT_EMBEDDING_BACKWARD_TC_Q = 4,
+    TT_EMBEDDING_BACKWARD_TC_S1 = 4096,
+    TT_EMBEDDING_BACKWARD_TC_S0 = 128,  // the compiled shape: slices of cores 1 and 0, 2
+    TT_EMBEDDING_BACKWARD_TC_YS = 136,
+    TT_EMBEDDING_BACKWARD_TC_G0S = 40,  // row strides of Y / L^T, G_0
+    TT_EMBEDDING_BACKWARD_TC_Y = 0,
+    TT_EMBEDDING_BACKWARD_TC_LT = 544,
+    TT_EMBEDDING_BACKWARD_TC_G0 = 1088,
+    TT_EMBEDDING_BACKWARD_TC_G = 1248,
+    TT_EMBEDDING_BACKWARD_TC_G2 = 1312,
+    TT_EMBEDDING_BACKWARD_TC_LS = 1444,
+    TT_EMBEDDING_BACKWARD_TC_SEG = TT_EMBEDDING_BACKWARD_TC_NB * TT_EMBEDDING_BACKWARD_TC_LS,  // floats of a segment
+    TT_EMBEDDING_BACKWARD_TC_G1F = TT_EMBEDDING_BACKWARD_TC_S1,                              // floats of the G_1 copy (swizzled, unpadded)
 };
-static_assert(TT_EMBEDDING_BACKWARD7_LS % 32 == 4 && TT_EMBEDDING_BACKWARD7_YS % 32 == 8 && TT_EMBEDDING_BACKWARD7_G0S % 32 == 8, "conflict-free strides");
-static_assert(TT_EMBEDDING_BACKWARD7_LT >= 4 * TT_EMBEDDING_BACKWARD7_YS &&
-                  TT_EMBEDDING_BACKWARD7_G0 >= TT_EMBEDDING_BACKWARD7_LT + 4 * TT_EMBEDDING_BACKWARD7_YS &&
-                  TT_EMBEDDING_BACKWARD7_G >= TT_EMBEDDING_BACKWARD7_G0 + 4 * TT_EMBEDDING_BACKWARD7_G0S &&
-                  TT_EMBEDDING_BACKWARD7_G2 >= TT_EMBEDDING_BACKWARD7_G + 64 && TT_EMBEDDING_BACKWARD7_LS >= TT_EMBEDDING_BACKWARD7_G2 + 128,
+static_assert(TT_EMBEDDING_BACKWARD_TC_LS % 32 == 4 && TT_EMBEDDING_BACKWARD_TC_YS % 32 == 8 && TT_EMBEDDING_BACKWARD_TC_G0S % 32 == 8, "conflict-free strides");
+static_assert(TT_EMBEDDING_BACKWARD_TC_LT >= 4 * TT_EMBEDDING_BACKWARD_TC_YS &&
+                  TT_EMBEDDING_BACKWARD_TC_G0 >= TT_EMBEDDING_BACKWARD_TC_LT + 4 * TT_EMBEDDING_BACKWARD_TC_YS &&
+                  TT_EMBEDDING_BACKWARD_TC_G >= TT_EMBEDDING_BACKWARD_TC_G0 + 4 * TT_EMBEDDING_BACKWARD_TC_G0S &&
+                  TT_EMBEDDING_BACKWARD_TC_G2 >= TT_EMBEDDING_BACKWARD_TC_G + 64 && TT_EMBEDDING_BACKWARD_TC_LS >= TT_EMBEDDING_BACKWARD_TC_G2 + 128,
               "segment regions overlap");
-static_assert(TT_EMBEDDING_BACKWARD7_SIDE_CAP % TT_EMBEDDING_BACKWARD7_SIDE_RG == 0, "side groups must not straddle passes");
+static_assert(TT_EMBEDDING_BACKWARD_TC_SIDE_CAP % TT_EMBEDDING_BACKWARD_TC_SIDE_RG == 0, "side groups must not straddle passes");
 // chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
-inline size_t tt_embedding_backward7_smem_bytes() {
-    return sizeof(float) * (TT_EMBEDDING_BACKWARD7_G1F + TT_EMBEDDING_BACKWARD7_SEG) +
-           sizeof(int) * (TT_EMBEDDING_BACKWARD7_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD7_BUCKET);
+inline size_t tt_embedding_backward_tc_smem_bytes() {
+    return sizeof(float) * (TT_EMBEDDING_BACKWARD_TC_G1F + TT_EMBEDDING_BACKWARD_TC_SEG) +
+           sizeof(int) * (TT_EMBEDDING_BACKWARD_TC_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD_TC_BUCKET);
 }
 
 // the shapes version 7 is compiled for; "" when it runs
-inline std::string tt_embedding_backward7_reason(const TtEmbeddingBackwardShape& s) {
+inline std::string tt_embedding_backward_tc_reason(const TtEmbeddingBackwardShape& s) {
     char buf[256];
     if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != 32 || s.R[2] != 32) {
         snprintf(buf, sizeof buf, "version 7 is compiled for T = 3, q = 4,4,4 and ranks 32,32 (FBTT's default family); this shape has T = %d",
@@ -2039,11 +2040,11 @@ inline std::string tt_embedding_backward7_reason(const TtEmbeddingBackwardShape&
 }
 
 // The fragment layout of common.h's mma_tf32_m16n8k8, as functions of the lane and the register.
-__host__ __device__ __forceinline__ int tt_embedding_backward7_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_bk(int lane, int r) { return (lane & 3) + 4 * r; }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_crow(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_ccol(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_arow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_acol(int lane, int r) { return (lane & 3) + 4 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_bk(int lane, int r) { return (lane & 3) + 4 * r; }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_crow(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_ccol(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
 
 // Where each fragment value lives (floats). (II) and (III): relative to the m-tile's first lookup region;
 // row m of the tile is lookup m / 4, row a = m % 4 (a_0 for (II), a_2 for (III)). (I): relative to the
@@ -2052,40 +2053,40 @@ __host__ __device__ __forceinline__ int tt_embedding_backward7_ccol(int lane, in
 //   (III) A(m, c; ks) = L^T[a_2][a_1 R + k_1];  B(c, n; ks, nt) = G_1[k_1][a_1][k_2 = 8 nt + n], with
 //         a_1 = ks % 4, k_1 = 8 (ks / 4) + c
 //   (I)   A(m, c; kp, mi) = G_0[a_0][k_1 = 16 mi + m];   B(c, n; kp, w, ni) = Y[a_0][kappa = 16 w + 8 ni + n]
-__host__ __device__ __forceinline__ int tt_embedding_backward7_II_a(int m, int c, int ks) {
-    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + (m & 3) * TT_EMBEDDING_BACKWARD7_YS + 8 * ks + c;
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_II_a(int m, int c, int ks) {
+    return (m >> 2) * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_Y + (m & 3) * TT_EMBEDDING_BACKWARD_TC_YS + 8 * ks + c;
 }
 // G_1's copy: element (k_1, col = a_1 R + k_2) at k_1 (q_1 R) + (col ^ 4 pi(k_1 % 8)), pi(j) = 2j (j < 4), 2(j-4)+1
 // (j >= 4). The XOR moves whole float4s (bits 2-4 of the column), so the copy stays 16-byte stores; (II)'s loads
 // (rows group, columns 8 ks + tig) and (III)'s (rows 8 b + tig, columns 8 nt + group) then hit 32 banks each.
-__host__ __device__ __forceinline__ int tt_embedding_backward7_g1(int k1, int col) {
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_g1(int k1, int col) {
     const int j = k1 & 7, pi = j < 4 ? 2 * j : 2 * (j - 4) + 1;
-    return k1 * (TT_EMBEDDING_BACKWARD7_Q * TT_EMBEDDING_BACKWARD7_R) + (col ^ (4 * pi));
+    return k1 * (TT_EMBEDDING_BACKWARD_TC_Q * TT_EMBEDDING_BACKWARD_TC_R) + (col ^ (4 * pi));
 }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_II_b(int c, int n, int ks, int nt) { return tt_embedding_backward7_g1(8 * nt + n, 8 * ks + c); }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_III_a(int m, int c, int ks) {
-    return (m >> 2) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_LT + (m & 3) * TT_EMBEDDING_BACKWARD7_YS +
-           (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * (ks >> 2) + c;
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_II_b(int c, int n, int ks, int nt) { return tt_embedding_backward_tc_g1(8 * nt + n, 8 * ks + c); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_III_a(int m, int c, int ks) {
+    return (m >> 2) * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_LT + (m & 3) * TT_EMBEDDING_BACKWARD_TC_YS +
+           (ks & 3) * TT_EMBEDDING_BACKWARD_TC_R + 8 * (ks >> 2) + c;
 }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_III_b(int c, int n, int ks, int nt) {
-    return tt_embedding_backward7_g1(8 * (ks >> 2) + c, (ks & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * nt + n);
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_III_b(int c, int n, int ks, int nt) {
+    return tt_embedding_backward_tc_g1(8 * (ks >> 2) + c, (ks & 3) * TT_EMBEDDING_BACKWARD_TC_R + 8 * nt + n);
 }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_I_a(int m, int c, int kp, int mi) {
-    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_G0 + (c & 3) * TT_EMBEDDING_BACKWARD7_G0S + 16 * mi + m;
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_I_a(int m, int c, int kp, int mi) {
+    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_G0 + (c & 3) * TT_EMBEDDING_BACKWARD_TC_G0S + 16 * mi + m;
 }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_I_b(int c, int n, int kp, int w, int ni) {
-    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD7_LS + TT_EMBEDDING_BACKWARD7_Y + (c & 3) * TT_EMBEDDING_BACKWARD7_YS + 16 * w + 8 * ni + n;
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_I_b(int c, int n, int kp, int w, int ni) {
+    return (2 * kp + (c >> 2)) * TT_EMBEDDING_BACKWARD_TC_LS + TT_EMBEDDING_BACKWARD_TC_Y + (c & 3) * TT_EMBEDDING_BACKWARD_TC_YS + 16 * w + 8 * ni + n;
 }
 // where the C values go: (II) row m, column n of n-tile nt -> lookup m / 4 of the tile, element a_0 R + k_1 of
 // its core-0 gradient; (III) -> element k_2 q_2 + a_2 of its core-2 gradient; (I) -> element k_1 (q_1 R) + kappa
 // of the slice's gradient
-__host__ __device__ __forceinline__ int tt_embedding_backward7_II_c(int m, int n, int nt) { return (m & 3) * TT_EMBEDDING_BACKWARD7_R + 8 * nt + n; }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_III_c(int m, int n, int nt) { return (8 * nt + n) * TT_EMBEDDING_BACKWARD7_Q + (m & 3); }
-__host__ __device__ __forceinline__ int tt_embedding_backward7_I_c(int m, int n, int w, int mi, int ni) {
-    return (16 * mi + m) * (TT_EMBEDDING_BACKWARD7_Q * TT_EMBEDDING_BACKWARD7_R) + 16 * w + 8 * ni + n;
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_II_c(int m, int n, int nt) { return (m & 3) * TT_EMBEDDING_BACKWARD_TC_R + 8 * nt + n; }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_III_c(int m, int n, int nt) { return (8 * nt + n) * TT_EMBEDDING_BACKWARD_TC_Q + (m & 3); }
+__host__ __device__ __forceinline__ int tt_embedding_backward_tc_I_c(int m, int n, int w, int mi, int ni) {
+    return (16 * mi + m) * (TT_EMBEDDING_BACKWARD_TC_Q * TT_EMBEDDING_BACKWARD_TC_R) + 16 * w + 8 * ni + n;
 }
 
-__host__ __device__ __forceinline__ void tt_embedding_backward7_st4(float* p, float4 v) {
+__host__ __device__ __forceinline__ void tt_embedding_backward_tc_st4(float* p, float4 v) {
 #ifdef __CUDA_ARCH__
     *reinterpret_cast<float4*>(p) = v;
 #else
@@ -2096,23 +2097,23 @@ __host__ __device__ __forceinline__ void tt_embedding_backward7_st4(float* p, fl
 // The small steps of one lookup, thread u of its 16 (the segment's 256 threads: 16 per lookup), FP32 in a
 // fixed order: Y[a_0][a_1 R + k_2] = sum_a2 g[a_0, a_1, a_2] G_2[k_2][a_2] for (a_0, a_1) = (u / 4, u % 4),
 // and L^T[a_2][a_1 R + k_1] = sum_a0 G_0[a_0][k_1] g[a_0, a_1, a_2] for (a_1, a_2) = (u / 4, u % 4).
-__host__ __device__ inline void tt_embedding_backward7_small_steps(float* region, int u) {
-    const float* g = region + TT_EMBEDDING_BACKWARD7_G;
-    const float* g2 = region + TT_EMBEDDING_BACKWARD7_G2;
-    const float* g0 = region + TT_EMBEDDING_BACKWARD7_G0;
+__host__ __device__ inline void tt_embedding_backward_tc_small_steps(float* region, int u) {
+    const float* g = region + TT_EMBEDDING_BACKWARD_TC_G;
+    const float* g2 = region + TT_EMBEDDING_BACKWARD_TC_G2;
+    const float* g0 = region + TT_EMBEDDING_BACKWARD_TC_G0;
     {
         const int a0 = u >> 2, a1 = u & 3;
-        const float4 gv = tt_embedding_backward6_ld4(g + a0 * 16 + a1 * 4);
-        float* y = region + TT_EMBEDDING_BACKWARD7_Y + a0 * TT_EMBEDDING_BACKWARD7_YS + a1 * TT_EMBEDDING_BACKWARD7_R;
+        const float4 gv = tt_embedding_backward_group_ld4(g + a0 * 16 + a1 * 4);
+        float* y = region + TT_EMBEDDING_BACKWARD_TC_Y + a0 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * TT_EMBEDDING_BACKWARD_TC_R;
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int k2 = 0; k2 < TT_EMBEDDING_BACKWARD7_R; k2 += 4) {
+        for (int k2 = 0; k2 < TT_EMBEDDING_BACKWARD_TC_R; k2 += 4) {
             float r[4];
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int e = 0; e < 4; e++) {
-                const float4 w = tt_embedding_backward6_ld4(g2 + (k2 + e) * 4);
+                const float4 w = tt_embedding_backward_group_ld4(g2 + (k2 + e) * 4);
                 r[e] = fmaf(gv.w, w.w, fmaf(gv.z, w.z, fmaf(gv.y, w.y, gv.x * w.x)));
             }
-            tt_embedding_backward7_st4(y + k2, make_float4(r[0], r[1], r[2], r[3]));
+            tt_embedding_backward_tc_st4(y + k2, make_float4(r[0], r[1], r[2], r[3]));
         }
     }
     {
@@ -2120,35 +2121,35 @@ TT_EMBEDDING_BACKWARD_UNROLL
         float gs[4];
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int a0 = 0; a0 < 4; a0++) gs[a0] = g[a0 * 16 + a1 * 4 + a2];
-        float* lt = region + TT_EMBEDDING_BACKWARD7_LT + a2 * TT_EMBEDDING_BACKWARD7_YS + a1 * TT_EMBEDDING_BACKWARD7_R;
+        float* lt = region + TT_EMBEDDING_BACKWARD_TC_LT + a2 * TT_EMBEDDING_BACKWARD_TC_YS + a1 * TT_EMBEDDING_BACKWARD_TC_R;
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int k1 = 0; k1 < TT_EMBEDDING_BACKWARD7_R; k1 += 4) {
+        for (int k1 = 0; k1 < TT_EMBEDDING_BACKWARD_TC_R; k1 += 4) {
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int a0 = 0; a0 < 4; a0++) {
-                const float4 v = tt_embedding_backward6_ld4(g0 + a0 * TT_EMBEDDING_BACKWARD7_G0S + k1);
+                const float4 v = tt_embedding_backward_group_ld4(g0 + a0 * TT_EMBEDDING_BACKWARD_TC_G0S + k1);
                 acc.x = fmaf(gs[a0], v.x, acc.x); acc.y = fmaf(gs[a0], v.y, acc.y);
                 acc.z = fmaf(gs[a0], v.z, acc.z); acc.w = fmaf(gs[a0], v.w, acc.w);
             }
-            tt_embedding_backward7_st4(lt + k1, acc);
+            tt_embedding_backward_tc_st4(lt + k1, acc);
         }
     }
 }
 
 // float4 f (0 .. 79) of a lookup's inputs -> its place in the region: g (16), G_0's 4 rows (32), G_2 (32)
-__host__ __device__ inline int tt_embedding_backward7_input_dst(int f) {
-    if (f < 16) return TT_EMBEDDING_BACKWARD7_G + 4 * f;
-    if (f < 48) return TT_EMBEDDING_BACKWARD7_G0 + ((f - 16) >> 3) * TT_EMBEDDING_BACKWARD7_G0S + 4 * ((f - 16) & 7);
-    return TT_EMBEDDING_BACKWARD7_G2 + 4 * (f - 48);
+__host__ __device__ inline int tt_embedding_backward_tc_input_dst(int f) {
+    if (f < 16) return TT_EMBEDDING_BACKWARD_TC_G + 4 * f;
+    if (f < 48) return TT_EMBEDDING_BACKWARD_TC_G0 + ((f - 16) >> 3) * TT_EMBEDDING_BACKWARD_TC_G0S + 4 * ((f - 16) & 7);
+    return TT_EMBEDDING_BACKWARD_TC_G2 + 4 * (f - 48);
 }
 
 // the chain kernel's item `item`: which slice and part; items are numbered slice by slice, a slice with n
 // lookups taking ceil(n / PART) of them (host-callable: the test checks it against a direct enumeration)
-__host__ __device__ inline int tt_embedding_backward7_parts(int n) { return (n + TT_EMBEDDING_BACKWARD7_PART - 1) / TT_EMBEDDING_BACKWARD7_PART; }
+__host__ __device__ inline int tt_embedding_backward_tc_parts(int n) { return (n + TT_EMBEDDING_BACKWARD_TC_PART - 1) / TT_EMBEDDING_BACKWARD_TC_PART; }
 
 #ifdef __CUDA_ARCH__
 // inclusive sum of v over the block (8 warps); total = the block's sum. Two barriers.
-__device__ __forceinline__ int tt_embedding_backward7_block_scan(int v, int* warp_sums, int& total) {
+__device__ __forceinline__ int tt_embedding_backward_tc_block_scan(int v, int* warp_sums, int& total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int x = v;
 #pragma unroll
@@ -2173,7 +2174,7 @@ __device__ __forceinline__ int tt_embedding_backward7_block_scan(int v, int* war
 // per tile, every thread counts the matches among its 16 contiguous keys (four 16-byte loads in flight), a
 // block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads;
 // read from L2 (ld.cg): they come from kernel 1, and the side kernel reads them before its griddepcontrol.wait.
-__device__ void tt_embedding_backward7_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
+__device__ void tt_embedding_backward_tc_collect(const int* __restrict__ keys, int len, int key, int lo, int hi, int* list, int* warp_sums) {
     int base = 0;
     for (int t0 = 0; t0 < len && base < hi; t0 += 16 * (int)blockDim.x) {
         const int j0 = t0 + 16 * threadIdx.x;
@@ -2187,7 +2188,7 @@ __device__ void tt_embedding_backward7_collect(const int* __restrict__ keys, int
 #pragma unroll
         for (int e = 0; e < 16; e++) c += v[e] == key;
         int total;
-        int r = base + tt_embedding_backward7_block_scan(c, warp_sums, total) - c;
+        int r = base + tt_embedding_backward_tc_block_scan(c, warp_sums, total) - c;
         if (c)
 #pragma unroll
             for (int e = 0; e < 16; e++)
@@ -2205,10 +2206,10 @@ __device__ void tt_embedding_backward7_collect(const int* __restrict__ keys, int
 // which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting (each
 // entry's rank = the entries smaller than it: O(n^2) compares, n <= 128), a longer one by the ordered scan of
 // its core's keys. Either way the list is the same.
-__device__ void tt_embedding_backward7_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
+__device__ void tt_embedding_backward_tc_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
                                 int* list, int* stage, int* warp_sums) {
-    if (n > TT_EMBEDDING_BACKWARD7_BUCKET) {
-        tt_embedding_backward7_collect(keys, key_stride, row, lo, hi, list, warp_sums);
+    if (n > TT_EMBEDDING_BACKWARD_TC_BUCKET) {
+        tt_embedding_backward_tc_collect(keys, key_stride, row, lo, hi, list, warp_sums);
         return;
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) stage[i] = __ldcg(bucket + i);
@@ -2227,25 +2228,25 @@ __device__ void tt_embedding_backward7_lookups(const int* __restrict__ bucket, i
 // (each A value split once per warp), 16 k-steps; in 3xTF32 the small products of every tile first, then the
 // big ones, into the same accumulator. Rows of absent lookups are not written. Out: W rows of core 0 (II) or 2 (III).
 template <bool III>
-__device__ __forceinline__ void tt_embedding_backward7_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
+__device__ __forceinline__ void tt_embedding_backward_tc_side_products(const float* seg, const float* g1s, const int* ids, int ns, float* __restrict__ out,
                                                       int mt, int lane) {
     if (4 * mt >= ns) return;
-    const float* base = seg + 4 * mt * TT_EMBEDDING_BACKWARD7_LS;
+    const float* base = seg + 4 * mt * TT_EMBEDDING_BACKWARD_TC_LS;
     float acc[4][4] = {};
 #pragma unroll 2
     for (int ks = 0; ks < 16; ks++) {
         uint32_t ah[4], al[4], bh[4][2], bl[4][2];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int m = tt_embedding_backward7_arow(lane, r), c = tt_embedding_backward7_acol(lane, r);
-            tf32_split_fast(base[III ? tt_embedding_backward7_III_a(m, c, ks) : tt_embedding_backward7_II_a(m, c, ks)], ah[r], al[r]);
+            const int m = tt_embedding_backward_tc_arow(lane, r), c = tt_embedding_backward_tc_acol(lane, r);
+            tf32_split_fast(base[III ? tt_embedding_backward_tc_III_a(m, c, ks) : tt_embedding_backward_tc_II_a(m, c, ks)], ah[r], al[r]);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int c = tt_embedding_backward7_bk(lane, r), n = lane >> 2;
-                tf32_split_fast(g1s[III ? tt_embedding_backward7_III_b(c, n, ks, nt) : tt_embedding_backward7_II_b(c, n, ks, nt)],
+                const int c = tt_embedding_backward_tc_bk(lane, r), n = lane >> 2;
+                tf32_split_fast(g1s[III ? tt_embedding_backward_tc_III_b(c, n, ks, nt) : tt_embedding_backward_tc_II_b(c, n, ks, nt)],
                                              bh[nt][r], bl[nt][r]);
             }
 #pragma unroll
@@ -2259,15 +2260,15 @@ __device__ __forceinline__ void tt_embedding_backward7_side_products(const float
     for (int nt = 0; nt < 4; nt++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int m = tt_embedding_backward7_crow(lane, r), n = tt_embedding_backward7_ccol(lane, r), l = 4 * mt + (m >> 2);
+            const int m = tt_embedding_backward_tc_crow(lane, r), n = tt_embedding_backward_tc_ccol(lane, r), l = 4 * mt + (m >> 2);
             if (l < ns)
-                out[(int64_t)ids[l] * TT_EMBEDDING_BACKWARD7_S0 +
-                    (III ? tt_embedding_backward7_III_c(m, n, nt) : tt_embedding_backward7_II_c(m, n, nt))] = acc[nt][r];
+                out[(int64_t)ids[l] * TT_EMBEDDING_BACKWARD_TC_S0 +
+                    (III ? tt_embedding_backward_tc_III_c(m, n, nt) : tt_embedding_backward_tc_II_c(m, n, nt))] = acc[nt][r];
         }
 }
 
 // (I) for warp w: dG_1 columns 16 w .. 16 w + 15, all 32 rows, over the segment's lookup pairs
-__device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc)[2][2][4], const float* seg, int ns, int warp, int lane) {
+__device__ __forceinline__ void tt_embedding_backward_tc_pivot_product(float (&acc)[2][2][4], const float* seg, int ns, int warp, int lane) {
     for (int kp = 0; 2 * kp < ns; kp++) {
         uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
 #pragma unroll
@@ -2275,13 +2276,13 @@ __device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 tf32_split_fast(
-                    seg[tt_embedding_backward7_I_a(tt_embedding_backward7_arow(lane, r), tt_embedding_backward7_acol(lane, r), kp, mi)], ah[mi][r],
+                    seg[tt_embedding_backward_tc_I_a(tt_embedding_backward_tc_arow(lane, r), tt_embedding_backward_tc_acol(lane, r), kp, mi)], ah[mi][r],
                     al[mi][r]);
 #pragma unroll
         for (int ni = 0; ni < 2; ni++)
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                tf32_split_fast(seg[tt_embedding_backward7_I_b(tt_embedding_backward7_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
+                tf32_split_fast(seg[tt_embedding_backward_tc_I_b(tt_embedding_backward_tc_bk(lane, r), lane >> 2, kp, warp, ni)], bh[ni][r],
                                              bl[ni][r]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -2306,13 +2307,13 @@ __device__ __forceinline__ void tt_embedding_backward7_pivot_product(float (&acc
 // returned. Warp 0 also writes the key rows' pad (-1).
 // Kernel 0: zeroes the counters (counts, part counters) that kernel 1 and 2 count in. A kernel rather than a
 // memset so that kernel 1 can be launched with PDL behind it: kernel 1 decodes its lookups while this runs.
-__global__ void tt_embedding_backward7_zero_kernel(int* __restrict__ p, int n) {
+__global__ void tt_embedding_backward_tc_zero_kernel(int* __restrict__ p, int n) {
     pdl_allow_next();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0;
 }
 
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
-tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK)
+tt_embedding_backward_tc_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* __restrict__ offsets,
                                    const int64_t* __restrict__ indices, int* __restrict__ keys, int* __restrict__ bag_of,
                                    int* __restrict__ counts, int* __restrict__ bucket) {
     pdl_allow_next();
@@ -2341,27 +2342,27 @@ tt_embedding_backward7_prep_kernel(const __grid_constant__ TtEmbeddingBackwardSh
         if (mine)
             for (int t = 0; t < s.T; t++) {
                 const int key = s.key_base[t] + row[t], slot = atomicAdd(counts + key, 1);
-                if (slot < TT_EMBEDDING_BACKWARD7_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD7_BUCKET + slot] = (int)j;
+                if (slot < TT_EMBEDDING_BACKWARD_TC_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD_TC_BUCKET + slot] = (int)j;
             }
     }
 }
 
 // Kernel 2, one block per item (a slice of core 1, or an even part of one): the item from the counts; the
-// slice of G_1 copied (swizzled: tt_embedding_backward7_g1) while the item's lookups are listed (tt_embedding_backward7_lookups); their bags and
+// slice of G_1 copied (swizzled: tt_embedding_backward_tc_g1) while the item's lookups are listed (tt_embedding_backward_tc_lookups); their bags and
 // side keys; then segments of NB lookups: inputs, small steps, (II) and (III) to W, (I) into registers.
 // Finally the optimizer on dG_1 (one part), or the part's partial and, for the last part to finish, the sum
 // of the parts in part order and the optimizer.
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD7_BLOCK, 2)
-tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_TC_BLOCK, 2)
+tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                     const int* __restrict__ bag_of, const int* __restrict__ counts, const int* __restrict__ bucket, int* __restrict__ ctr,
                                     float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2,
                                     const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
     float* g1s = reinterpret_cast<float*>(tt_embedding_backward_smem);
-    float* seg = g1s + TT_EMBEDDING_BACKWARD7_G1F;
-    int* list = reinterpret_cast<int*>(seg + TT_EMBEDDING_BACKWARD7_SEG);
-    int* meta = list + TT_EMBEDDING_BACKWARD7_PART;            // [PART][3]: bag, core-0 key, core-2 key
-    int* warp_sums = meta + 3 * TT_EMBEDDING_BACKWARD7_PART;
+    float* seg = g1s + TT_EMBEDDING_BACKWARD_TC_G1F;
+    int* list = reinterpret_cast<int*>(seg + TT_EMBEDDING_BACKWARD_TC_SEG);
+    int* meta = list + TT_EMBEDDING_BACKWARD_TC_PART;            // [PART][3]: bag, core-0 key, core-2 key
+    int* warp_sums = meta + 3 * TT_EMBEDDING_BACKWARD_TC_PART;
     int* info = warp_sums + 8;                  // slice, part, parts, lookups
     int* stage = info + 4;                      // [BUCKET]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -2372,9 +2373,9 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     if (tid == 0) info[0] = -1;
     int base = 0;
     for (int k0 = 0; k0 < Kc; k0 += blockDim.x) {
-        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_embedding_backward7_parts(n);
+        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_embedding_backward_tc_parts(n);
         int total;
-        const int incl = base + tt_embedding_backward7_block_scan(np, warp_sums, total);
+        const int incl = base + tt_embedding_backward_tc_block_scan(np, warp_sums, total);
         if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
         base += total;
         if (item < base) break;                 // the same in every thread
@@ -2386,12 +2387,12 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     const int lo = (int)((int64_t)part * n / np), hi = (int)((int64_t)(part + 1) * n / np), cnt = hi - lo;
     // G_1's slice (read-only until this item's last part has finished: the optimizer runs after every part's reads)
     // (loaded now, stored once the list is made: the loads' latency under the list's)
-    const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD7_S1;
-    constexpr int G1PER = TT_EMBEDDING_BACKWARD7_S1 / 4 / TT_EMBEDDING_BACKWARD7_BLOCK;
+    const float* g1 = io.cores + s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD_TC_S1;
+    constexpr int G1PER = TT_EMBEDDING_BACKWARD_TC_S1 / 4 / TT_EMBEDDING_BACKWARD_TC_BLOCK;
     float4 g1v[G1PER];
 #pragma unroll
-    for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_EMBEDDING_BACKWARD7_BLOCK);
-    tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
+    for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_EMBEDDING_BACKWARD_TC_BLOCK);
+    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
                                    list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
@@ -2406,20 +2407,20 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     // a segment's inputs: g, G_0 and G_2 of each lookup, 80 float4 per lookup, 5 per thread; absent lookups
     // (the last segment) get zeros, so (I) adds nothing for them. Loaded into registers one segment ahead:
     // the loads of the next segment fly under this segment's products.
-    constexpr int PER = TT_EMBEDDING_BACKWARD7_NB * 80 / TT_EMBEDDING_BACKWARD7_BLOCK;
-    static_assert(TT_EMBEDDING_BACKWARD7_NB * 80 % TT_EMBEDDING_BACKWARD7_BLOCK == 0, "whole float4s per thread");
+    constexpr int PER = TT_EMBEDDING_BACKWARD_TC_NB * 80 / TT_EMBEDDING_BACKWARD_TC_BLOCK;
+    static_assert(TT_EMBEDDING_BACKWARD_TC_NB * 80 % TT_EMBEDDING_BACKWARD_TC_BLOCK == 0, "whole float4s per thread");
     float4 in[PER];
     auto load_inputs = [&](int e0) {
-        const int ns = min(TT_EMBEDDING_BACKWARD7_NB, cnt - e0);
+        const int ns = min(TT_EMBEDDING_BACKWARD_TC_NB, cnt - e0);
 #pragma unroll
         for (int q = 0; q < PER; q++) {
-            const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK, l = i / 80, f = i - 80 * l;
+            const int i = tid + q * TT_EMBEDDING_BACKWARD_TC_BLOCK, l = i / 80, f = i - 80 * l;
             in[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (l < ns) {
                 const int* m = meta + 3 * (e0 + l);
                 const float* src = f < 16 ? io.dY + (int64_t)m[0] * 64 + 4 * f
-                                 : f < 48 ? core0 + (int64_t)m[1] * TT_EMBEDDING_BACKWARD7_S0 + 4 * (f - 16)
-                                          : core2 + (int64_t)m[2] * TT_EMBEDDING_BACKWARD7_S0 + 4 * (f - 48);
+                                 : f < 48 ? core0 + (int64_t)m[1] * TT_EMBEDDING_BACKWARD_TC_S0 + 4 * (f - 16)
+                                          : core2 + (int64_t)m[2] * TT_EMBEDDING_BACKWARD_TC_S0 + 4 * (f - 48);
                 in[q] = __ldg(reinterpret_cast<const float4*>(src));
             }
         }
@@ -2427,27 +2428,27 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     if (cnt > 0) load_inputs(0);
 #pragma unroll
     for (int q = 0; q < G1PER; q++) {           // read only after the segment loop's first barrier
-        const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK;
-        *reinterpret_cast<float4*>(g1s + tt_embedding_backward7_g1(i >> 5, 4 * (i & 31))) = g1v[q];
+        const int i = tid + q * TT_EMBEDDING_BACKWARD_TC_BLOCK;
+        *reinterpret_cast<float4*>(g1s + tt_embedding_backward_tc_g1(i >> 5, 4 * (i & 31))) = g1v[q];
     }
-    for (int e0 = 0; e0 < cnt; e0 += TT_EMBEDDING_BACKWARD7_NB) {
-        const int ns = min(TT_EMBEDDING_BACKWARD7_NB, cnt - e0);
+    for (int e0 = 0; e0 < cnt; e0 += TT_EMBEDDING_BACKWARD_TC_NB) {
+        const int ns = min(TT_EMBEDDING_BACKWARD_TC_NB, cnt - e0);
 #pragma unroll
         for (int q = 0; q < PER; q++) {
-            const int i = tid + q * TT_EMBEDDING_BACKWARD7_BLOCK, l = i / 80, f = i - 80 * l;
-            *reinterpret_cast<float4*>(seg + l * TT_EMBEDDING_BACKWARD7_LS + tt_embedding_backward7_input_dst(f)) = in[q];
+            const int i = tid + q * TT_EMBEDDING_BACKWARD_TC_BLOCK, l = i / 80, f = i - 80 * l;
+            *reinterpret_cast<float4*>(seg + l * TT_EMBEDDING_BACKWARD_TC_LS + tt_embedding_backward_tc_input_dst(f)) = in[q];
         }
         __syncthreads();
-        tt_embedding_backward7_small_steps(seg + (tid >> 4) * TT_EMBEDDING_BACKWARD7_LS, tid & 15);
+        tt_embedding_backward_tc_small_steps(seg + (tid >> 4) * TT_EMBEDDING_BACKWARD_TC_LS, tid & 15);
         __syncthreads();
-        if (e0 + TT_EMBEDDING_BACKWARD7_NB < cnt) load_inputs(e0 + TT_EMBEDDING_BACKWARD7_NB);
+        if (e0 + TT_EMBEDDING_BACKWARD_TC_NB < cnt) load_inputs(e0 + TT_EMBEDDING_BACKWARD_TC_NB);
         const int* ids = list + e0;
-        if (warp < 4) tt_embedding_backward7_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
-        else tt_embedding_backward7_side_products<true>(seg, g1s, ids, ns, W2, warp - 4, lane);
-        tt_embedding_backward7_pivot_product(acc, seg, ns, warp, lane);
+        if (warp < 4) tt_embedding_backward_tc_side_products<false>(seg, g1s, ids, ns, W0, warp, lane);
+        else tt_embedding_backward_tc_side_products<true>(seg, g1s, ids, ns, W2, warp - 4, lane);
+        tt_embedding_backward_tc_pivot_product(acc, seg, ns, warp, lane);
         __syncthreads();                        // the segment is refilled
     }
-    const int64_t off = s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD7_S1;
+    const int64_t off = s.core_off[1] + (int64_t)k * TT_EMBEDDING_BACKWARD_TC_S1;
     // the optimizer on the thread's 16 elements, every load before any store (ncu: applied one element at a time,
     // as tt_embedding_backward_apply does, the compiler kept each load behind the previous store, 16 round trips
     // to L2, a tenth of the kernel's stall samples); the same arithmetic as tt_embedding_backward_apply
@@ -2457,7 +2458,7 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
 #pragma unroll
         for (int e = 0; e < 16; e++) {
             const int mi = e >> 3, ni = (e >> 2) & 1, r = e & 3;
-            at[e] = off + tt_embedding_backward7_I_c(tt_embedding_backward7_crow(lane, r), tt_embedding_backward7_ccol(lane, r), warp, mi, ni);
+            at[e] = off + tt_embedding_backward_tc_I_c(tt_embedding_backward_tc_crow(lane, r), tt_embedding_backward_tc_ccol(lane, r), warp, mi, ni);
         }
         if (io.opt == TT_EMBEDDING_BACKWARD_DENSE) {
 #pragma unroll
@@ -2485,7 +2486,7 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
         apply_all(acc);
         return;
     }
-    float4* mine = reinterpret_cast<float4*>(partial + (int64_t)item * TT_EMBEDDING_BACKWARD7_S1) + 4 * tid;
+    float4* mine = reinterpret_cast<float4*>(partial + (int64_t)item * TT_EMBEDDING_BACKWARD_TC_S1) + 4 * tid;
 #pragma unroll
     for (int q = 0; q < 4; q++) mine[q] = make_float4(acc[q >> 1][q & 1][0], acc[q >> 1][q & 1][1], acc[q >> 1][q & 1][2], acc[q >> 1][q & 1][3]);
     __threadfence();
@@ -2496,7 +2497,7 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
     __threadfence();
     float sum[2][2][4] = {};
     for (int q = 0; q < np; q++) {              // part order: the same bits whichever part finishes last
-        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_EMBEDDING_BACKWARD7_S1) + 4 * tid;
+        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_EMBEDDING_BACKWARD_TC_S1) + 4 * tid;
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const float4 v = __ldcg(src + c);
@@ -2508,17 +2509,17 @@ tt_embedding_backward7_chain_kernel(const __grid_constant__ TtEmbeddingBackwardS
 #endif
 }
 
-// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward7_lookups, CAP per pass), their W rows added per
+// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward_tc_lookups, CAP per pass), their W rows added per
 // column in groups of RG rows (each group in order, the groups in order: the same bits at any block size), then the optimizer. Untouched slices are
 // left alone.
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD7_SIDE_BLOCK)
-tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK)
+tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                    const int* __restrict__ counts, const int* __restrict__ bucket, const float* __restrict__ W0,
                                    const float* __restrict__ W2, const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
-    __shared__ int list[TT_EMBEDDING_BACKWARD7_SIDE_CAP], stage[TT_EMBEDDING_BACKWARD7_BUCKET];
+    __shared__ int list[TT_EMBEDDING_BACKWARD_TC_SIDE_CAP], stage[TT_EMBEDDING_BACKWARD_TC_BUCKET];
     __shared__ int warp_sums[8];
-    __shared__ float part[TT_EMBEDDING_BACKWARD7_SIDE_BLOCK];
+    __shared__ float part[TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK];
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
     // it only after their own griddepcontrol.wait), so the first scan runs under kernel 2's tail; the W rows
     // are read only after this kernel's wait.
@@ -2528,12 +2529,12 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
     if (n == 0) return;
     bool waited = false;
     const float* W = t == 0 ? W0 : W2;
-    const int S = TT_EMBEDDING_BACKWARD7_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
+    const int S = TT_EMBEDDING_BACKWARD_TC_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
     float total = 0.0f;
-    for (int lo = 0; lo < n; lo += TT_EMBEDDING_BACKWARD7_SIDE_CAP) {
-        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD7_SIDE_CAP), rows = hi - lo,
-                  groups = (rows + TT_EMBEDDING_BACKWARD7_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD7_SIDE_RG;
-        tt_embedding_backward7_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD7_BUCKET, n, keys + (int64_t)t * key_stride,
+    for (int lo = 0; lo < n; lo += TT_EMBEDDING_BACKWARD_TC_SIDE_CAP) {
+        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD_TC_SIDE_CAP), rows = hi - lo,
+                  groups = (rows + TT_EMBEDDING_BACKWARD_TC_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD_TC_SIDE_RG;
+        tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + (int64_t)t * key_stride,
                                        key_stride, k, lo, hi, list, stage, warp_sums);
         if (!waited) pdl_wait_prior();      // kernel 2's W rows
         waited = true;
@@ -2541,9 +2542,9 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
             const int gi = g0 + slot;
             float sum = 0.0f;
             if (slot < slots && gi < groups) {
-                const int r1 = min(rows, (gi + 1) * TT_EMBEDDING_BACKWARD7_SIDE_RG);
+                const int r1 = min(rows, (gi + 1) * TT_EMBEDDING_BACKWARD_TC_SIDE_RG);
 #pragma unroll 8
-                for (int r = gi * TT_EMBEDDING_BACKWARD7_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
+                for (int r = gi * TT_EMBEDDING_BACKWARD_TC_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
             }
             part[threadIdx.x] = sum;
             __syncthreads();
@@ -2556,33 +2557,33 @@ tt_embedding_backward7_side_kernel(const __grid_constant__ TtEmbeddingBackwardSh
 #endif
 }
 
-// ---- version 8: every product as a GEMM over the lookups of one slice (any T, q and rank) ----
+// ---- version 9: every product as a GEMM over the lookups of one slice, on tensor cores (any T, q and rank) ----
 
-// Version 8 in one paragraph. Versions 6-7 hold one pivot slice in shared memory and pay for it at rank 64-128 (a
+// Version 9 in one paragraph. Versions 6-7 hold one pivot slice in shared memory and pay for it at rank 64-128 (a
 // 128 x 4 x 128 slice is 256 KB). Here each product of FBTT's chain is one GEMM over the lookups of ONE slice:
 // for core t, mp = m_{t-1} rows per lookup (1 at t = 0), and the lookups n of slice G_t[g] stacked,
 //   F (t = 1..T-2):  P_t[n]      = P_{t-1}[n] . G_t[g]             (mp x R_t) . (R_t x n_t), a row block per lookup
 //   D (t = T-1..1):  dM_{t-1}[n] = dM_t[n] . G_t[g]^T             (mp x n_t) . (n_t x R_t)
 //   G (t = T-1..0):  dG_t[g]     = sum_n P_{t-1}[n]^T . dM_t[n]    (R_t x mp) . (mp x n_t), K = mp x lookups
 // with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
-// block, K in double-buffered steps of 16 through shared memory, 4 x 4 outputs per thread): F and D tile the stacked
+// block, K in double-buffered steps of 16 through shared memory, mma.sync in 3xTF32 below): F and D tile the stacked
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
 // core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
 // rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
 // launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
 // parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
 // lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
-static const int TT_EMBEDDING_BACKWARD8_BM = 64, TT_EMBEDDING_BACKWARD8_BN = 64, TT_EMBEDDING_BACKWARD8_BK = 16;
-static const int TT_EMBEDDING_BACKWARD8_BLOCK = 256;          // 16 x 16 threads, 4 x 4 outputs each (the tiling assumes it)
-static const int TT_EMBEDDING_BACKWARD8_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
-static const int TT_EMBEDDING_BACKWARD8_RED_BLOCK = 256;      // reduce kernel
-static const int TT_EMBEDDING_BACKWARD8_RED_CW = 4096;        // reduce kernel: slice elements per block
-static const double TT_EMBEDDING_BACKWARD8_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 8 skips (version 7: version 2)
+static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 16;
+static const int TT_EMBEDDING_BACKWARD_SLICE_BLOCK = 256;          // 8 warps, each a 32 x 16 piece of the tile (the tiling assumes it)
+static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
+static const int TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK = 256;      // reduce kernel
+static const int TT_EMBEDDING_BACKWARD_SLICE_RED_CW = 4096;        // reduce kernel: slice elements per block
+static const double TT_EMBEDDING_BACKWARD_SLICE_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 9 skips (version 7: version 2)
 // G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, the K-step's
 // 16 rows split over 4 thread groups (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
-enum { TT_EMBEDDING_BACKWARD8_F = 0, TT_EMBEDDING_BACKWARD8_D = 1, TT_EMBEDDING_BACKWARD8_G = 2, TT_EMBEDDING_BACKWARD8_G_NARROW = 3 };
+enum { TT_EMBEDDING_BACKWARD_SLICE_F = 0, TT_EMBEDDING_BACKWARD_SLICE_D = 1, TT_EMBEDDING_BACKWARD_SLICE_G = 2, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW = 3 };
 
-struct TtEmbeddingBackward8Plan {
+struct TtEmbeddingBackwardSlicePlan {
     int mp[TT_EMBEDDING_BACKWARD_MAX_T];                  // m_{t-1} (1 at t = 0): rows per lookup in core t's products
     int lpp[TT_EMBEDDING_BACKWARD_MAX_T];                 // G: lookups per part of core t
     int64_t P_off[TT_EMBEDDING_BACKWARD_MAX_T];           // in X: P_t (t = 1..T-2), [nnz][m_t R_{t+1}]
@@ -2595,7 +2596,7 @@ struct TtEmbeddingBackward8Plan {
 };
 
 // "" when the plan fits 32-bit grids, else why not
-inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackward8Plan& P) {
+inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackwardSlicePlan& P) {
     memset(&P, 0, sizeof P);
     const int64_t nnz = std::max(s.nnz, 1);
     int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
@@ -2603,12 +2604,12 @@ inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardSha
         P.mp[t] = t ? s.m[t - 1] : 1;
         // a part's K rows: fewer for a small slice gradient (more blocks, each with fewer serial K-steps; its
         // parts cost S_t floats each to write and sum)
-        const int kpart = (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD8_KPART, std::max<int64_t>(64, s.S[t] / 4));
+        const int kpart = (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD_SLICE_KPART, std::max<int64_t>(64, s.S[t] / 4));
         P.lpp[t] = std::max(1, kpart / P.mp[t]);
         const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
         if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
-        const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD8_BM) + slices : 0;
+        const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD_SLICE_BM) + slices : 0;
         const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
         if (mrt >= INT32_MAX / 4 || mpt >= INT32_MAX / 4 || nnz * P.mp[t] >= INT32_MAX) return "its work lists would pass 2^29 items";
         P.max_rt[t] = (int)mrt; rt += mrt;
@@ -2618,19 +2619,19 @@ inline std::string tt_embedding_backward8_make_plan(const TtEmbeddingBackwardSha
     }
     if (rt >= INT32_MAX / 4 || pt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
     const double gb = 4.0 * (double)(X + part) / 1e9;
-    if (gb > TT_EMBEDDING_BACKWARD8_MAX_GB) {
+    if (gb > TT_EMBEDDING_BACKWARD_SLICE_MAX_GB) {
         char buf[160];
         snprintf(buf, sizeof buf, "its per-lookup products and gradient parts would take %.3g GB (it allocates at most %.0f)", gb,
-                 TT_EMBEDDING_BACKWARD8_MAX_GB);
+                 TT_EMBEDDING_BACKWARD_SLICE_MAX_GB);
         return buf;
     }
     P.X_floats = X; P.partial_floats = part; P.rt_total = (int)rt; P.pt_total = (int)pt;
-    P.max_red_y = (int)ceil_div<int64_t>(maxS, TT_EMBEDDING_BACKWARD8_RED_CW);
+    P.max_red_y = (int)ceil_div<int64_t>(maxS, TT_EMBEDDING_BACKWARD_SLICE_RED_CW);
     return "";
 }
 
-// what the kernels of version 8 read and write (keys, bag_of, start, list: version 6's workspace)
-struct TtEmbeddingBackward8Io {
+// what the kernels of version 9 read and write (keys, bag_of, start, list: version 6's workspace)
+struct TtEmbeddingBackwardSliceIo {
     const float *cores, *dY;
     float *X, *partial;
     const int *keys, *bag_of, *start, *list;
@@ -2644,8 +2645,8 @@ struct TtEmbeddingBackward8Io {
 // order) turn the counts into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries
 // are contiguous from totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
 template <class Exec>
-__host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                                  const int* counts, const TtEmbeddingBackward8Io& io, int* scan) {
+__host__ __device__ inline void tt_embedding_backward_slice_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                                  const int* counts, const TtEmbeddingBackwardSliceIo& io, int* scan) {
     const int K = s.key_base[s.T];
     for (int kind = 0; kind < 2; kind++) {
         auto core_of = [&](int g) {
@@ -2655,13 +2656,13 @@ __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, con
         };
         auto n_of = [&](int g) {
             const int t = core_of(g);
-            const int64_t c = tt_embedding_backward6_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
+            const int64_t c = tt_embedding_backward_group_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
             if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
-            return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD8_BM - 1) / TT_EMBEDDING_BACKWARD8_BM);
+            return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD_SLICE_BM - 1) / TT_EMBEDDING_BACKWARD_SLICE_BM);
         };
         int* items = kind == 0 ? io.rt_items : io.pt_items;
         int* begin = io.totals + kind * (s.T + 1);
-        tt_embedding_backward6_place(ex, K, scan, n_of, [&](int g, int off, int n) {
+        tt_embedding_backward_group_place(ex, K, scan, n_of, [&](int g, int off, int n) {
             const int t = core_of(g);
             if (g == s.key_base[t]) begin[t] = off;
             if (kind == 1) io.first_part[g] = off;
@@ -2679,64 +2680,55 @@ __host__ __device__ inline void tt_embedding_backward8_items_block(Exec& ex, con
 // a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 68 keeps the float4 reads of
 // the compute aligned; version 9's pitch of 72 puts the 32 lanes' fragment reads (k = lane % 4, m = lane / 4) in 32
 // banks), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
-template <int PITCH>
-struct __align__(16) TtEmbeddingBackward8SmemT {
+struct __align__(16) TtEmbeddingBackwardSliceSmem {
     union {
         struct {
-            float As[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
-            float Bs[2][TT_EMBEDDING_BACKWARD8_BK][PITCH];
+            float As[2][TT_EMBEDDING_BACKWARD_SLICE_BK][TT_EMBEDDING_BACKWARD_SLICE_BM + 8];
+            float Bs[2][TT_EMBEDDING_BACKWARD_SLICE_BK][TT_EMBEDDING_BACKWARD_SLICE_BM + 8];
         } ab;
-        float red[4][TT_EMBEDDING_BACKWARD8_BM][16];   // version 8's G_NARROW: the 4 groups' sums, added in group order at the end
-        float tile[TT_EMBEDDING_BACKWARD8_BM][TT_EMBEDDING_BACKWARD8_BN + 1];   // G: the finished tile (odd pitch: no bank conflicts)
+        float red[4][TT_EMBEDDING_BACKWARD_SLICE_BM];       // G of core 0: the 4 thread groups' sums, added in group order
+        float tile[TT_EMBEDDING_BACKWARD_SLICE_BM][TT_EMBEDDING_BACKWARD_SLICE_BN + 1];   // G: the finished tile (odd pitch: no bank conflicts)
     };
-    const float* rowA[TT_EMBEDDING_BACKWARD8_BM];    // F, D: row r's A row (null past the slice's rows)
-    float* rowC[TT_EMBEDDING_BACKWARD8_BM];          // F, D: row r's output row
-    const float* kA[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
-    const float* kB[2][TT_EMBEDDING_BACKWARD8_BK];   // G: K row k's B row (a dM_t row)
+    const float* rowA[TT_EMBEDDING_BACKWARD_SLICE_BM];    // F, D: row r's A row (null past the slice's rows)
+    float* rowC[TT_EMBEDDING_BACKWARD_SLICE_BM];          // F, D: row r's output row
+    const float* kA[2][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
+    const float* kB[2][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's B row (a dM_t row)
 };
-using TtEmbeddingBackward8Smem = TtEmbeddingBackward8SmemT<TT_EMBEDDING_BACKWARD8_BM + 4>;
-using TtEmbeddingBackward9Smem = TtEmbeddingBackward8SmemT<TT_EMBEDDING_BACKWARD8_BM + 8>;
 
 // lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
-__host__ __device__ inline const float* tt_embedding_backward8_prefix(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                                      const TtEmbeddingBackward8Io& io, int t, int n) {
+__host__ __device__ inline const float* tt_embedding_backward_slice_prefix(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                                      const TtEmbeddingBackwardSliceIo& io, int t, int n) {
     if (t == 0) return io.X;
     if (t == 1) return io.cores + s.core_off[0] + (int64_t)io.keys[n] * s.S[0];
     return io.X + P.P_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
 }
-__host__ __device__ inline const float* tt_embedding_backward8_grad(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                                    const TtEmbeddingBackward8Io& io, int t, int n) {
+__host__ __device__ inline const float* tt_embedding_backward_slice_grad(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                                    const TtEmbeddingBackwardSliceIo& io, int t, int n) {
     if (t == s.T - 1) return io.dY + (int64_t)io.bag_of[n] * s.D;
     return io.X + P.dM_off[t] + (int64_t)n * s.m[t] * s.R[t + 1];
 }
 
-// ---- version 9: version 8's K-steps on tensor cores (3xTF32) ----
-// Version 8's tiles run FP32 FMAs at 13-17 TFLOP/s at rank 128 (2026-12-01): the products are the time. Version 9 is
-// version 8 (same items, loads, buffers and order of parts) with each K-step's products as mma.sync m16n8k8 in 3xTF32
-// (x = hi + lo, hi x's bits with the 13 low mantissa bits cleared; ahi bhi + ahi blo + alo bhi: FP32's accuracy).
-// Warp w of 8 owns a 32 x 16 piece of the 64 x 64 tile (2 x 2 mma tiles; rows 32 (w / 4), columns 16 (w % 4)), or
-// at G_NARROW a 16 x 8 piece of the 64 x 16 tile (rows 16 (w / 2), columns 8 (w % 2): no K split, no sum of groups).
+// The K-steps on tensor cores. The same tiles on FP32 FMAs (version 8, retired) ran 13-17 TFLOP/s at rank 128: the
+// products were the time. Each K-step's products are mma.sync m16n8k8 in 3xTF32 (x = hi + lo, hi x's bits with the 13
+// low mantissa bits cleared; ahi bhi + ahi blo + alo bhi: FP32's accuracy). Warp w of 8 owns a 32 x 16 piece of the
+// 64 x 64 tile (2 x 2 mma tiles; rows 32 (w / 4), columns 16 (w % 4)), or at G_NARROW a 16 x 8 piece of the 64 x 16
+// tile (rows 16 (w / 2), columns 8 (w % 2)).
 
-// thread tid's accumulator e (16 of them): its row m and column c in the tile; false where unused (version 9 narrow)
-template <bool TC, bool NARROW>
-__host__ __device__ inline bool tt_embedding_backward8_cpos(int tid, int e, int& m, int& c) {
+// thread tid's accumulator e (16 of them): its row m and column c in the tile; false where unused (narrow)
+template <bool NARROW>
+__host__ __device__ inline bool tt_embedding_backward_slice_cpos(int tid, int e, int& m, int& c) {
     const int w = tid / 32, lane = tid % 32;
-    if (!TC) {
-        m = NARROW ? 4 * (tid % 64 / 4) + e / 4 : 4 * (tid / 16) + e / 4;
-        c = NARROW ? 4 * (tid % 4) + e % 4 : 4 * (tid % 16) + e % 4;
-        return true;
-    }
-    m = (NARROW ? 16 * (w / 2) : 32 * (w / 4) + 16 * (e / 8)) + tt_embedding_backward7_crow(lane, e % 4);
-    c = (NARROW ? 8 * (w % 2) : 16 * (w % 4) + 8 * (e / 4 % 2)) + tt_embedding_backward7_ccol(lane, e % 4);
+    m = (NARROW ? 16 * (w / 2) : 32 * (w / 4) + 16 * (e / 8)) + tt_embedding_backward_tc_crow(lane, e % 4);
+    c = (NARROW ? 8 * (w % 2) : 16 * (w % 4) + 8 * (e / 4 % 2)) + tt_embedding_backward_tc_ccol(lane, e % 4);
     return !NARROW || e < 4;
 }
 
-// One K-step of version 9: thread tid's accumulators a += As^T Bs over the step's 16 k (As[k][m], Bs[k][c]). On the
+// One K-step: thread tid's accumulators a += As^T Bs over the step's 16 k (As[k][m], Bs[k][c]). On the
 // host (the CPU test) each accumulator is formed from the same TF32 halves, in one order; the device's mma sums in its own.
 template <bool NARROW>
-__host__ __device__ __forceinline__ void tt_embedding_backward9_step(float* a, const float (*As)[TT_EMBEDDING_BACKWARD8_BM + 8],
-                                                                     const float (*Bs)[TT_EMBEDDING_BACKWARD8_BM + 8], int tid) {
-    const int BK = TT_EMBEDDING_BACKWARD8_BK;
+__host__ __device__ __forceinline__ void tt_embedding_backward_slice_step(float* a, const float (*As)[TT_EMBEDDING_BACKWARD_SLICE_BM + 8],
+                                                                     const float (*Bs)[TT_EMBEDDING_BACKWARD_SLICE_BM + 8], int tid) {
+    const int BK = TT_EMBEDDING_BACKWARD_SLICE_BK;
 #ifdef __CUDA_ARCH__
     // mma.sync.aligned needs the warp converged; a barrier does not promise that after the K-table threads' branch
     // (without this, measured 2026-12-01: wrong sums, NaN and reruns that differ)
@@ -2750,11 +2742,11 @@ TT_EMBEDDING_BACKWARD_UNROLL
         for (int mi = 0; mi < MI; mi++)
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int r = 0; r < 4; r++)
-                tf32_split_fast(As[k8 + tt_embedding_backward7_acol(lane, r)][mb + 16 * mi + tt_embedding_backward7_arow(lane, r)], ah[mi][r], al[mi][r]);
+                tf32_split_fast(As[k8 + tt_embedding_backward_tc_acol(lane, r)][mb + 16 * mi + tt_embedding_backward_tc_arow(lane, r)], ah[mi][r], al[mi][r]);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int ni = 0; ni < NI; ni++)
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int r = 0; r < 2; r++) tf32_split_fast(Bs[k8 + tt_embedding_backward7_bk(lane, r)][nb + 8 * ni + lane / 4], bh[ni][r], bl[ni][r]);
+            for (int r = 0; r < 2; r++) tf32_split_fast(Bs[k8 + tt_embedding_backward_tc_bk(lane, r)][nb + 8 * ni + lane / 4], bh[ni][r], bl[ni][r]);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int mi = 0; mi < MI; mi++)
 TT_EMBEDDING_BACKWARD_UNROLL
@@ -2773,7 +2765,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
     };
     for (int e = 0; e < 16; e++) {
         int m, c;
-        if (!tt_embedding_backward8_cpos<true, NARROW>(tid, e, m, c)) continue;
+        if (!tt_embedding_backward_slice_cpos<NARROW>(tid, e, m, c)) continue;
         for (int k8 = 0; k8 < BK; k8 += 8) {
             float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, xh, xl, yh, yl;
             for (int k = k8; k < k8 + 8; k++) {
@@ -2790,16 +2782,15 @@ TT_EMBEDDING_BACKWARD_UNROLL
 }
 
 // One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
-// acc(tid) is the thread's 16 accumulators: thread (ty, tx) = (tid / 16, tid % 16) owns rows 4 ty .. 4 ty + 3 and
-// columns 4 tx .. 4 tx + 3 of the tile (two float4 shared loads per k; TC: version 9's mma fragments, cpos above).
+// acc(tid) is the thread's 16 accumulators, its mma fragments (their places in the tile: cpos above).
 // One barrier per K-step: the step's global loads are issued before the products of the step before and stored
 // into the other buffer after them.
-template <int KIND, bool TC = false, class Exec, class Acc, class Smem>
-__host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
-                                                                 const TtEmbeddingBackward8Plan& P, const TtEmbeddingBackward8Io& io, int t,
+template <int KIND, class Exec, class Acc, class Smem>
+__host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
+                                                                 const TtEmbeddingBackwardSlicePlan& P, const TtEmbeddingBackwardSliceIo& io, int t,
                                                                  int bx, int by, Smem& sm) {
-    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, BK = TT_EMBEDDING_BACKWARD8_BK;
-    const bool G_ = KIND >= TT_EMBEDDING_BACKWARD8_G, NARROW = KIND == TT_EMBEDDING_BACKWARD8_G_NARROW;
+    const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, BK = TT_EMBEDDING_BACKWARD_SLICE_BK;
+    const bool G_ = KIND >= TT_EMBEDDING_BACKWARD_SLICE_G, NARROW = KIND == TT_EMBEDDING_BACKWARD_SLICE_G_NARROW;
     const int* begin = io.totals + (G_ ? s.T + 1 : 0);
     const int it = begin[t] + bx;
     if (it >= begin[t + 1]) return;
@@ -2826,8 +2817,8 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
     } else {
         m0 = sub * BM; n0 = by * BN;
         M = cnt * mp;
-        N = KIND == TT_EMBEDDING_BACKWARD8_F ? nt_ : Rt;
-        K = KIND == TT_EMBEDDING_BACKWARD8_F ? Rt : nt_;
+        N = KIND == TT_EMBEDDING_BACKWARD_SLICE_F ? nt_ : Rt;
+        K = KIND == TT_EMBEDDING_BACKWARD_SLICE_F ? Rt : nt_;
         if (n0 >= N) return;
     }
     if (G_ && t == 0) {   // core 0 (M = R_0 = 1): the part's dM_0 rows summed, 4 groups of 64 threads over its lookups
@@ -2837,11 +2828,11 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
             float v = 0.0f;
             if (col < N)
                 for (int j = grp; j < nl; j += 4) v += io.X[P.dM_off[0] + (int64_t)lst[j0 + j] * nt_ + col];
-            sm.red[grp][tid % 64][0] = v;
+            sm.red[grp][tid % 64] = v;
         });
         ex.phase([&](int tid) {
             const int col = n0 + tid;
-            if (tid < 64 && col < N) put(col, ((sm.red[0][tid][0] + sm.red[1][tid][0]) + sm.red[2][tid][0]) + sm.red[3][tid][0]);
+            if (tid < 64 && col < N) put(col, ((sm.red[0][tid] + sm.red[1][tid]) + sm.red[2][tid]) + sm.red[3][tid]);
         });
         return;
     }
@@ -2852,8 +2843,8 @@ __host__ __device__ inline void tt_embedding_backward8_gemm_block(Exec& ex, Acc&
         const int kk = step * BK + tid, b = step & 1;
         if (kk >= K) { sm.kA[b][tid] = nullptr; sm.kB[b][tid] = nullptr; return; }
         const int j = kk / mp, i = kk - j * mp, n = lst[j0 + j];
-        sm.kA[b][tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
-        sm.kB[b][tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+        sm.kA[b][tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+        sm.kB[b][tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
     };
     // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores
     auto fetch = [&](int tid, int step, float (&va)[4], float (&vb)[4]) {
@@ -2871,7 +2862,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
                 const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
                 const float* pa = sm.rowA[r];
                 va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
-                if (KIND == TT_EMBEDDING_BACKWARD8_F) {   // B(k, c) = G[k][c]
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]
                     const int c = e % BN, kk = e / BN;
                     vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
                 } else {                                  // B(k, c) = G[c][k] (G^T)
@@ -2891,7 +2882,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
                 sm.ab.Bs[b][e / BM][e % BM] = vb[q];
             } else {
                 sm.ab.As[b][e % BK][e / BK] = va[q];
-                if (KIND == TT_EMBEDDING_BACKWARD8_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
                 else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
             }
         }
@@ -2906,11 +2897,11 @@ TT_EMBEDDING_BACKWARD_UNROLL
         const int r = m0 + tid;
         if (r >= M) { sm.rowA[tid] = nullptr; sm.rowC[tid] = nullptr; return; }
         const int j = r / mp, i = r - j * mp, n = lst[j];
-        if (KIND == TT_EMBEDDING_BACKWARD8_F) {
-            sm.rowA[tid] = tt_embedding_backward8_prefix(s, P, io, t, n) + (int64_t)i * Rt;
+        if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {
+            sm.rowA[tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
             sm.rowC[tid] = io.X + P.P_off[t] + (int64_t)n * s.m[t] * s.R[t + 1] + (int64_t)i * nt_;
         } else {
-            sm.rowA[tid] = tt_embedding_backward8_grad(s, P, io, t, n) + (int64_t)i * nt_;
+            sm.rowA[tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
             sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
         }
     });
@@ -2924,30 +2915,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
         ex.phase([&](int tid) {
             float va[4], vb[4];
             if (step + 1 < steps) fetch(tid, step + 1, va, vb);   // (reads table (step + 1) % 2, written a phase ago)
-            // wide: (ty, tx) = (tid / 16, tid % 16), every k of the step; narrow: (ty, tx) = ((tid % 64) / 4, tid % 4),
-            // the step's k in 4 groups of 4 (group tid / 64)
-            const int ty = NARROW ? tid % 64 / 4 : tid / 16, tx = NARROW ? tid % 4 : tid % 16, b = step & 1;
-            const int kl = NARROW ? tid / 64 * (BK / 4) : 0, kh = NARROW ? kl + BK / 4 : BK;
-            float* a = acc(tid);
-            if constexpr (TC) tt_embedding_backward9_step<NARROW>(a, sm.ab.As[b], sm.ab.Bs[b], tid);
-            else {
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int k = kl; k < kh; k++) {
-                float av[4], bv[4];
-#ifdef __CUDA_ARCH__
-                const float4 a4 = *reinterpret_cast<const float4*>(&sm.ab.As[b][k][4 * ty]);
-                const float4 b4 = *reinterpret_cast<const float4*>(&sm.ab.Bs[b][k][4 * tx]);
-                av[0] = a4.x; av[1] = a4.y; av[2] = a4.z; av[3] = a4.w;
-                bv[0] = b4.x; bv[1] = b4.y; bv[2] = b4.z; bv[3] = b4.w;
-#else
-                for (int q = 0; q < 4; q++) { av[q] = sm.ab.As[b][k][4 * ty + q]; bv[q] = sm.ab.Bs[b][k][4 * tx + q]; }
-#endif
-TT_EMBEDDING_BACKWARD_UNROLL
-                for (int r = 0; r < 4; r++)
-TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int c = 0; c < 4; c++) a[r * 4 + c] = fmaf(av[r], bv[c], a[r * 4 + c]);
-            }
-            }
+            const int b = step & 1;
+            tt_embedding_backward_slice_step<NARROW>(acc(tid), sm.ab.As[b], sm.ab.Bs[b], tid);
             if (step + 1 < steps) store(tid, step + 1, va, vb);   // the other buffer: read by no thread in this phase
             if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
         });
@@ -2958,7 +2927,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int e = 0; e < 16; e++) {
                 int m, c;
-                if (tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c) && n0 + c < N && sm.rowC[m]) sm.rowC[m][n0 + c] = a[e];
+                if (tt_embedding_backward_slice_cpos<NARROW>(tid, e, m, c) && n0 + c < N && sm.rowC[m]) sm.rowC[m][n0 + c] = a[e];
             }
         });
         return;
@@ -2968,22 +2937,14 @@ TT_EMBEDDING_BACKWARD_UNROLL
     // read-modify-write was a dependent round trip: G's launch took 1.7x longer.)
     ex.phase([&](int tid) {
         const float* a = acc(tid);
-        if constexpr (NARROW && !TC) {   // version 8's narrow tile: the 4 groups' sums, added in group order below
-            const int ty = tid % 64 / 4, tx = tid % 4;
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int r = 0; r < 4; r++)
-TT_EMBEDDING_BACKWARD_UNROLL
-                for (int c = 0; c < 4; c++) sm.red[tid / 64][4 * ty + r][4 * tx + c] = a[r * 4 + c];
-        } else {
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int e = 0; e < 16; e++) {
-                int m, c;
-                if (tt_embedding_backward8_cpos<TC, NARROW>(tid, e, m, c)) sm.tile[m][c] = a[e];
-            }
+        for (int e = 0; e < 16; e++) {
+            int m, c;
+            if (tt_embedding_backward_slice_cpos<NARROW>(tid, e, m, c)) sm.tile[m][c] = a[e];
         }
     });
     ex.phase([&](int tid) {
-        constexpr int W = NARROW ? 16 : BN, PER = BM * W / TT_EMBEDDING_BACKWARD8_BLOCK, GROUP = 4;   // (groups: registers)
+        constexpr int W = NARROW ? 16 : BN, PER = BM * W / TT_EMBEDDING_BACKWARD_SLICE_BLOCK, GROUP = 4;   // (groups: registers)
         float* Gc = io.o.cores + s.core_off[t] + (int64_t)k_sl * s.S[t];
         float* St = io.o.state + s.core_off[t] + (int64_t)k_sl * s.S[t];
         const int opt = io.o.opt;
@@ -2993,9 +2954,9 @@ TT_EMBEDDING_BACKWARD_UNROLL
             int at[GROUP];   // the element's place in the slice, -1 outside it
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int q = 0; q < GROUP; q++) {
-                const int o = tid + TT_EMBEDDING_BACKWARD8_BLOCK * (q0 + q), m = o / W, c = o % W;
+                const int o = tid + TT_EMBEDDING_BACKWARD_SLICE_BLOCK * (q0 + q), m = o / W, c = o % W;
                 at[q] = m0 + m < M && n0 + c < N ? (m0 + m) * nt_ + n0 + c : -1;
-                v[q] = NARROW && !TC ? ((sm.red[0][m][c] + sm.red[1][m][c]) + sm.red[2][m][c]) + sm.red[3][m][c] : sm.tile[m][c];
+                v[q] = sm.tile[m][c];
                 gv[q] = at[q] >= 0 && whole && opt != TT_EMBEDDING_BACKWARD_DENSE ? Gc[at[q]] : 0.0f;
                 sv[q] = at[q] >= 0 && whole && opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? St[at[q]] : 0.0f;
             }
@@ -3016,10 +2977,10 @@ TT_EMBEDDING_BACKWARD_UNROLL
 // D of the last core (t = T-1, K = q_t) as a direct sum where q_t <= 4: element r = (i, k) of lookup n's dM_{T-2}
 // (m_{T-2} x R_{T-1}) = sum_a dY[bag][i q_t + a] G_t[slice][k q_t + a]. The GEMM padded K to 16 for one K-step per 64 x 64
 // tile (at q_t = 8 it still wins; the times: the notes).
-static const int TT_EMBEDDING_BACKWARD8_LAST_D_MAX_Q = 4;
-inline bool tt_embedding_backward8_direct_last_d(const TtEmbeddingBackwardShape& s) { return s.q[s.T - 1] <= TT_EMBEDDING_BACKWARD8_LAST_D_MAX_Q; }
-__host__ __device__ inline void tt_embedding_backward8_last_d(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                              const TtEmbeddingBackward8Io& io, int n, int r) {
+static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_MAX_Q = 4;
+inline bool tt_embedding_backward_slice_direct_last_d(const TtEmbeddingBackwardShape& s) { return s.q[s.T - 1] <= TT_EMBEDDING_BACKWARD_SLICE_LAST_D_MAX_Q; }
+__host__ __device__ inline void tt_embedding_backward_slice_last_d(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                              const TtEmbeddingBackwardSliceIo& io, int n, int r) {
     const int t = s.T - 1, q = s.q[t], i = r / s.R[t], k = r - i * s.R[t];
     const float* g = io.dY + (int64_t)io.bag_of[n] * s.D + (int64_t)i * q;
     const float* G = io.cores + s.core_off[t] + (int64_t)io.keys[(int64_t)t * io.key_stride + n] * s.S[t] + (int64_t)k * q;
@@ -3030,8 +2991,8 @@ __host__ __device__ inline void tt_embedding_backward8_last_d(const TtEmbeddingB
 
 // The reduce kernel's work on element e of slice key g (counts_g lookups) of more than one part: its parts summed in
 // order, then the optimizer.
-__host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackward8Plan& P,
-                                                              const TtEmbeddingBackward8Io& io, const TtEmbeddingBackwardIo& o, int g,
+__host__ __device__ inline void tt_embedding_backward_slice_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                              const TtEmbeddingBackwardSliceIo& io, const TtEmbeddingBackwardIo& o, int g,
                                                               int e, int counts_g) {
     int t = 0;
     while (g >= s.key_base[t + 1]) t++;
@@ -3045,52 +3006,52 @@ __host__ __device__ inline void tt_embedding_backward8_reduce(const TtEmbeddingB
 }
 
 // Version 6's prep kernel with another last block: the slices' list starts (P6.starts_only), then the items block.
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD6_PREP_BLOCK)
-tt_embedding_backward8_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward6Plan P6,
-                                   const __grid_constant__ TtEmbeddingBackward8Plan P, const int64_t* offsets, const int64_t* indices,
-                                   const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackward8Io io) {
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD6_PREP_BLOCK];
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK)
+tt_embedding_backward_slice_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardGroupPlan P6,
+                                   const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const int64_t* offsets, const int64_t* indices,
+                                   const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardSliceIo io) {
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK];
     pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
-    if (!tt_embedding_backward6_prep_then_last(s, P6.key_stride, offsets, indices, ws)) return;
+    if (!tt_embedding_backward_group_prep_then_last(s, P6.key_stride, offsets, indices, ws)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward6_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
-    tt_embedding_backward8_items_block(ex, s, P, ws.counts, io, scan);
+    tt_embedding_backward_group_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
+    tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan);
 }
 
-template <int KIND, bool TC>
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_BLOCK)
-tt_embedding_backward8_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
-                                   const __grid_constant__ TtEmbeddingBackward8Io io, int t) {
-    __shared__ std::conditional_t<TC, TtEmbeddingBackward9Smem, TtEmbeddingBackward8Smem> sm;
+template <int KIND>
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_BLOCK)
+tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P,
+                                   const __grid_constant__ TtEmbeddingBackwardSliceIo io, int t) {
+    __shared__ TtEmbeddingBackwardSliceSmem sm;
     pdl_wait_prior();
     pdl_allow_next();
     float regs[16];
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     auto acc = [&](int) -> float* { return regs; };
-    tt_embedding_backward8_gemm_block<KIND, TC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+    tt_embedding_backward_slice_gemm_block<KIND>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
-static const int TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD = 4;
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK) tt_embedding_backward8_last_d_kernel(  // block (lookup n, elements)
-    const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P, const __grid_constant__ TtEmbeddingBackward8Io io) {
+static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD = 4;
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK) tt_embedding_backward_slice_last_d_kernel(  // block (lookup n, elements)
+    const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardSliceIo io) {
     pdl_wait_prior();
     pdl_allow_next();
-    const int n = blockIdx.x, per = s.m[s.T - 2] * s.R[s.T - 1], B = TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK;
+    const int n = blockIdx.x, per = s.m[s.T - 2] * s.R[s.T - 1], B = TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK;
     if (n >= tt_embedding_backward_count(s)) return;
 TT_EMBEDDING_BACKWARD_UNROLL
-    for (int j = 0; j < TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD; j++) {
-        const int r = (blockIdx.y * TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD + j) * B + threadIdx.x;
-        if (r < per) tt_embedding_backward8_last_d(s, P, io, n, r);
+    for (int j = 0; j < TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD; j++) {
+        const int r = (blockIdx.y * TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD + j) * B + threadIdx.x;
+        if (r < per) tt_embedding_backward_slice_last_d(s, P, io, n, r);
     }
 }
 
 // Grid-stride over (column block y, slice key g), y major: a block of a slice that G finished is a skip.
-static const int TT_EMBEDDING_BACKWARD8_RED_GRID = 2048;
-__global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackward8Plan P,
-                                                     const __grid_constant__ TtEmbeddingBackward8Io io, const int* counts,
+static const int TT_EMBEDDING_BACKWARD_SLICE_RED_GRID = 2048;
+__global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P,
+                                                     const __grid_constant__ TtEmbeddingBackwardSliceIo io, const int* counts,
                                                      const __grid_constant__ TtEmbeddingBackwardIo o) {
     pdl_wait_prior();
-    const int K = s.key_base[s.T], CW = TT_EMBEDDING_BACKWARD8_RED_CW;
+    const int K = s.key_base[s.T], CW = TT_EMBEDDING_BACKWARD_SLICE_RED_CW;
     for (int64_t b = blockIdx.x; b < (int64_t)K * P.max_red_y; b += gridDim.x) {
         const int g = (int)(b % K), y = (int)(b / K);
         int t = 0;
@@ -3098,7 +3059,7 @@ __global__ void tt_embedding_backward8_reduce_kernel(const __grid_constant__ TtE
         if ((int64_t)y * CW >= s.S[t]) continue;
         const int cg = counts[g];
         if (cg <= P.lpp[t]) continue;   // untouched, or one part (G applied the optimizer)
-        for (int e = y * CW + threadIdx.x; e < (y + 1) * CW; e += blockDim.x) tt_embedding_backward8_reduce(s, P, io, o, g, e, cg);
+        for (int e = y * CW + threadIdx.x; e < (y + 1) * CW; e += blockDim.x) tt_embedding_backward_slice_reduce(s, P, io, o, g, e, cg);
     }
 }
 
@@ -3125,24 +3086,24 @@ struct TtEmbeddingBackwardArgs {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];
     TtEmbeddingBackwardWorkspace ws;
     int* bucket;
-    // version 8: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists
-    float *X8, *partial8;
-    int *items8, *first8, *totals8;
+    // version 9: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists
+    float *slice_X, *slice_partial;
+    int *slice_items, *slice_first, *slice_totals;
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
 // why version 6's kernels cannot run this shape at `block` threads (0: at 128, 256 and 512), "" when they can
-std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     char buf[256];
     if (block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
         return buf;
     }
     for (int nt : block ? std::vector<int>{block} : std::vector<int>{128, 256, 512}) {
-        const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, W_off, nt);
-        if (tt_embedding_backward6_smem_bytes(P) > smem_limit) {
+        const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, nt);
+        if (tt_embedding_backward_group_smem_bytes(P) > smem_limit) {
             snprintf(buf, sizeof buf, "its block of %d threads needs %zu bytes of shared memory (the pivot slice and NB = 1 lookup), "
-                     "more than the %zu a block can have; version 9 runs this shape", nt, tt_embedding_backward6_smem_bytes(P), smem_limit);
+                     "more than the %zu a block can have; version 9 runs this shape", nt, tt_embedding_backward_group_smem_bytes(P), smem_limit);
             return buf;
         }
     }
@@ -3158,16 +3119,16 @@ std::string tt_embedding_backward6_reason(const TtEmbeddingBackwardShape& s, con
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
        TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9 };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
-    if (tt_embedding_backward7_reason(s).empty() && block == TT_EMBEDDING_BACKWARD7_BLOCK && tt_embedding_backward7_smem_bytes() <= smem_limit)
+    if (tt_embedding_backward_tc_reason(s).empty() && block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     int max_rank = 1;
     for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
     const bool v6_loses = max_rank >= 64 || (max_rank >= 32 && (s.T >= 4 || s.D >= 256));
-    if (tt_embedding_backward6_reason(s, W_off, smem_limit, block).empty() &&
-        (block != TT_EMBEDDING_BACKWARD8_BLOCK || (!v6_loses && tt_embedding_backward6_make_plan(s, W_off, block).roomy)))
+    if (tt_embedding_backward_group_reason(s, W_off, smem_limit, block).empty() &&
+        (block != TT_EMBEDDING_BACKWARD_SLICE_BLOCK || (!v6_loses && tt_embedding_backward_group_make_plan(s, W_off, block).roomy)))
         return TT_EMBEDDING_BACKWARD_ROUTE_GROUPED;
-    TtEmbeddingBackward8Plan P8;
-    if (tt_embedding_backward8_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA;
+    TtEmbeddingBackwardSlicePlan P8;
+    if (tt_embedding_backward_slice_make_plan(s, P8).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA;
     return TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS;
 }
 inline const char* tt_embedding_backward_route_name(int route) {
@@ -3248,23 +3209,23 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    const TtEmbeddingBackward6Plan P = tt_embedding_backward6_make_plan(s, a.W_off, block_size);
+    const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, a.W_off, block_size);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    tt_embedding_backward6_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(s, P, a.offsets,
+    tt_embedding_backward_group_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK>>>(s, P, a.offsets,
                                                                                                                                   a.indices, a.ws);
-    tt_embedding_backward6_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID), TT_EMBEDDING_BACKWARD6_LIST_BLOCK,
-                                          tt_embedding_backward6_list_stage(P) * sizeof(int)>>>(s, P, a.ws);
-    const size_t smem = tt_embedding_backward6_smem_bytes(P);
-    if (P.acc == 1) tt_embedding_backward6_chunk_kernel<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
-    else if (P.acc == 2) tt_embedding_backward6_chunk_kernel<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
-    else if (P.acc == 4) tt_embedding_backward6_chunk_kernel<4><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
-    else tt_embedding_backward6_chunk_kernel<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
-    tt_embedding_backward6_final_kernel<<<std::min(P.max_items, TT_EMBEDDING_BACKWARD6_FINAL_GRID), TT_EMBEDDING_BACKWARD6_FINAL_BLOCK>>>(s, P, a.ws, io);
+    tt_embedding_backward_group_lists_kernel<<<std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID), TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK,
+                                          tt_embedding_backward_group_list_stage(P) * sizeof(int)>>>(s, P, a.ws);
+    const size_t smem = tt_embedding_backward_group_smem_bytes(P);
+    if (P.acc == 1) tt_embedding_backward_group_chunk_kernel<1><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else if (P.acc == 2) tt_embedding_backward_group_chunk_kernel<2><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else if (P.acc == 4) tt_embedding_backward_group_chunk_kernel<4><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    else tt_embedding_backward_group_chunk_kernel<0><<<P.max_chunks, block_size, smem>>>(s, P, a.ws, io);
+    tt_embedding_backward_group_final_kernel<<<std::min(P.max_items, TT_EMBEDDING_BACKWARD_GROUP_FINAL_GRID), TT_EMBEDDING_BACKWARD_GROUP_FINAL_BLOCK>>>(s, P, a.ws, io);
 }
 
 // version 7 on its compiled shapes: (dense: a memset of dG) four kernels, the last three launched with PDL
-void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
+void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
@@ -3274,61 +3235,58 @@ void tt_embedding_backward7_tensor(const TtEmbeddingBackwardArgs& a) {
     float* W0 = a.W + a.W_off[0];
     float* W2 = a.W + a.W_off[2];
     const int nzero = (int)(w.zeroed_bytes / sizeof(int));
-    tt_embedding_backward7_zero_kernel<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
+    tt_embedding_backward_tc_zero_kernel<<<(unsigned)std::min(ceil_div(nzero, 256), 1024), 256>>>(w.zeroed, nzero);
     launch_pdl(
-        tt_embedding_backward7_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD6_PREP_BLOCK),
-        (unsigned)TT_EMBEDDING_BACKWARD6_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
-    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD7_PART) + (int64_t)s.tables * s.p[1]);
-    launch_pdl(tt_embedding_backward7_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD7_BLOCK, tt_embedding_backward7_smem_bytes(), s,
+        tt_embedding_backward_tc_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK),
+        (unsigned)TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
+    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + (int64_t)s.tables * s.p[1]);
+    launch_pdl(tt_embedding_backward_tc_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD_TC_BLOCK, tt_embedding_backward_tc_smem_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
                                      W0, W2, io);
-    launch_pdl(tt_embedding_backward7_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD7_SIDE_BLOCK,
+    launch_pdl(tt_embedding_backward_tc_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK,
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, io);
 }
-// versions 8 and 9 (TC): (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping), the items
-// kernel, the F launches, a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
-template <bool TC>
-void tt_embedding_backward_slice_gemms(const TtEmbeddingBackwardArgs& a) {
+// version 9: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping; the prep's last block
+// lists the items), the F launches, a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
+void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    TtEmbeddingBackward6Plan P6 = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);
+    TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     P6.starts_only = 1;
-    TtEmbeddingBackward8Plan P;
-    tt_embedding_backward8_make_plan(s, P);
+    TtEmbeddingBackwardSlicePlan P;
+    tt_embedding_backward_slice_make_plan(s, P);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    const TtEmbeddingBackward8Io io = {a.cores, a.dY, a.X8, a.partial8, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
-                                       a.items8, a.items8 + 2 * (int64_t)P.rt_total, a.first8, a.totals8, o};
-    tt_embedding_backward8_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD6_PREP_BLOCK), TT_EMBEDDING_BACKWARD6_PREP_BLOCK>>>(
+    const TtEmbeddingBackwardSliceIo io = {a.cores, a.dY, a.slice_X, a.slice_partial, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
+                                       a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_totals, o};
+    tt_embedding_backward_slice_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK>>>(
         s, P6, P, a.offsets, a.indices, a.ws, io);
     // every launch after the first with PDL: its blocks start under the tail of the one before (each waits for it)
-    launch_pdl(tt_embedding_backward6_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD6_LIST_GRID),
-               (unsigned)TT_EMBEDDING_BACKWARD6_LIST_BLOCK, tt_embedding_backward6_list_stage(P6) * sizeof(int), s, P6, a.ws);
-    const int BM = TT_EMBEDDING_BACKWARD8_BM, BN = TT_EMBEDDING_BACKWARD8_BN, nb = TT_EMBEDDING_BACKWARD8_BLOCK;
+    launch_pdl(tt_embedding_backward_group_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID),
+               (unsigned)TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, a.ws);
+    const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, nb = TT_EMBEDDING_BACKWARD_SLICE_BLOCK;
     for (int t = 1; t <= s.T - 2; t++)
-        launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_F, TC>, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb, 0, s, P, io, t);
+        launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_F>, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb, 0, s, P, io, t);
     for (int t = s.T - 1; t >= 0; t--) {
-        if (t == s.T - 1 && tt_embedding_backward8_direct_last_d(s))
-            launch_pdl(tt_embedding_backward8_last_d_kernel, dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK *
-                       TT_EMBEDDING_BACKWARD8_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD8_LAST_D_BLOCK, 0, s, P, io);
+        if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
+            launch_pdl(tt_embedding_backward_slice_last_d_kernel, dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK *
+                       TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io);
         else if (t >= 1)
-            launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_D, TC>, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb, 0, s, P, io, t);
+            launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_D>, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb, 0, s, P, io, t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
-        if (s.n[t] <= 16) launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G_NARROW, TC>, grid, nb, 0, s, P, io, t);
-        else launch_pdl(tt_embedding_backward8_gemm_kernel<TT_EMBEDDING_BACKWARD8_G, TC>, grid, nb, 0, s, P, io, t);
+        if (s.n[t] <= 16) launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>, grid, nb, 0, s, P, io, t);
+        else launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_G>, grid, nb, 0, s, P, io, t);
     }
-    launch_pdl(tt_embedding_backward8_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD8_RED_GRID),
-               TT_EMBEDDING_BACKWARD8_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
+    launch_pdl(tt_embedding_backward_slice_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD_SLICE_RED_GRID),
+               TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
 }
-void tt_embedding_backward8(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<false>(a); }
-void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) { tt_embedding_backward_slice_gemms<true>(a); }
 
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
-        case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward7_tensor(a); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA: tt_embedding_backward9(a, block_size); break;
         default:
@@ -3337,7 +3295,7 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
             break;
     }
 }
-static_assert(TT_EMBEDDING_BACKWARD7_PART >= TT_EMBEDDING_BACKWARD6_CHUNK,
+static_assert(TT_EMBEDDING_BACKWARD_TC_PART >= TT_EMBEDDING_BACKWARD_GROUP_CHUNK,
               "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
@@ -3348,7 +3306,6 @@ void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int
         case 3: tt_embedding_backward3(a, block_size); break;
         case 6: tt_embedding_backward6(a, block_size); break;
         case 7: tt_embedding_backward7(a, block_size); break;
-        case 8: tt_embedding_backward8(a, block_size); break;
         case 9: tt_embedding_backward9(a, block_size); break;
         default: fail_args("tt_embedding_backward has no version %d", kernel_num);
     }
@@ -3367,19 +3324,19 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
         }
     }
     if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
-    if (k == 8 || k == 9) {
-        if (block && block != TT_EMBEDDING_BACKWARD8_BLOCK) {
-            snprintf(buf, sizeof buf, "it is compiled for %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD8_BLOCK, block);
+    if (k == 9) {
+        if (block && block != TT_EMBEDDING_BACKWARD_SLICE_BLOCK) {
+            snprintf(buf, sizeof buf, "it is compiled for %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_SLICE_BLOCK, block);
             return buf;
         }
-        TtEmbeddingBackward8Plan P8;
-        return tt_embedding_backward8_make_plan(s, P8);
+        TtEmbeddingBackwardSlicePlan P8;
+        return tt_embedding_backward_slice_make_plan(s, P8);
     }
     if (k >= 3 && block > TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK) {
         snprintf(buf, sizeof buf, "it is compiled for at most %d threads per block (--block %d)", TT_EMBEDDING_BACKWARD_MAX_FUSED_BLOCK, block);
         return buf;
     }
-    if (k == 6) return tt_embedding_backward6_reason(s, a.W_off, smem_limit, block);
+    if (k == 6) return tt_embedding_backward_group_reason(s, a.W_off, smem_limit, block);
     if (k == 3) {
         const TtEmbeddingBackwardLayout& L = a.lay;
         if (tt_embedding_backward_smem_bytes(L) > smem_limit) {
@@ -3409,7 +3366,7 @@ struct TtEmbeddingBackwardInputs {
     float *dY, *cores0, *state0;
 };
 template <class F>
-void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackward6Plan& P, F&& f) {
+void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P, F&& f) {
     const TtEmbeddingBackwardShape& s = a.s;
     const size_t C = (size_t)s.core_off[s.T], K = (size_t)s.key_base[s.T], nnz1 = (size_t)std::max(s.nnz, 1), chunk = TT_EMBEDDING_BACKWARD_FBTT_CHUNK;
     auto buf = [&](auto** ptr, size_t bytes, bool input = false) { f((void**)ptr, std::max<size_t>(bytes, 4), input); };
@@ -3438,19 +3395,19 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.start, 4 * (K + 1));
     buf(&w.list, 4 * (size_t)s.T * nnz1);
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
-    buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD6_CW);
-    buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD7_BUCKET);
-    TtEmbeddingBackward8Plan P8;                                                 // version 8 (none where it skips)
-    if (!tt_embedding_backward8_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
-    buf(&a.X8, 4 * (size_t)P8.X_floats);
-    buf(&a.partial8, 4 * (size_t)P8.partial_floats);
-    buf(&a.items8, 8 * ((size_t)P8.rt_total + P8.pt_total));
-    buf(&a.first8, 4 * K);
-    buf(&a.totals8, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
+    buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
+    buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_TC_BUCKET);
+    TtEmbeddingBackwardSlicePlan P8;                                                 // version 9 (none where it skips)
+    if (!tt_embedding_backward_slice_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
+    buf(&a.slice_X, 4 * (size_t)P8.X_floats);
+    buf(&a.slice_partial, 4 * (size_t)P8.partial_floats);
+    buf(&a.slice_items, 8 * ((size_t)P8.rt_total + P8.pt_total));
+    buf(&a.slice_first, 4 * K);
+    buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
-void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackward6Plan& P) {
+void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
     double need = 0.0;
     tt_embedding_backward_buffers(a, in, P, [&](void**, size_t bytes, bool) { need += (double)bytes; });
     size_t free_b = 0, total_b = 0;
@@ -3475,14 +3432,14 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
     if (tt_embedding_backward_smem_bytes(a.lay) <= a.smem_limit)
         cudaCheck(cudaFuncSetAttribute(tt_embedding_backward3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)tt_embedding_backward_smem_bytes(a.lay)));
-    for (const void* kern : {(const void*)tt_embedding_backward6_chunk_kernel<0>, (const void*)tt_embedding_backward6_chunk_kernel<1>,
-                             (const void*)tt_embedding_backward6_chunk_kernel<2>, (const void*)tt_embedding_backward6_chunk_kernel<4>})
+    for (const void* kern : {(const void*)tt_embedding_backward_group_chunk_kernel<0>, (const void*)tt_embedding_backward_group_chunk_kernel<1>,
+                             (const void*)tt_embedding_backward_group_chunk_kernel<2>, (const void*)tt_embedding_backward_group_chunk_kernel<4>})
         cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
-    if (tt_embedding_backward7_smem_bytes() <= a.smem_limit)
-        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward7_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)tt_embedding_backward7_smem_bytes()));
-    cudaCheck(cudaFuncSetAttribute(tt_embedding_backward6_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)(TT_EMBEDDING_BACKWARD6_LIST_STAGE * sizeof(int))));
+    if (tt_embedding_backward_tc_smem_bytes() <= a.smem_limit)
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_tc_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tt_embedding_backward_tc_smem_bytes()));
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_group_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)(TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE * sizeof(int))));
 }
 
 // The host memory a run takes beyond tt_embedding.h's inputs (the packed cores and state, the double reference and
@@ -3517,13 +3474,15 @@ void tt_embedding_backward_dump(const std::string& dir, const TtEmbeddingConfig&
            "(out_*: the last version run)\n", dir.c_str());
 }
 
-// Versions 4 and 5 are retired: asked for by number, exit 2 naming where their code is; `all` skips them.
+// Versions 4, 5 and 8 are retired: asked for by number, exit 2 naming where their code is; `all` skips them.
 void tt_embedding_backward_drop_retired(Cli& cli) {
+    auto retired = [](int k) { return k == 4 || k == 5 || k == 8; };
     for (int k : cli.kernels)
-        if (!cli.all && (k == 4 || k == 5))
-            fail_args("version %d is retired (slower than version 6 at every shape; its code: git show 33f44ba:dev/cuda/"
-                      "tt_embedding_backward.cu); versions 1, 2, 3, 6, 7 and 8 run", k);
-    cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), [](int k) { return k == 4 || k == 5; }), cli.kernels.end());
+        if (!cli.all && retired(k))
+            fail_args("version %d is retired (%s; its code: git show %s:dev/cuda/tt_embedding_backward.cu); versions 1, 2, 3, 6, 7 "
+                      "and 9 run", k, k == 8 ? "slower than version 9 at every shape" : "slower than version 6 at every shape",
+                      k == 8 ? "39c3510" : "33f44ba");
+    cli.kernels.erase(std::remove_if(cli.kernels.begin(), cli.kernels.end(), retired), cli.kernels.end());
 }
 
 // Versions 6 and 7 use no float atomics: a second run from the same inputs must give the same bits.
@@ -3548,7 +3507,7 @@ bool tt_embedding_backward_rerun_same(OpRunner& r, int k, int block, const std::
 struct TtEmbeddingBackwardBench {
     TtEmbeddingBackwardArgs a;
     TtEmbeddingBackwardInputs in;
-    TtEmbeddingBackward6Plan plan;
+    TtEmbeddingBackwardGroupPlan plan;
     std::vector<float> cores, state;        // the inputs packed (core_off), as before any step
     TtEmbeddingBackwardReference ref;
     std::vector<float> c, st, g;            // the last download: cores, state and dG after a step
@@ -3565,7 +3524,7 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     memset(&a, 0, sizeof a);
     a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
     a.smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static shape and plan copies
-    b.plan = tt_embedding_backward6_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD7_BLOCK);   // (sizes: W_off unused)
+    b.plan = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);   // (sizes: W_off unused)
     tt_embedding_backward_alloc(a, b.in, b.plan);
     b.cores = tt_embedding_backward_pack(s, in.cores);
     b.state = tt_embedding_backward_pack(s, in.state);
@@ -3574,7 +3533,7 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     upload(b.in.state0, b.state);
     a.offsets = b.in.offsets; a.indices = b.in.indices; a.dY = b.in.dY;
     printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
-           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD7_BLOCK)));
+           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK)));
     for (int k : cli.kernels) {
         const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
         if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
@@ -3613,8 +3572,8 @@ bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, i
 // each version's block sizes
 std::vector<int> tt_embedding_backward_blocks(int k) {
     if (k == 1) return {64, 128, 256, 512};
-    if (k == 2 || k == 8 || k == 9) return {256};
-    if (k == 7) return {TT_EMBEDDING_BACKWARD7_BLOCK};
+    if (k == 2 || k == 9) return {256};
+    if (k == 7) return {TT_EMBEDDING_BACKWARD_TC_BLOCK};
     return {128, 256, 512};
 }
 
@@ -3643,7 +3602,7 @@ int main(int argc, char** argv) {
     cli.add_double("eps", &eps, "Adagrad epsilon");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) +
         ";\n  tables * sum(p) < 2^31; T * tables * B * L < 2^31; eps > 0.\n"
-        "  Versions 4 and 5 are retired (see the header). Version 7 (the default) runs every shape; versions 8 and 9\n"
+        "  Versions 4, 5 and 8 are retired (see the header). Version 7 (the default) runs every shape; version 9\n"
         "  every shape whose per-lookup buffers fit 32 GB, at 256 threads per block; version 1 only while its explicit sums\n"
         "  stay under 4e9 terms; versions 3 and 6 need their block's shared memory and at most 512 threads per block\n"
         "  (asked for by number where it cannot run: exit 2; `all` skips it with the reason).";
