@@ -6,8 +6,8 @@
 // through a column-major reference GEMM with the launcher's exact cuBLAS arguments, version 4's lane split and
 // shuffle tree on whole bags and its shape filter, the tensor-core tile of versions 5 and 6 (fragment layouts,
 // 3xTF32 split, step 2 on the accumulators, the quad's writes) lane by lane and its filter, version 6's scan
-// mask, version 7's column tiles (copy, staging, lane step, store) row by row and its filter, and version 6's
-// dispatch: at every shape of the grid it runs (never skips) with some block size, version 7's kernel at rank 128.
+// mask, its column tiles (copy, staging, lane step, store) row by row and their filter, and version 6's dispatch:
+// at every shape of the grid it runs (never skips) with some block size, the column-tile kernel at rank 128.
 #define NO_MAIN
 #include "test_util.h"
 #include "../dev/cuda/tt_embedding_forward.cu"
@@ -466,13 +466,13 @@ static void emulate_mma(float (&d)[32][4], const float (&a)[32][4], const float 
 
 // shapes a version's filter must refuse, each naming its reason
 struct Refusal { std::vector<int> p, q, r; const char* needle; };
-static void check_refusals(int version, std::string (*reason)(const TtEmbeddingForwardShape&), const std::vector<Refusal>& cases, Rng& rng) {
+static void check_refusals(const std::string& who, std::string (*reason)(const TtEmbeddingForwardShape&), const std::vector<Refusal>& cases, Rng& rng) {
     for (const Refusal& b : cases) {
         Problem P;
         if (!make_problem(P, b.p, b.q, b.r, 1, 1, 1, rng)) continue;
         const std::string why = reason(P.s);
         report(why.find(b.needle) != std::string::npos,
-               P.name + ": version " + std::to_string(version) + " refuses it naming '" + std::string(b.needle) + "'", why);
+               P.name + ": " + who + " refuses it naming '" + std::string(b.needle) + "'", why);
     }
 }
 
@@ -541,7 +541,7 @@ static void test_v4() {
         report(bad.empty(), P.name + ": version 4's lanes + shuffle tree (emulated) = pooled reference", bad.substr(0, 200));
     }
     // the filter: shapes version 4 must refuse, each with its reason
-    check_refusals(4, tt_embedding_forward_reason4, {
+    check_refusals("version 4", tt_embedding_forward_reason4, {
         {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
         {{5, 6, 4}, {2, 4, 8}, {8, 8}, "q_0 = q_2 = 4"},
         {{5, 6, 4}, {4, 4, 4}, {8, 12}, "power of two"},
@@ -549,21 +549,21 @@ static void test_v4() {
     }, rng);
 }
 
-// version 7's column tiles on the CPU, lane by lane: two groups of lookups that share i_1 (the second group one
-// lookup short of LPW), per group and tile the tile as tt_embedding_forward_copy_tile7 copies it, G_0 as
+// version 6's column tiles (rank 128) on the CPU, lane by lane: two groups of lookups that share i_1 (the second group one
+// lookup short of LPW), per group and tile the tile as tt_embedding_forward_copy_tile copies it, G_0 as
 // tt_embedding_forward_stage_copies stages each slot (padding rows zero, a missing slot NaN), G_2 read from the core,
 // version 4's lane step on the stacked rows, the xor-shuffle tree, and each present lookup's store into a
 // NaN-poisoned row; every row against the double reference (so a tile's a_1 range, a slot's offsets, and a value no
 // tile writes all fail). Ranks 128 and 64 with tiles of one and two a_1, q_1 = 1..4 (a last tile of fewer a_1),
 // q_0 = 1, 2, 4, 8, odd R_1.
 template <int Q0>
-static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, Rng& rng) {
-    constexpr int LPW = tt_embedding_forward_lpw7(Q0), ROWS = Q0 * LPW;
+static void test_tiled_case(const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, Rng& rng) {
+    constexpr int LPW = tt_embedding_forward_lpw_tiled(Q0), ROWS = Q0 * LPW;
     Problem P;
     if (!make_problem(P, p, q, r, 2, 1, 1, rng)) return;
     const TtEmbeddingForwardShape& s = P.s;
-    const std::string why = tt_embedding_forward_reason7(s);
-    if (!why.empty()) { report(false, P.name + ": version 7 accepts the shape", why); return; }
+    const std::string why = tt_embedding_forward_reason_tiled(s);
+    if (!why.empty()) { report(false, P.name + ": the column-tile kernel accepts the shape", why); return; }
     const int R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1), tile_a1 = tt_embedding_forward_tile_a1(q1, R2);
     std::vector<float> tile((size_t)R1 * tile_a1 * R2), stage((size_t)R1p * ROWS), got(s.D);
     std::vector<double> want(s.D);
@@ -589,7 +589,7 @@ static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, c
             const int n_a1 = std::min(tile_a1, q1 - a1_base), ncols = n_a1 * R2;
             std::fill(tile.begin(), tile.end(), NAN);
             for (int tid = 0; tid < 96; tid++)                 // three warps' threads
-                tt_embedding_forward_copy_tile7(tile.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[0], 1), R1, q1, R2, a1_base, n_a1, tid, 96);
+                tt_embedding_forward_copy_tile(tile.data(), tt_embedding_forward_slice_ptr(P.c, s, tbl, idx[0], 1), R1, q1, R2, a1_base, n_a1, tid, 96);
             float part[32][ROWS][4] = {};
             for (int lane = 0; lane < 32; lane++)
                 tt_embedding_forward_g1_rows_lane<Q0, 4, LPW>(part[lane], stage.data(), tile.data(), g2, R1, R2, ncols, lane);
@@ -608,24 +608,24 @@ static void test_v7_case(const std::vector<int>& p, const std::vector<int>& q, c
         }
     }
     report(bad.empty() && tiles == 2 * ((q1 + tile_a1 - 1) / tile_a1) && rows == 2 * LPW - 1,
-           P.name + ": version 7's " + std::to_string(tiles / 2) + " column tiles per row, " + std::to_string(LPW) +
+           P.name + ": version 6's " + std::to_string(tiles / 2) + " column tiles per row, " + std::to_string(LPW) +
                " lookups per lane step (emulated) = reference", bad.substr(0, 200));
 }
 
-static void test_v7() {
+static void test_tiled() {
     Rng rng(77);
-    test_v7_case<4>({11, 13, 7}, {4, 4, 4}, {128, 128}, rng);      // EL-Rec's D = 64: four tiles of one a_1
-    test_v7_case<2>({11, 13, 7}, {2, 2, 4}, {128, 128}, rng);      // EL-Rec's D = 16: two tiles
-    test_v7_case<4>({5, 7, 3}, {4, 2, 4}, {128, 128}, rng);
-    test_v7_case<8>({5, 7, 3}, {8, 4, 4}, {128, 128}, rng);
-    test_v7_case<1>({5, 7, 3}, {1, 4, 4}, {128, 128}, rng);
-    test_v7_case<4>({5, 7, 3}, {4, 4, 4}, {64, 64}, rng);          // rank 64: two tiles of two a_1
-    test_v7_case<2>({5, 7, 3}, {2, 2, 4}, {64, 64}, rng);          // one tile of two a_1
-    test_v7_case<4>({5, 7, 3}, {4, 3, 4}, {64, 64}, rng);          // a last tile of one a_1
-    test_v7_case<2>({5, 7, 3}, {2, 1, 4}, {100, 64}, rng);         // one tile, half the lanes idle; R_1 padded
-    test_v7_case<8>({5, 7, 3}, {8, 2, 4}, {37, 32}, rng);          // four a_1 per tile, two present
-    test_v7_case<4>({5, 7, 3}, {4, 4, 4}, {13, 4}, rng);           // R_2 = 4: no shuffle
-    check_refusals(7, tt_embedding_forward_reason7, {
+    test_tiled_case<4>({11, 13, 7}, {4, 4, 4}, {128, 128}, rng);      // EL-Rec's D = 64: four tiles of one a_1
+    test_tiled_case<2>({11, 13, 7}, {2, 2, 4}, {128, 128}, rng);      // EL-Rec's D = 16: two tiles
+    test_tiled_case<4>({5, 7, 3}, {4, 2, 4}, {128, 128}, rng);
+    test_tiled_case<8>({5, 7, 3}, {8, 4, 4}, {128, 128}, rng);
+    test_tiled_case<1>({5, 7, 3}, {1, 4, 4}, {128, 128}, rng);
+    test_tiled_case<4>({5, 7, 3}, {4, 4, 4}, {64, 64}, rng);          // rank 64: two tiles of two a_1
+    test_tiled_case<2>({5, 7, 3}, {2, 2, 4}, {64, 64}, rng);          // one tile of two a_1
+    test_tiled_case<4>({5, 7, 3}, {4, 3, 4}, {64, 64}, rng);          // a last tile of one a_1
+    test_tiled_case<2>({5, 7, 3}, {2, 1, 4}, {100, 64}, rng);         // one tile, half the lanes idle; R_1 padded
+    test_tiled_case<8>({5, 7, 3}, {8, 2, 4}, {37, 32}, rng);          // four a_1 per tile, two present
+    test_tiled_case<4>({5, 7, 3}, {4, 4, 4}, {13, 4}, rng);           // R_2 = 4: no shuffle
+    check_refusals("version 6's column-tile kernel", tt_embedding_forward_reason_tiled, {
         {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}, "three cores"},
         {{5, 6, 4}, {3, 4, 4}, {128, 128}, "q_0 in {1, 2, 4, 8}"},
         {{5, 6, 4}, {4, 4, 2}, {128, 128}, "q_2 = 4"},
@@ -831,7 +831,7 @@ static void test_dispatch() {
     const size_t smem = 232448;
     TtEmbeddingForwardWorkspace ws;
     ws.max_smem = smem;
-    for (int v = 3; v <= 7; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
+    for (int v = 3; v <= TT_EMBEDDING_FORWARD_TILED; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
     Rng rng(123);
     std::string bad;
     int shapes = 0, fast = 0, global = 0, tiled = 0;
@@ -857,10 +857,11 @@ static void test_dispatch() {
         global += g;
         const bool family = s.T == 3 && s.q[0] == 4 && s.q[1] == 4 && s.q[2] == 4 && s.R[1] == s.R[2] && (s.R[1] == 32 || s.R[1] == 16);
         fast += tt_embedding_forward_fast6(s, smem);
-        tiled += tt_embedding_forward_tiled6(s, smem);
-        if (tt_embedding_forward_fast6(s, smem) && tt_embedding_forward_tiled6(s, smem)) bad += " two kernels";
-        if (tt_embedding_forward_tiled6(s, smem) && (!tt_embedding_forward_skip_reason(7, s, smem).empty() || tt_embedding_forward_blocks(7, s, ws).empty()))
-            bad += " version 7 cannot run";
+        tiled += tt_embedding_forward_route_tiled(s, smem);
+        if (tt_embedding_forward_fast6(s, smem) && tt_embedding_forward_route_tiled(s, smem)) bad += " two kernels";
+        if (tt_embedding_forward_route_tiled(s, smem) &&
+            (!tt_embedding_forward_reason_tiled(s).empty() || tt_embedding_forward_blocks(TT_EMBEDDING_FORWARD_TILED, s, ws).empty()))
+            bad += " column tiles cannot run";
         if (!tt_embedding_forward_skip_reason(6, s, smem).empty()) bad += " skipped";
         if (tt_embedding_forward_blocks(6, s, ws).empty()) bad += " no block";
         if (tt_embedding_forward_fast6(s, smem) != family) bad += " dispatch";
@@ -868,15 +869,26 @@ static void test_dispatch() {
         if (!family && w5.find("version 6 runs every shape") == std::string::npos) bad += " version 5: " + w5;
         if (bad.size() > 200) break;
     }
-    // EL-Rec's shapes (rank 128): version 7's column tiles
+    // EL-Rec's shapes (rank 128): the column tiles
     for (const auto& q : std::vector<std::vector<int>>{{2, 2, 4}, {4, 4, 4}, {4, 2, 4}}) {
         TtEmbeddingForwardShape s;
         const std::string why = shape_of(s, {200, 220, 250}, q, {128, 128}, 0, 0, 1, 4096, 20);
-        if (!why.empty() || !tt_embedding_forward_tiled6(s, smem) || tt_embedding_forward_blocks(6, s, ws).empty()) bad += " EL-Rec not tiled";
+        if (!why.empty() || !tt_embedding_forward_route_tiled(s, smem) || tt_embedding_forward_blocks(6, s, ws).empty()) bad += " EL-Rec not tiled";
+    }
+    // the shapes of tests/gpu_cases.txt that check the column tiles through version 6 (FP32 tiles at R_2 = 32 and 64,
+    // tensor cores at 128 with R_1 = 12 and 100)
+    const std::vector<std::vector<std::vector<int>>> gpu_tiled = {
+        {{7, 9, 5}, {4, 3, 4}, {117, 64}}, {{5, 7, 3}, {8, 8, 4}, {128, 32}}, {{9, 11, 13}, {2, 4, 4}, {128, 64}},
+        {{7, 9, 5}, {8, 2, 4}, {96, 128}}, {{13, 11, 9}, {2, 16, 4}, {12, 128}}, {{5, 7, 3}, {1, 4, 4}, {100, 128}},
+        {{17, 5, 11}, {2, 3, 4}, {100, 128}}, {{9, 11, 13}, {4, 2, 4}, {128, 128}}};
+    for (const auto& c : gpu_tiled) {
+        TtEmbeddingForwardShape s;
+        const std::string why = shape_of(s, c[0], c[1], c[2], 0, 0, 2, 30, 6);
+        if (!why.empty() || !tt_embedding_forward_route_tiled(s, smem)) bad += " gpu case q" + std::to_string(c[1][0]) + std::to_string(c[1][1]) + " not tiled";
     }
     report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0,
            "version 6 runs each of " + std::to_string(shapes) + " grid shapes (" + std::to_string(fast) + " on its compiled kernel, " +
-               std::to_string(tiled) + " on version 7's, " + std::to_string(global) + " with version 3's buffers in global memory)",
+               std::to_string(tiled) + " on its column tiles, " + std::to_string(global) + " with version 3's buffers in global memory)",
            bad.substr(0, 200));
 }
 
@@ -979,7 +991,7 @@ int main() {
     test_default_counts();
     test_digits();
     test_v4();
-    test_v7();
+    test_tiled();
     test_fast_digits();
     {
         Rng rng(101);

@@ -23,21 +23,19 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
-     (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); 7's or 3's kernel at every other shape       0.0332  20.0
-  7  version 6's items where G_1's slice exceeds shared memory (rank 128): G_1 in column tiles of
-     whole a_1, step 2 inside each tile; step 1 in 3xTF32 on tensor cores at R_2 = 128 (else FP32, a
-     warp's lane step on 4 / 2 lookups at once). EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 (FP32 step
-     1.780 ms, version 3 4.631); L 1 0.117 (FP32 0.162); q 2,2,4 L 20 0.383 (0.578), L 1 0.055 (0.063),
-     Zipf 1.15 L 1 0.130 (0.126; 3: 0.098); results/logs/2026-12-01_tt_forward_tc7.log              1.122  69.5
+     (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); where G_1's slice exceeds shared memory (rank
+     128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
+     FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
+  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.122 ms (69.5%;
+     FP32 step 1.780, version 3 4.631); L 1 0.117; q 2,2,4 L 20 0.383, L 1 0.055 (results/logs/2026-12-01_tt_forward_tc7.log)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
-q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Where
-version 5's copies of G_1's slice exceed shared memory (EL-Rec's rank 128) it runs version 7's kernel (T = 3, q_0 in
-{1,2,4,8}, q_2 = 4, R_2 a power of two <= 128); every other shape runs version 3's (its per-warp buffers in global
-memory where they exceed a block's shared memory), so the default never skips. Versions 4-7 are deterministic at any
-block size (main compares the outputs bitwise).
+q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
+column-tile kernel takes T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; every other shape runs version
+3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the default never
+skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -52,7 +50,7 @@ Lessons:
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
-  - Version 7, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
+  - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
     tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122, where a tile pre-split
     in fragment order (128 KB per round) had lost (1.646, Zipf 0.507 against 0.336).
 */
@@ -68,7 +66,9 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 #endif
 
 #define TT_EMBEDDING_FORWARD_MAX_CORES TT_EMBEDDING_MAX_CORES
-#define TT_EMBEDDING_FORWARD_NUM_KERNELS 7
+#define TT_EMBEDDING_FORWARD_NUM_KERNELS 6
+// the default's column-tile kernel (rank 128): its slot in the per-kernel tables, beside versions 1..6
+#define TT_EMBEDDING_FORWARD_TILED (TT_EMBEDDING_FORWARD_NUM_KERNELS + 1)
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
 #define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
 // unroll hints in host-callable device code (the host compiler would warn on #pragma unroll)
@@ -587,7 +587,7 @@ struct TtEmbeddingForwardList {
     int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] the digit scan's overflow
                       // position; [4 ..] the digit scan's matches per (chunk, warp) of a pass
     int* slots;       // version 6: hash set of indices (2 cap entries; unused by versions 4 and 5)
-    int64_t* keep_idx; // versions 6, 7: rows an item's earlier rounds computed that had equal indices (KEEP slots,
+    int64_t* keep_idx; // version 6: rows an item's earlier rounds computed that had equal indices (KEEP slots,
     int64_t* keep_pos; // index -1 when empty): later rounds copy them instead of computing them again
 };
 
@@ -603,7 +603,7 @@ struct TtEmbeddingForwardList {
 #endif
 #define TT_EMBEDDING_FORWARD_SCAN_UNROLL 4    // versions 4, 5: indices each thread loads per pass of the scan
 #define TT_EMBEDDING_FORWARD_SCAN_CHUNKS 4    // version 6: 16-byte loads of 8 digits each thread makes per pass
-#define TT_EMBEDDING_FORWARD_KEEP 16           // versions 6, 7: rows kept across an item's rounds (probes: 4)
+#define TT_EMBEDDING_FORWARD_KEEP 16           // version 6: rows kept across an item's rounds (probes: 4)
 __host__ __device__ inline int tt_embedding_forward_hash_slots(int cap) { return 2 * cap; }
 inline size_t tt_embedding_forward_list_bytes(int cap, bool slots = false) {
     return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32) * sizeof(int) +
@@ -747,14 +747,14 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
     return cursor;
 }
 
-// The item loop of versions 4-7: a persistent block takes items (key = (table, i_1), segment) from work[0], lists
+// The item loop of versions 4-6: a persistent block takes items (key = (table, i_1), segment) from work[0], lists
 // the segment's lookups whose i_1 matches, marks equal indices and hands the list to the version's engine (the last
 // block out resets the counters). The hooks, each called by every thread of the block:
 //   on_item(tbl, i1)   at the start of an item (versions 5, 6 start the copy of G_1's slice here)
 //   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
-// after which the entries equal to another copy its row. DIGITS: version 6's digit scan and hash set (6, 7).
+// after which the entries equal to another copy its row. DIGITS: version 6's digit scan and hash set.
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
 __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1,
@@ -908,7 +908,7 @@ __host__ __device__ inline int tt_embedding_forward_r1_pad(int R1) {
     return (R1 + TT_EMBEDDING_FORWARD_G1_BATCH - 1) / TT_EMBEDDING_FORWARD_G1_BATCH * TT_EMBEDDING_FORWARD_G1_BATCH;
 }
 
-// One lane's share of LPW lookups (1 in version 4; version 7 stacks several, see there): g0t = their G_0 slices
+// One lane's share of LPW lookups (1 in version 4; the column-tile kernel stacks several, see there): g0t = their G_0 slices
 // transposed side by side (R_1 padded rows of LPW Q0 floats, lookup l's M_0[a_0][k] at k LPW Q0 + l Q0 + a_0, zeros
 // past R_1), g1 = G_1's slice (R_1 rows of ncols floats), g2[l] = lookup l's G_2 slice (R_2 x Q2). Adds this lane's
 // partial of each row, out[a_0][a_1][a_2] for its a_1 summed over its 4 values of k_2 only, into part[l Q0 + a_0][Q2].
@@ -1002,7 +1002,7 @@ __host__ __device__ __forceinline__ void tt_embedding_forward_stage_copies(float
 }
 
 // A lane's reduced partials of one lookup (rows a_0 of part) -> its row: the first lane of each a_1 writes
-// out[a_0][a1_base + a_1][0..3] (q_2 = 4). a1_base: the first a_1 of the columns in g1 (version 7's column tiles; 0 in
+// out[a_0][a1_base + a_1][0..3] (q_2 = 4). a1_base: the first a_1 of the columns in g1 (the column-tile kernel's tiles; 0 in
 // version 4). Host-callable.
 template <int Q0>
 __host__ __device__ __forceinline__ void tt_embedding_forward_g1_rows_store(float* row, const float (*part)[4], int q1, int R2,
@@ -1014,7 +1014,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         *reinterpret_cast<float4*>(row + (a0 * q1 + a1) * 4) = make_float4(part[a0][0], part[a0][1], part[a0][2], part[a0][3]);
 }
 
-// The warps' share of one round (versions 4 and 7): warp w computes groups w, w+W, ... of LPW unique entries each
+// The warps' share of one round (version 4 and the column-tile kernel): warp w computes groups w, w+W, ... of LPW unique entries each
 // against the ncols columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next group's G_0 slices
 // (and G_2's where G2_STAGED, version 4) are staged while one computes: two stages per warp of stage_floats = R_1p LPW
 // Q0 (+ 4 R_2) floats, padding rows zero. Version 7 reads G_2's rows from L2 straight into registers (each lane needs
@@ -1338,29 +1338,30 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
     return "";
 }
 
-// ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; 7 or 3 at every other shape
+// ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; G_1 in column tiles at rank 128
 
 // Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, 12% of the
 // warp slots active): an item's serial path, not the chain, held it up. Version 6 cuts that path: the digit kernel
 // and scan above, a hash set for equal indices (O(m)), 64 lookups per item (one wave of items at the default), the
-// chain and pooling kernels launched with PDL. As the default it runs every shape: version 7's kernel where G_1's
-// slice is too big for version 5's copies and 7 runs the shape, else version 3's (tt_embedding_forward_tiled6).
+// chain and pooling kernels launched with PDL. As the default it runs every shape: its compiled kernel where that
+// applies, the column-tile kernel below where G_1's slice is too big for version 5's copies and that kernel runs the
+// shape (tt_embedding_forward_route_tiled), else version 3's.
 
-// ---- version 7: version 6's items where G_1's slice exceeds shared memory, G_1 in column tiles
+// ---- version 6 where G_1's slice exceeds shared memory: the same items, G_1 in column tiles
 
 // At EL-Rec's rank 128 (G_1's slice 256 KB at q 4,4,4, 128 KB at q 2,2,4) version 5's three copies of the slice do
-// not fit a block, and version 3 streams every lookup's slice from L2 (21 GB per call at B 4096, L 20). Version 7
-// keeps version 6's items and shares the slice a column tile at a time: tiles of whole a_1 (128 columns, 64 KB at
-// R_1 = 128) hold every k_2 of their a_1, so step 2 (x G_2) finishes inside the tile and each tile writes its own
-// (a_0, a_1, *) values of the row: no partial sums cross tiles, no atomics. Per round of an item and tile the block
+// not fit a block, and version 3 streams every lookup's slice from L2 (21 GB per call at B 4096, L 20). This kernel
+// (version 7 until it was folded into the default) keeps version 6's items and shares the slice a column tile at a
+// time: tiles of whole a_1 (128 columns, 64 KB at R_1 = 128) hold every k_2 of their a_1, so step 2 (x G_2) finishes
+// inside the tile and each tile writes its own (a_0, a_1, *) values of the row: no partial sums cross tiles, no atomics. Per round of an item and tile the block
 // copies the tile (cp.async) and the warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs
 // LPW = 4 / 2 / 1 lookups (q_0 <= 2 / 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by
 // side): each float4 of the tile a lane loads from shared memory feeds 32 FMAs instead of q_0 x 4 (8 at EL-Rec's
 // q_0 = 2, where the one-lookup lane lost to version 3), and the staging, shuffle tree and G_2's rows (from L2 into
 // registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
 // __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
-#ifndef TT_EMBEDDING_FORWARD_TARGET7
-#define TT_EMBEDDING_FORWARD_TARGET7 128
+#ifndef TT_EMBEDDING_FORWARD_TARGET_TILED
+#define TT_EMBEDDING_FORWARD_TARGET_TILED 128
 #endif
 
 // a_1 values per column tile (the last tile may hold fewer)
@@ -1368,7 +1369,7 @@ __host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) { re
 
 // G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats, ld apart
 // if given); thread tid of nthreads. Host-callable.
-__host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, const float* g1, int R1, int q1, int R2, int a1_base,
+__host__ __device__ inline void tt_embedding_forward_copy_tile(float* dst, const float* g1, int R1, int q1, int R2, int a1_base,
                                                              int n_a1, int tid, int nthreads, int ld = 0) {
     const int v4 = n_a1 * R2 / 4;                           // float4s per row of the tile
     for (int c = tid; c < R1 * v4; c += nthreads) {
@@ -1377,7 +1378,7 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile7(float* dst, cons
     }
 }
 
-__host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
+__host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
 // Step 1 on tensor cores where R_2 = 128 (a tile is one a_1; EL-Rec's ranks): the FP32 lane step ran at 43% of the
 // FMA peak. The tile stays raw in shared memory (rows padded to 136 floats: a warp's B fragment, rows 8 s + tig (+4)
@@ -1385,13 +1386,13 @@ __host__ __device__ constexpr int tt_embedding_forward_lpw7(int q0) { return q0 
 // warp takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's 32 values of K per row (k = 8 s + tig + 4 e)
 // in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile
 // (all 128 k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
-#define TT_EMBEDDING_FORWARD_TC7_R2 128
-#define TT_EMBEDDING_FORWARD_TC7_LD 136
-__host__ __device__ inline bool tt_embedding_forward_tc7(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TC7_R2 && R1 <= 128; }
-__host__ __device__ inline int tt_embedding_forward_tc7_rows(int R1) { return (R1 + 7) / 8 * 8; }   // zeros past R_1
+#define TT_EMBEDDING_FORWARD_TILED_TC_R2 128
+#define TT_EMBEDDING_FORWARD_TILED_TC_LD 136
+__host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TILED_TC_R2 && R1 <= 128; }
+__host__ __device__ inline int tt_embedding_forward_tiled_tc_rows(int R1) { return (R1 + 7) / 8 * 8; }   // zeros past R_1
 
 template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_tc_tile7(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int mt, int nu,
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int mt, int nu,
                                                            const float* __restrict__ tile, int a1, const TtEmbeddingForwardCores& cores,
                                                            const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd,
                                                            bool fast, int tbl, int lane) {
@@ -1425,10 +1426,10 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile7(float* __restrict_
         }
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TC7_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
+            const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TILED_TC_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
             uint32_t bhi[2], blo[2];
             tf32_split_fast(b[0], bhi[0], blo[0]);
-            tf32_split_fast(b[4 * TT_EMBEDDING_FORWARD_TC7_LD], bhi[1], blo[1]);
+            tf32_split_fast(b[4 * TT_EMBEDDING_FORWARD_TILED_TC_LD], bhi[1], blo[1]);
             mma_tf32_m16n8k8(acc[j], alo, bhi[0], bhi[1]);
             mma_tf32_m16n8k8(acc[j], ahi, blo[0], blo[1]);
             mma_tf32_m16n8k8(acc[j], ahi, bhi[0], bhi[1]);
@@ -1464,46 +1465,46 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile7(float* __restrict_
 
 // shared memory: one column tile (TC: two, rows padded), two stages per warp (FP32: LPW lookups' G_0 transposed),
 // version 6's list (and kept rows)
-inline size_t tt_embedding_forward_smem_bytes7(const TtEmbeddingForwardShape& s, int warps) {
+inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShape& s, int warps) {
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t list = tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
-    if (tt_embedding_forward_tc7(s.R[1], s.R[2]))
-        return sizeof(float) * 2 * tt_embedding_forward_tc7_rows(s.R[1]) * TT_EMBEDDING_FORWARD_TC7_LD + list;
+    if (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))
+        return sizeof(float) * 2 * tt_embedding_forward_tiled_tc_rows(s.R[1]) * TT_EMBEDDING_FORWARD_TILED_TC_LD + list;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
-    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw7(s.q[0]);
+    const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw_tiled(s.q[0]);
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
 }
 
 template <int Q0, bool TC>
-__global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                    const __grid_constant__ TtEmbeddingForwardShape s, int segments,
                                                                    const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
                                                                    int* __restrict__ work) {
-    extern __shared__ float4 tt_embedding_forward_smem7[];
+    extern __shared__ float4 tt_embedding_forward_smem_tiled[];
     const int W = blockDim.x / 32, R1 = s.R[1], R2 = s.R[2], q1 = s.q[1], R1p = tt_embedding_forward_r1_pad(R1);
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
-    constexpr int LPW = tt_embedding_forward_lpw7(Q0);
+    constexpr int LPW = tt_embedding_forward_lpw_tiled(Q0);
     const int stage_floats = TC ? 0 : R1p * Q0 * LPW;
-    const int tc_floats = tt_embedding_forward_tc7_rows(R1) * TT_EMBEDDING_FORWARD_TC7_LD;
-    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem7);    // [R1][tile_a1 R2] (TC: 2 x [R1 rows][LD])
+    const int tc_floats = tt_embedding_forward_tiled_tc_rows(R1) * TT_EMBEDDING_FORWARD_TILED_TC_LD;
+    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem_tiled);    // [R1][tile_a1 R2] (TC: 2 x [R1 rows][LD])
     float* stages = tile + (TC ? 2 * tc_floats : R1 * tile_a1 * R2);       // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
-    for (int e = R1 * TT_EMBEDDING_FORWARD_TC7_LD + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
+    for (int e = R1 * TT_EMBEDDING_FORWARD_TILED_TC_LD + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
         tile[e] = tile[tc_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
-    auto on_work = [](int, int) {};                         // version 7 copies G_1 per tile, in compute
+    auto on_work = [](int, int) {};                         // G_1 is copied per tile, in compute
     auto on_ready = [](bool) {};
     auto compute = [&](int tbl, int nu) {
         if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         if constexpr (TC) {                                 // a_1's tile double-buffered: the next one copies under the mma
             auto copy = [&](float* dst, int a1) {
-                tt_embedding_forward_copy_tile7(dst, g1, R1, q1, R2, a1, 1, threadIdx.x, blockDim.x, TT_EMBEDDING_FORWARD_TC7_LD);
+                tt_embedding_forward_copy_tile(dst, g1, R1, q1, R2, a1, 1, threadIdx.x, blockDim.x, TT_EMBEDDING_FORWARD_TILED_TC_LD);
                 async_commit();
             };
             copy(tile, 0);
@@ -1516,7 +1517,7 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
                 }
                 __syncthreads();
                 for (int mt = threadIdx.x / 32; 16 / Q0 * mt < nu; mt += W)     // warp-uniform
-                    tt_embedding_forward_tc_tile7<Q0>(rowbuf, list, mt, nu, tile + (a1 & 1) * tc_floats, a1, cores, s, fd, fast, tbl,
+                    tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, mt, nu, tile + (a1 & 1) * tc_floats, a1, cores, s, fd, fast, tbl,
                                                       threadIdx.x % 32);
                 __syncthreads();                            // every warp is done with the buffer the next copy refills
             }
@@ -1524,7 +1525,7 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
             for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
                 const int n_a1 = min(tile_a1, q1 - a1_base);
                 __syncthreads();                            // the previous tile is read by every warp
-                tt_embedding_forward_copy_tile7(tile, g1, R1, q1, R2, a1_base, n_a1, threadIdx.x, blockDim.x);
+                tt_embedding_forward_copy_tile(tile, g1, R1, q1, R2, a1_base, n_a1, threadIdx.x, blockDim.x);
                 async_commit();
                 async_wait_group<0>();
                 __syncthreads();
@@ -1539,29 +1540,29 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel7(float* __
                                              on_ready, compute);
 }
 
-// version 7's kernel for the shape's q_0, null where it is not compiled
-inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel7_for(const TtEmbeddingForwardShape& s) {
-    const bool tc = tt_embedding_forward_tc7(s.R[1], s.R[2]);
+// the column-tile kernel for the shape's q_0, null where it is not compiled
+inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
+    const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tc ? tt_embedding_forward_kernel7<1, true> : tt_embedding_forward_kernel7<1, false>;
-        case 2: return tc ? tt_embedding_forward_kernel7<2, true> : tt_embedding_forward_kernel7<2, false>;
-        case 4: return tc ? tt_embedding_forward_kernel7<4, true> : tt_embedding_forward_kernel7<4, false>;
-        case 8: return tc ? tt_embedding_forward_kernel7<8, true> : tt_embedding_forward_kernel7<8, false>;
+        case 1: return tc ? tt_embedding_forward_kernel_tiled<1, true> : tt_embedding_forward_kernel_tiled<1, false>;
+        case 2: return tc ? tt_embedding_forward_kernel_tiled<2, true> : tt_embedding_forward_kernel_tiled<2, false>;
+        case 4: return tc ? tt_embedding_forward_kernel_tiled<4, true> : tt_embedding_forward_kernel_tiled<4, false>;
+        case 8: return tc ? tt_embedding_forward_kernel_tiled<8, true> : tt_embedding_forward_kernel_tiled<8, false>;
         default: return nullptr;
     }
 }
 
-// the shapes version 7 is written and compiled for; "" when it runs (shared memory is checked with the others')
-inline std::string tt_embedding_forward_reason7(const TtEmbeddingForwardShape& s) {
+// the shapes the column-tile kernel is written and compiled for; "" when it runs (shared memory is checked with the others')
+inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardShape& s) {
     char buf[256];
     auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if (s.T != 3) return fail("version 7 is written for three cores (T = %d)", s.T);
-    if (!tt_embedding_forward_kernel7_for(s) || s.q[2] != 4)
-        return fail("version 7 is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
+    if (s.T != 3) return fail("the column-tile kernel is written for three cores (T = %d)", s.T);
+    if (!tt_embedding_forward_kernel_tiled_for(s) || s.q[2] != 4)
+        return fail("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || R2 > TT_EMBEDDING_FORWARD_G1_COLS || (R2 & (R2 - 1)) != 0)
-        return fail("version 7 needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
-    if (s.p[1] > 65536) return fail("version 7 stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
+        return fail("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
+    if (s.p[1] > 65536) return fail("the column-tile kernel stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
     return "";
 }
 
@@ -1571,8 +1572,8 @@ inline std::string tt_embedding_forward_reason7(const TtEmbeddingForwardShape& s
 struct TtEmbeddingForwardWorkspace {
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int num_sms = 1;
-    int max_threads[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};     // per version: the compiled kernel's largest block
-    int resident[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1][33] = {};    // versions 4-7: blocks per SM, by warps per block
+    int max_threads[TT_EMBEDDING_FORWARD_TILED + 1] = {};     // per version (and the column-tile kernel): the largest block
+    int resident[TT_EMBEDDING_FORWARD_TILED + 1][33] = {};    // versions 4-6 (and tiles): blocks per SM, by warps per block
     // version 2
     int chunk = 1000;
     cublasHandle_t handle = nullptr;
@@ -1585,12 +1586,12 @@ struct TtEmbeddingForwardWorkspace {
     // version 3 where one warp's buffers exceed a block's shared memory: the buffers in global memory
     float* chain_scratch = nullptr;
     int64_t chain_scratch_warps = 0;       // warps it holds (the grid is cut to fit)
-    // versions 4-7
+    // versions 4-6
     float* rowbuf = nullptr;               // [nnz][D]: every lookup's row, summed per bag by the pooling kernel
     int* item_counters = nullptr;          // next item, finished blocks; zero between calls
     TtEmbeddingForwardFastDigits fast_digits = {};
     bool use_fast_digits = false;
-    uint16_t* lookup_i1 = nullptr;         // versions 6, 7: i_1 of every lookup [nnz rounded up to 8, + 8]
+    uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
 };
 
 // what versions 4-6 share beyond their compiled shapes: the index reads of all items and one warp's shared memory
@@ -1608,19 +1609,19 @@ inline std::string tt_embedding_forward_grouped_reason(const TtEmbeddingForwardS
     return "";
 }
 
-// version 6 runs its compiled kernel where that applies, version 7's where G_1's slice is too big for version 5 and
-// version 7 runs, version 3's everywhere else
+// version 6 runs its compiled kernel where that applies, the column-tile kernel where G_1's slice is too big for
+// version 5's copies and that kernel runs, version 3's everywhere else
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return tt_embedding_forward_reason6(s).empty() &&
            tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET6, tt_embedding_forward_smem_bytes5(s, 1, true), max_smem).empty();
 }
-inline bool tt_embedding_forward_runs7(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return tt_embedding_forward_reason7(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET7, tt_embedding_forward_smem_bytes7(s, 1), max_smem).empty();
+inline bool tt_embedding_forward_runs_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
+    return tt_embedding_forward_reason_tiled(s).empty() &&
+           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET_TILED, tt_embedding_forward_smem_bytes_tiled(s, 1), max_smem).empty();
 }
-inline bool tt_embedding_forward_tiled6(const TtEmbeddingForwardShape& s, size_t max_smem) {
+inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
-           tt_embedding_forward_runs7(s, max_smem);
+           tt_embedding_forward_runs_tiled(s, max_smem);
 }
 
 // terms of version 1's explicit sum over the whole call
@@ -1646,11 +1647,6 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
         return kernel_num == 4 ? tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET4, tt_embedding_forward_smem_bytes4(s, 1), max_smem)
                                : tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET5, tt_embedding_forward_smem_bytes5(s, 1, false), max_smem);
     }
-    if (kernel_num == 7) {
-        const std::string why = tt_embedding_forward_reason7(s);
-        if (!why.empty()) return why + " (version 6 runs every shape)";
-        return tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET7, tt_embedding_forward_smem_bytes7(s, 1), max_smem);
-    }
     return "";
 }
 
@@ -1661,7 +1657,7 @@ inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s
     double b = 4.0 * (double)tt_embedding_forward_core_floats(s) + 8.0 * (nnz + nbags + 1) + 8.0 * nbags * s.D;   // + fp32 acc
     b += 4.0 * nnz + 3.0 * 8.0 * (s.T - 1) * chunk;
     for (int t = 0; t + 1 < s.T; t++) b += 4.0 * chunk * s.Q[t + 1] * s.R[t + 2];
-    if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason7(s).empty())
+    if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason_tiled(s).empty())
         b += 4.0 * nnz * s.D + 2.0 * nnz + 64;
     return b + (256 << 20);
 }
@@ -1693,8 +1689,8 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.b_ptr = const_cast<const void**>(device_alloc<void*>((size_t)(s.T - 1) * chunk));
     ws.c_ptr = device_alloc<void*>((size_t)(s.T - 1) * chunk);
     ws.acc = device_alloc<float>((size_t)nbags * s.D);
-    // versions 4-7, at the shapes they are compiled for
-    if (!tt_embedding_forward_reason4(s).empty() && !tt_embedding_forward_reason5(s).empty() && !tt_embedding_forward_reason7(s).empty()) return;
+    // versions 4-6, at the shapes they are compiled for
+    if (!tt_embedding_forward_reason4(s).empty() && !tt_embedding_forward_reason5(s).empty() && !tt_embedding_forward_reason_tiled(s).empty()) return;
     ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
     ws.item_counters = device_alloc<int>(2);
     cudaCheck(cudaMemset(ws.item_counters, 0, 2 * sizeof(int)));
@@ -1708,7 +1704,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         ws.max_threads[v] = attr.maxThreadsPerBlock;
         for (int w = 1; w <= 32; w++) {
             const size_t smem = v == 4 ? tt_embedding_forward_smem_bytes4(s, w)
-                                : v == 7 ? tt_embedding_forward_smem_bytes7(s, w) : tt_embedding_forward_smem_bytes5(s, w, v == 6);
+                                : v == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, w) : tt_embedding_forward_smem_bytes5(s, w, v == 6);
             if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], kernel, 32 * w, smem));
         }
@@ -1718,7 +1714,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         fit(5, tt_embedding_forward_tc_kernel(s, false));
         fit(6, tt_embedding_forward_tc_kernel(s, true));
     }
-    if (tt_embedding_forward_reason7(s).empty()) fit(7, tt_embedding_forward_kernel7_for(s));
+    if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED, tt_embedding_forward_kernel_tiled_for(s));
 }
 
 void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
@@ -1799,32 +1795,33 @@ void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* o
         out, indices, offsets, cores, s, nullptr);
 }
 
-// Versions 4-7: persistent blocks over the items (as many as fit at once), then the pooling kernel. Versions 6 and 7
-// run the digit kernel first and launch the chain and pooling kernels with PDL.
+// Versions 4-6 (kernel: 4, 5, 6 or TT_EMBEDDING_FORWARD_TILED, version 6's column tiles): persistent blocks over the
+// items (as many as fit at once), then the pooling kernel. Version 6 runs the digit kernel first and launches the
+// chain and pooling kernels with PDL.
 void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
-                                  const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size, int version) {
+                                  const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size, int kernel) {
     const int64_t nbags = (int64_t)s.tables * s.B, n = nbags * s.D;
     const unsigned pool_blocks = (unsigned)ceil_div<int64_t>(n, 256);
     if (s.nnz == 0) {
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
-    const int target = version == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : version == 5 ? TT_EMBEDDING_FORWARD_TARGET5
-                     : version == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET7;
+    const int target = kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
+                     : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
     const int segments = tt_embedding_forward_segments(s, target), warps = block_size / 32;
     const int64_t items = (int64_t)s.tables * s.p[1] * segments;
-    const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[version][warps], 1) * ws.num_sms);
-    if (version == 4) {
+    const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[kernel][warps], 1) * ws.num_sms);
+    if (kernel == 4) {
         tt_embedding_forward_kernel4<4, 4><<<blocks, block_size, tt_embedding_forward_smem_bytes4(s, warps)>>>(
             ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    } else if (version == 5) {
+    } else if (kernel == 5) {
         tt_embedding_forward_tc_kernel(s, false)<<<blocks, block_size, tt_embedding_forward_smem_bytes5(s, warps, false)>>>(
             ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     } else {
         tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
                                                                                           ws.use_fast_digits);
-        launch_pdl(version == 6 ? tt_embedding_forward_tc_kernel(s, true) : tt_embedding_forward_kernel7_for(s), blocks, (unsigned)block_size,
-                   version == 6 ? tt_embedding_forward_smem_bytes5(s, warps, true) : tt_embedding_forward_smem_bytes7(s, warps), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
+        launch_pdl(kernel == 6 ? tt_embedding_forward_tc_kernel(s, true) : tt_embedding_forward_kernel_tiled_for(s), blocks, (unsigned)block_size,
+                   kernel == 6 ? tt_embedding_forward_smem_bytes5(s, warps, true) : tt_embedding_forward_smem_bytes_tiled(s, warps), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
                                         offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
         launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
                                         nbags, s.D);
@@ -1841,11 +1838,11 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 2: tt_embedding_forward2(out, indices, offsets, cores, s, ws, block_size); break;
         case 3: tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break;
         case 4:
-        case 5:
-        case 7: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
+        case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         case 6:                                     // the default: the dispatcher
             if (tt_embedding_forward_fast6(s, ws.max_smem)) tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, 6);
-            else if (tt_embedding_forward_tiled6(s, ws.max_smem)) tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, 7);
+            else if (tt_embedding_forward_route_tiled(s, ws.max_smem))
+                tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, TT_EMBEDDING_FORWARD_TILED);
             else tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
             break;
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
@@ -1853,17 +1850,18 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
 }
 
 // each version's block sizes: version 1 two (it is slow), version 2 one (its kernels are small helpers around
-// cuBLAS), the others those whose shared memory and registers fit (version 6: those of the kernel it runs)
+// cuBLAS), the others those whose shared memory and registers fit (version 6: those of the kernel it runs; kernel_num
+// may also be TT_EMBEDDING_FORWARD_TILED)
 std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
     if (kernel_num == 1) return {64, 256};
     if (kernel_num == 2) return {256};
-    if (kernel_num == 6 && !tt_embedding_forward_fast6(s, ws.max_smem)) kernel_num = tt_embedding_forward_tiled6(s, ws.max_smem) ? 7 : 3;
+    if (kernel_num == 6 && !tt_embedding_forward_fast6(s, ws.max_smem)) kernel_num = tt_embedding_forward_route_tiled(s, ws.max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
         const size_t bytes = kernel_num == 3   ? (ws.chain_scratch ? 0 : tt_embedding_forward_smem_bytes3(s, b / 32))
                              : kernel_num == 4 ? tt_embedding_forward_smem_bytes4(s, b / 32)
-                             : kernel_num == 7 ? tt_embedding_forward_smem_bytes7(s, b / 32)
+                             : kernel_num == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, b / 32)
                                                : tt_embedding_forward_smem_bytes5(s, b / 32, kernel_num == 6);
         if (bytes <= ws.max_smem) out.push_back(b);
     }
@@ -1918,13 +1916,13 @@ void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
     }
 }
 
-// The output against the reference; versions 4-7 (6 on its compiled kernel or version 7's) also claim bitwise the same output at
+// The output against the reference; versions 4-6 (6 on its compiled or its column-tile kernel) also claim bitwise the same output at
 // every block size (rows do not depend on where they are computed, bags are summed in lookup order): the first
 // block's output is kept and compared
 bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
     const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
     bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
-    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem) && !tt_embedding_forward_tiled6(b.s, b.ws.max_smem))) return ok;
+    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem) && !tt_embedding_forward_route_tiled(b.s, b.ws.max_smem))) return ok;
     std::vector<floatX> got = device_download(b.out, n);
     if (b.first_out[k].empty()) {
         b.first_out[k] = got;
@@ -1957,6 +1955,17 @@ void tt_embedding_forward_free_bench(TtEmbeddingForwardBench& b) {
     for (void* p : {(void*)b.indices, (void*)b.offsets, (void*)b.out}) cudaCheck(cudaFree(p));
 }
 
+// Version 7 (G_1 in column tiles) is now version 6's kernel where G_1's slice exceeds shared memory: asked for by
+// number, exit 2 saying so; `all` skips it.
+void tt_embedding_forward_drop_folded(Cli& cli) {
+    const int folded = TT_EMBEDDING_FORWARD_NUM_KERNELS + 1;
+    for (int k : cli.kernels)
+        if (!cli.all && k == folded)
+            fail_args("version 7 (G_1 in column tiles) is now part of the default: version 6 runs its kernel where G_1's slice "
+                      "exceeds shared memory (T = 3 at rank 128, EL-Rec's shapes); versions 1-6 run");
+    cli.kernels.erase(std::remove(cli.kernels.begin(), cli.kernels.end(), folded), cli.kernels.end());
+}
+
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
@@ -1966,11 +1975,12 @@ int main(int argc, char** argv) {
     int chunk = 1000;
     Cli cli("tt_embedding_forward",
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
-            TT_EMBEDDING_FORWARD_NUM_KERNELS, 6);
+            TT_EMBEDDING_FORWARD_NUM_KERNELS + 1, 6);
     tt_embedding_add_flags(cli, c, distinct);
     cli.add_int("chunk", &chunk, "lookups per cuBLAS batch in version 2 (FBTT's batch_count)");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) + ";\n  tables*B*D < 2^38, tables*B*L*D < 2^40, Q_t R_{t+1} <= 2^24; --chunk 1..2^20";
     cli.parse(argc, argv);
+    tt_embedding_forward_drop_folded(cli);
     require(chunk >= 1 && chunk <= (1 << 20), "--chunk (%d) must be 1..2^20", chunk);
     TtEmbeddingForwardBench b;
     const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_forward", c, distinct, false, [&](const TtEmbeddingConfig& cc) {
@@ -1986,7 +1996,7 @@ int main(int argc, char** argv) {
     printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
            "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
            (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
-           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : tt_embedding_forward_tiled6(s, b.ws.max_smem) ? "version 7's kernel" : "version 3's kernel");
+           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : tt_embedding_forward_route_tiled(s, b.ws.max_smem) ? "its column-tile kernel" : "version 3's kernel");
     if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
     tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
