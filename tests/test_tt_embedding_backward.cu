@@ -517,7 +517,8 @@ struct HostAccSlice {
 };
 
 // (the K-steps' products on the tensor cores' fragments, emulated per accumulator)
-static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool reverse, EmuSliceInfo* info = nullptr) {
+// (vec: the float4 loads where the launcher takes them, tt_embedding_backward_slice_vec; else scalar loads everywhere)
+static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool reverse, EmuSliceInfo* info = nullptr, bool vec = true) {
     const TtEmbeddingBackwardShape& s = pr.s;
     StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
@@ -546,7 +547,10 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
             std::fill(accbuf.begin(), accbuf.end(), std::numeric_limits<float>::quiet_NaN());
             memset((void*)&sm, 0xFF, sizeof sm);
             HostExec6 ex{nt, reverse};
-            tt_embedding_backward_slice_gemm_block<decltype(kind)::value>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
+            constexpr int K = decltype(kind)::value;
+            if (vec && K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW && tt_embedding_backward_slice_vec(s, t))
+                tt_embedding_backward_slice_gemm_block<K, true>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
+            else tt_embedding_backward_slice_gemm_block<K, false>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
         }
     };
     using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_F>;
@@ -587,7 +591,8 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     return o;
 }
 
-// Version 9 against the reference, and bit for bit the same with blocks and threads in the opposite order
+// Version 9 against the reference, and bit for bit the same with blocks and threads in the opposite order and scalar
+// loads where the launcher takes float4s
 static void test_v9(const Case& c, const std::vector<int>& opts, bool expect_multi_part = false) {
     Problem pr = make_problem(c);
     TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
@@ -596,14 +601,17 @@ static void test_v9(const Case& c, const std::vector<int>& opts, bool expect_mul
         EmuSliceInfo info;
         StepOut o = emulate9(pr, opt, lr, eps, false, &info);
         const bool ok = check_step(pr, ref, opt, lr, eps, o);
-        StepOut o2 = emulate9(pr, opt, lr, eps, true);
+        StepOut o2 = emulate9(pr, opt, lr, eps, true, nullptr, false);
         const bool same = same_bits(o, o2);
+        int vec_cores = 0;
+        for (int t = 0; t < pr.s.T; t++) vec_cores += tt_embedding_backward_slice_vec(pr.s, t);
         const bool multi = !expect_multi_part || info.multi_part_slices > 0, one = pr.s.nnz == 0 || expect_multi_part || info.one_part_slices > 0;
-        char name[160], why[300];
+        char name[160], why[360];
         snprintf(name, sizeof name, "emulate_v9_%s_%s", c.name.c_str(), opt_name(opt));
-        snprintf(why, sizeof why, "check %d, bitwise same in reverse order %d, lists within the grid bounds %d, %d row tiles, %d parts, "
-                 "%d slices in several parts (expected some: %d), %d in one (expected some unless several)", (int)ok, (int)same, (int)(info.within_bounds || pr.s.nnz == 0),
-                 info.tiles, info.parts, info.multi_part_slices, (int)expect_multi_part, info.one_part_slices);
+        snprintf(why, sizeof why, "check %d, bitwise same in reverse order with scalar loads %d (float4 loads at %d of %d cores), lists "
+                 "within the grid bounds %d, %d row tiles, %d parts, %d slices in several parts (expected some: %d), %d in one (expected "
+                 "some unless several)", (int)ok, (int)same, vec_cores, pr.s.T, (int)(info.within_bounds || pr.s.nnz == 0), info.tiles, info.parts,
+                 info.multi_part_slices, (int)expect_multi_part, info.one_part_slices);
         report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi && one, name, why);
         if (ok && same) printf("     (%s)\n", why);
     }

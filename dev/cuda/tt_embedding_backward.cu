@@ -2785,12 +2785,13 @@ TT_EMBEDDING_BACKWARD_UNROLL
 // acc(tid) is the thread's 16 accumulators, its mma fragments (their places in the tile: cpos above).
 // One barrier per K-step: the step's global loads are issued before the products of the step before and stored
 // into the other buffer after them.
-template <int KIND, class Exec, class Acc, class Smem>
+template <int KIND, bool VEC, class Exec, class Acc, class Smem>
 __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
                                                                  const TtEmbeddingBackwardSlicePlan& P, const TtEmbeddingBackwardSliceIo& io, int t,
                                                                  int bx, int by, Smem& sm) {
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, BK = TT_EMBEDDING_BACKWARD_SLICE_BK;
     const bool G_ = KIND >= TT_EMBEDDING_BACKWARD_SLICE_G, NARROW = KIND == TT_EMBEDDING_BACKWARD_SLICE_G_NARROW;
+    constexpr bool V4 = VEC && KIND != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW;
     const int* begin = io.totals + (G_ ? s.T + 1 : 0);
     const int it = begin[t] + bx;
     if (it >= begin[t + 1]) return;
@@ -2846,44 +2847,92 @@ __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex,
         sm.kA[b][tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
         sm.kB[b][tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
     };
-    // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores
+    // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores.
+    // V4: one float4 of each, 4 consecutive elements along the contiguous index (tt_embedding_backward_slice_vec)
+    auto ld4 = [](bool ok, const float* p, int64_t off, float (&v)[4]) {
+        const float4 x = ok ? tt_embedding_backward_group_ld4(p + off) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    };
     auto fetch = [&](int tid, int step, float (&va)[4], float (&vb)[4]) {
         const int k0 = step * BK, b = step & 1;
+        if constexpr (V4) {
+            if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]: thread (k, 4 m or c)
+                const int k = tid / 16, x4 = 4 * (tid % 16);
+                ld4(sm.kA[b][k] && m0 + x4 < M, sm.kA[b][k], m0 + x4, va);
+                ld4(sm.kB[b][k] && n0 + x4 < N, sm.kB[b][k], n0 + x4, vb);
+            } else {                                  // A(r, k) = rowA[r][k]: thread (r, 4 k)
+                const int r = tid / 4, k4 = 4 * (tid % 4);
+                ld4(sm.rowA[r] && k0 + k4 < K, sm.rowA[r], k0 + k4, va);
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]: thread (k, 4 c)
+                    const int kk = tid / 16, c4 = 4 * (tid % 16);
+                    ld4(k0 + kk < K && n0 + c4 < N, Gs, (int64_t)(k0 + kk) * nt_ + n0 + c4, vb);
+                } else {                                  // B(k, c) = G[c][k]: thread (c, 4 k)
+                    const int c = tid / 4, kk4 = 4 * (tid % 4);
+                    ld4(n0 + c < N && k0 + kk4 < K, Gs, (int64_t)(n0 + c) * nt_ + k0 + kk4, vb);
+                }
+            }
+        } else {
 TT_EMBEDDING_BACKWARD_UNROLL
-        for (int q = 0; q < 4; q++) {
-            const int e = tid + 256 * q;
-            if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
-                const int m = e % BM, k = e / BM;
-                const float* pa = sm.kA[b][k];
-                va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
-                const float* pb = sm.kB[b][k];
-                vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
-            } else {
-                const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
-                const float* pa = sm.rowA[r];
-                va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
-                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]
-                    const int c = e % BN, kk = e / BN;
-                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
-                } else {                                  // B(k, c) = G[c][k] (G^T)
-                    const int c = e / BK, kk = e % BK;
-                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
+            for (int q = 0; q < 4; q++) {
+                const int e = tid + 256 * q;
+                if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
+                    const int m = e % BM, k = e / BM;
+                    const float* pa = sm.kA[b][k];
+                    va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
+                    const float* pb = sm.kB[b][k];
+                    vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
+                } else {
+                    const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
+                    const float* pa = sm.rowA[r];
+                    va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
+                    if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]
+                        const int c = e % BN, kk = e / BN;
+                        vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
+                    } else {                                  // B(k, c) = G[c][k] (G^T)
+                        const int c = e / BK, kk = e % BK;
+                        vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
+                    }
                 }
             }
         }
     };
     auto store = [&](int tid, int step, const float (&va)[4], const float (&vb)[4]) {
         const int b = step & 1;
-TT_EMBEDDING_BACKWARD_UNROLL
-        for (int q = 0; q < 4; q++) {
-            const int e = tid + 256 * q;
+        if constexpr (V4) {
+            auto st4 = [](float* p, const float (&v)[4]) {
+#ifdef __CUDA_ARCH__
+                *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#else
+                for (int j = 0; j < 4; j++) p[j] = v[j];
+#endif
+            };
             if (G_) {
-                sm.ab.As[b][e / BM][e % BM] = va[q];
-                sm.ab.Bs[b][e / BM][e % BM] = vb[q];
+                const int k = tid / 16, x4 = 4 * (tid % 16);
+                st4(&sm.ab.As[b][k][x4], va);
+                st4(&sm.ab.Bs[b][k][x4], vb);
             } else {
-                sm.ab.As[b][e % BK][e / BK] = va[q];
-                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
-                else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
+                const int r = tid / 4, k4 = 4 * (tid % 4);
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int j = 0; j < 4; j++) sm.ab.As[b][k4 + j][r] = va[j];
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {
+                    st4(&sm.ab.Bs[b][tid / 16][4 * (tid % 16)], vb);
+                } else {
+TT_EMBEDDING_BACKWARD_UNROLL
+                    for (int j = 0; j < 4; j++) sm.ab.Bs[b][k4 + j][r] = vb[j];   // (c = tid / 4 = r, 4 k = k4)
+                }
+            }
+        } else {
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int q = 0; q < 4; q++) {
+                const int e = tid + 256 * q;
+                if (G_) {
+                    sm.ab.As[b][e / BM][e % BM] = va[q];
+                    sm.ab.Bs[b][e / BM][e % BM] = vb[q];
+                } else {
+                    sm.ab.As[b][e % BK][e / BK] = va[q];
+                    if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
+                    else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
+                }
             }
         }
     };
@@ -2979,6 +3028,15 @@ TT_EMBEDDING_BACKWARD_UNROLL
 // tile (at q_t = 8 it still wins; the times: the notes).
 static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_MAX_Q = 4;
 inline bool tt_embedding_backward_slice_direct_last_d(const TtEmbeddingBackwardShape& s) { return s.q[s.T - 1] <= TT_EMBEDDING_BACKWARD_SLICE_LAST_D_MAX_Q; }
+
+// Core t's products load float4s (one of A and one of B per thread and K-step, 4 elements along the contiguous index)
+// where every row they read starts 16-byte aligned: with every inner rank a multiple of 4 every slice, core offset,
+// P_t and dM_t row is; the last core's D and G also read dY rows of q_{T-1} values. (The narrow G keeps scalar loads.)
+inline bool tt_embedding_backward_slice_vec(const TtEmbeddingBackwardShape& s, int t) {
+    for (int u = 1; u < s.T; u++)
+        if (s.R[u] % 4) return false;
+    return t < s.T - 1 || s.q[s.T - 1] % 4 == 0;
+}
 __host__ __device__ inline void tt_embedding_backward_slice_last_d(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
                                                               const TtEmbeddingBackwardSliceIo& io, int n, int r) {
     const int t = s.T - 1, q = s.q[t], i = r / s.R[t], k = r - i * s.R[t];
@@ -3018,8 +3076,10 @@ tt_embedding_backward_slice_prep_kernel(const __grid_constant__ TtEmbeddingBackw
     tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan);
 }
 
-template <int KIND>
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_BLOCK)
+// VEC: the float4 loads, in at most 64 registers (4 blocks per SM; 63-68 without the bound). The scalar loads' kernels
+// keep ptxas's own choice (76-80 registers for F and G; bounded to 64 they lost 3-9% at T 4 and L 20, the notes).
+template <int KIND, bool VEC>
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_BLOCK, VEC ? 4 : 0)
 tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P,
                                    const __grid_constant__ TtEmbeddingBackwardSliceIo io, int t) {
     __shared__ TtEmbeddingBackwardSliceSmem sm;
@@ -3028,7 +3088,7 @@ tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackw
     float regs[16];
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     auto acc = [&](int) -> float* { return regs; };
-    tt_embedding_backward_slice_gemm_block<KIND>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
+    tt_embedding_backward_slice_gemm_block<KIND, VEC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
 static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD = 4;
@@ -3267,17 +3327,25 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     launch_pdl(tt_embedding_backward_group_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID),
                (unsigned)TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, a.ws);
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, nb = TT_EMBEDDING_BACKWARD_SLICE_BLOCK;
-    for (int t = 1; t <= s.T - 2; t++)
-        launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_F>, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), nb, 0, s, P, io, t);
+    auto gemm = [&](auto kind, dim3 grid, int t) {   // float4 loads where the rows are aligned
+        constexpr int K = decltype(kind)::value;
+        if (K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW && tt_embedding_backward_slice_vec(s, t))
+            launch_pdl(tt_embedding_backward_slice_gemm_kernel<K, K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>, grid, nb, 0, s, P, io, t);
+        else launch_pdl(tt_embedding_backward_slice_gemm_kernel<K, false>, grid, nb, 0, s, P, io, t);
+    };
+    using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_F>;
+    using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_D>;
+    using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
+    using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
+    for (int t = 1; t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);
     for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
             launch_pdl(tt_embedding_backward_slice_last_d_kernel, dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK *
                        TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io);
-        else if (t >= 1)
-            launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_D>, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), nb, 0, s, P, io, t);
+        else if (t >= 1) gemm(Dk{}, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
-        if (s.n[t] <= 16) launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>, grid, nb, 0, s, P, io, t);
-        else launch_pdl(tt_embedding_backward_slice_gemm_kernel<TT_EMBEDDING_BACKWARD_SLICE_G>, grid, nb, 0, s, P, io, t);
+        if (s.n[t] <= 16) gemm(Gn{}, grid, t);
+        else gemm(Gk{}, grid, t);
     }
     launch_pdl(tt_embedding_backward_slice_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD_SLICE_RED_GRID),
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
