@@ -532,10 +532,10 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     Grouping6 gr(s, P6);
     const TtEmbeddingBackwardWorkspace& ws = gr.ws;
     Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
-        totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
+        totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 1), multi(K_total);
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
-                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), oi};
+                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), multi.i(), oi};
     emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan); });
     const int nt = TT_EMBEDDING_BACKWARD_SLICE_BLOCK, BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN;
     std::vector<float> accbuf((size_t)nt * 16);
@@ -548,7 +548,7 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
             memset((void*)&sm, 0xFF, sizeof sm);
             HostExec6 ex{nt, reverse};
             constexpr int K = decltype(kind)::value;
-            if (vec && K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW && tt_embedding_backward_slice_vec(s, t))
+            if (vec && tt_embedding_backward_slice_vec(s, t))
                 tt_embedding_backward_slice_gemm_block<K, true>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
             else tt_embedding_backward_slice_gemm_block<K, false>(ex, acc, s, P, io, t, b % gx, b / gx, sm);
         }
@@ -562,13 +562,20 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s)) {   // the last core's D, element by element (lookups past the device count are padding)
             const int per = s.m[t - 1] * s.R[t], cnt = tt_embedding_backward_count(s);
             for (int ni = 0; ni < cnt; ni++)
-                for (int r = 0; r < per; r++) tt_embedding_backward_slice_last_d(s, P, io, reverse ? cnt - 1 - ni : ni, reverse ? per - 1 - r : r);
+                for (int r = 0; r < per; r++) {
+                    const float *g, *G;
+                    float* out;
+                    tt_embedding_backward_slice_last_d_rows(s, P, io, reverse ? cnt - 1 - ni : ni, g, G, out);
+                    const int rr = reverse ? per - 1 - r : r;
+                    out[rr] = tt_embedding_backward_slice_last_d(s, g, G, rr, vec && tt_embedding_backward_slice_last_d_v4(s));
+                }
         } else if (t >= 1) launch(Dk{}, t, P.max_rt[t], ceil_div(s.R[t], BN));
         if (s.n[t] <= 16) launch(Gn{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         else launch(Gk{}, t, P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
     }
-    for (int gi = 0; gi < K_total; gi++) {
-        const int g = reverse ? K_total - 1 - gi : gi;
+    const int nm = io.totals[2 * (s.T + 1)];   // the reduce kernel's list: the slices of several parts
+    for (int gi = 0; gi < nm; gi++) {
+        const int g = io.multi[reverse ? nm - 1 - gi : gi];
         for (int64_t e = 0; e < (int64_t)P.max_red_y * TT_EMBEDDING_BACKWARD_SLICE_RED_CW; e++)
             tt_embedding_backward_slice_reduce(s, P, io, oi, g, (int)e, ws.counts[g]);
     }
@@ -586,7 +593,7 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
                 info->one_part_slices += n > 0 && n <= P.lpp[t];
             }
         }
-        info->within_bounds = within;
+        info->within_bounds = within && nm == info->multi_part_slices;
     }
     return o;
 }

@@ -46,11 +46,11 @@ Checks: every version at every block size against a double CPU reference, dG and
   + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-9 run twice, same bits.
 
 Lessons:
-  - Grouping lookups by slice is what pays: the slice is loaded once per 64 lookups and its gradient summed in
-    registers; versions 4-5 sorted and grouped too but summed the other cores' gradients one slice per block.
-  - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice.
-  - In 3xTF32 the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
-    What limits version 7 is serial start-up per item (four dependent round trips), not FLOPs.
+  - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
+  - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice. In 3xTF32
+    the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
+  - Registers decide residency: float4 operand loads took version 9's products from 63-80 registers to 64 or fewer,
+    4 blocks per SM instead of 3, and the step 7-13% faster; a per-fragment branch (106-121 registers) lost 3-7%.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
@@ -2637,13 +2637,16 @@ struct TtEmbeddingBackwardSliceIo {
     const int *keys, *bag_of, *start, *list;
     int key_stride;
     int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
-    int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all)
+    int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all),
+                                            // then the number of slices of several parts
+    int* multi;                             // those slices' keys (in no particular order: each is reduced on its own)
     TtEmbeddingBackwardIo o;                // the optimizer, applied by G where a slice's gradient is one part
 };
 
 // The items block (run by the prep kernel's last block): two block scans over every slice key g (all cores, key
 // order) turn the counts into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries
-// are contiguous from totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part.
+// are contiguous from totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part. The
+// slices of several parts (the reduce kernel's work) are listed in multi.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward_slice_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
                                                                   const int* counts, const TtEmbeddingBackwardSliceIo& io, int* scan) {
@@ -2666,20 +2669,24 @@ __host__ __device__ inline void tt_embedding_backward_slice_items_block(Exec& ex
             const int t = core_of(g);
             if (g == s.key_base[t]) begin[t] = off;
             if (kind == 1) io.first_part[g] = off;
+            if (kind == 1 && n > 1) io.multi[tt_embedding_backward_group_atomic_inc(io.totals + 2 * (s.T + 1), 1)] = g;
             for (int i = 0; i < n; i++) {
                 items[2 * (int64_t)(off + i)] = g;
                 items[2 * (int64_t)(off + i) + 1] = i;
             }
         }, [&](int total) {
             begin[s.T] = total;
-            if (kind == 0) io.X[0] = 1.0f;   // P_{-1}
+            if (kind == 0) {
+                io.X[0] = 1.0f;                    // P_{-1}
+                io.totals[2 * (s.T + 1)] = 0;      // (counted by the next pass's owners, after its barriers)
+            }
         });
     }
 }
 
-// a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 68 keeps the float4 reads of
-// the compute aligned; version 9's pitch of 72 puts the 32 lanes' fragment reads (k = lane % 4, m = lane / 4) in 32
-// banks), and the pointer tables of the tile's rows (F, D) or of two K-steps' rows (G)
+// a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 72 puts the 32 lanes' fragment
+// reads (k = lane % 4, m = lane / 4) in 32 banks), and the pointer tables of the tile's rows (F, D) or of two K-steps'
+// rows (G)
 struct __align__(16) TtEmbeddingBackwardSliceSmem {
     union {
         struct {
@@ -2791,7 +2798,7 @@ __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex,
                                                                  int bx, int by, Smem& sm) {
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, BK = TT_EMBEDDING_BACKWARD_SLICE_BK;
     const bool G_ = KIND >= TT_EMBEDDING_BACKWARD_SLICE_G, NARROW = KIND == TT_EMBEDDING_BACKWARD_SLICE_G_NARROW;
-    constexpr bool V4 = VEC && KIND != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW;
+    constexpr bool V4 = VEC;
     const int* begin = io.totals + (G_ ? s.T + 1 : 0);
     const int it = begin[t] + bx;
     if (it >= begin[t + 1]) return;
@@ -3031,20 +3038,36 @@ inline bool tt_embedding_backward_slice_direct_last_d(const TtEmbeddingBackwardS
 
 // Core t's products load float4s (one of A and one of B per thread and K-step, 4 elements along the contiguous index)
 // where every row they read starts 16-byte aligned: with every inner rank a multiple of 4 every slice, core offset,
-// P_t and dM_t row is; the last core's D and G also read dY rows of q_{T-1} values. (The narrow G keeps scalar loads.)
+// P_t and dM_t row is; the last core's D and G also read dY rows of q_{T-1} values.
 inline bool tt_embedding_backward_slice_vec(const TtEmbeddingBackwardShape& s, int t) {
     for (int u = 1; u < s.T; u++)
         if (s.R[u] % 4) return false;
     return t < s.T - 1 || s.q[s.T - 1] % 4 == 0;
 }
-__host__ __device__ inline void tt_embedding_backward_slice_last_d(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
-                                                              const TtEmbeddingBackwardSliceIo& io, int n, int r) {
+// lookup n's dY row g, last-core slice G and dM_{T-2} row block out
+__host__ __device__ inline void tt_embedding_backward_slice_last_d_rows(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                                   const TtEmbeddingBackwardSliceIo& io, int n, const float*& g,
+                                                                   const float*& G, float*& out) {
+    const int t = s.T - 1;
+    g = io.dY + (int64_t)io.bag_of[n] * s.D;
+    G = io.cores + s.core_off[t] + (int64_t)io.keys[(int64_t)t * io.key_stride + n] * s.S[t];
+    out = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
+}
+// element r = (i, k): the q_t terms in order (v4, q_t = 4 with aligned rows: two float4 loads, the same sum)
+__host__ __device__ inline float tt_embedding_backward_slice_last_d(const TtEmbeddingBackwardShape& s, const float* g, const float* G, int r, bool v4) {
     const int t = s.T - 1, q = s.q[t], i = r / s.R[t], k = r - i * s.R[t];
-    const float* g = io.dY + (int64_t)io.bag_of[n] * s.D + (int64_t)i * q;
-    const float* G = io.cores + s.core_off[t] + (int64_t)io.keys[(int64_t)t * io.key_stride + n] * s.S[t] + (int64_t)k * q;
+    g += (int64_t)i * q;
+    G += (int64_t)k * q;
+    if (v4) {
+        const float4 x = tt_embedding_backward_group_ld4(g), y = tt_embedding_backward_group_ld4(G);
+        return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, 0.0f))));
+    }
     float v = 0.0f;
     for (int a = 0; a < q; a++) v = fmaf(g[a], G[a], v);
-    io.X[P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t] + r] = v;
+    return v;
+}
+inline bool tt_embedding_backward_slice_last_d_v4(const TtEmbeddingBackwardShape& s) {
+    return s.q[s.T - 1] == 4 && tt_embedding_backward_slice_vec(s, s.T - 1);
 }
 
 // The reduce kernel's work on element e of slice key g (counts_g lookups) of more than one part: its parts summed in
@@ -3091,34 +3114,35 @@ tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackw
     tt_embedding_backward_slice_gemm_block<KIND, VEC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
-static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD = 4;
-__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK) tt_embedding_backward_slice_last_d_kernel(  // block (lookup n, elements)
-    const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardSliceIo io) {
+// a block per lookup (grid-stride), its rows read once
+static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID = 32768;
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK) tt_embedding_backward_slice_last_d_kernel(
+    const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardSliceIo io,
+    bool v4) {
     pdl_wait_prior();
     pdl_allow_next();
-    const int n = blockIdx.x, per = s.m[s.T - 2] * s.R[s.T - 1], B = TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK;
-    if (n >= tt_embedding_backward_count(s)) return;
-TT_EMBEDDING_BACKWARD_UNROLL
-    for (int j = 0; j < TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD; j++) {
-        const int r = (blockIdx.y * TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD + j) * B + threadIdx.x;
-        if (r < per) tt_embedding_backward_slice_last_d(s, P, io, n, r);
+    const int per = s.m[s.T - 2] * s.R[s.T - 1], cnt = tt_embedding_backward_count(s);
+    for (int n = blockIdx.x; n < cnt; n += gridDim.x) {
+        const float *g, *G;
+        float* out;
+        tt_embedding_backward_slice_last_d_rows(s, P, io, n, g, G, out);
+        for (int r = threadIdx.x; r < per; r += blockDim.x) out[r] = tt_embedding_backward_slice_last_d(s, g, G, r, v4);
     }
 }
 
-// Grid-stride over (column block y, slice key g), y major: a block of a slice that G finished is a skip.
+// Grid-stride over (column block y, slice of several parts), y major.
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_GRID = 2048;
 __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P,
                                                      const __grid_constant__ TtEmbeddingBackwardSliceIo io, const int* counts,
                                                      const __grid_constant__ TtEmbeddingBackwardIo o) {
     pdl_wait_prior();
-    const int K = s.key_base[s.T], CW = TT_EMBEDDING_BACKWARD_SLICE_RED_CW;
-    for (int64_t b = blockIdx.x; b < (int64_t)K * P.max_red_y; b += gridDim.x) {
-        const int g = (int)(b % K), y = (int)(b / K);
+    const int nm = io.totals[2 * (s.T + 1)], CW = TT_EMBEDDING_BACKWARD_SLICE_RED_CW;   // (none: every block returns here)
+    for (int64_t b = blockIdx.x; b < (int64_t)nm * P.max_red_y; b += gridDim.x) {
+        const int g = io.multi[b % nm], y = (int)(b / nm);
         int t = 0;
         while (g >= s.key_base[t + 1]) t++;
         if ((int64_t)y * CW >= s.S[t]) continue;
         const int cg = counts[g];
-        if (cg <= P.lpp[t]) continue;   // untouched, or one part (G applied the optimizer)
         for (int e = y * CW + threadIdx.x; e < (y + 1) * CW; e += blockDim.x) tt_embedding_backward_slice_reduce(s, P, io, o, g, e, cg);
     }
 }
@@ -3146,9 +3170,10 @@ struct TtEmbeddingBackwardArgs {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];
     TtEmbeddingBackwardWorkspace ws;
     int* bucket;
-    // version 9: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists
+    // version 9: per-lookup P_t and dM_t (and 1.0f at X[0]), the parts of the slice gradients, the work lists (the
+    // last: the slices of several parts)
     float *slice_X, *slice_partial;
-    int *slice_items, *slice_first, *slice_totals;
+    int *slice_items, *slice_first, *slice_totals, *slice_multi;
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
@@ -3320,7 +3345,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     const TtEmbeddingBackwardSliceIo io = {a.cores, a.dY, a.slice_X, a.slice_partial, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
-                                       a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_totals, o};
+                                       a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_totals, a.slice_multi, o};
     tt_embedding_backward_slice_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK>>>(
         s, P6, P, a.offsets, a.indices, a.ws, io);
     // every launch after the first with PDL: its blocks start under the tail of the one before (each waits for it)
@@ -3329,8 +3354,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, nb = TT_EMBEDDING_BACKWARD_SLICE_BLOCK;
     auto gemm = [&](auto kind, dim3 grid, int t) {   // float4 loads where the rows are aligned
         constexpr int K = decltype(kind)::value;
-        if (K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW && tt_embedding_backward_slice_vec(s, t))
-            launch_pdl(tt_embedding_backward_slice_gemm_kernel<K, K != TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>, grid, nb, 0, s, P, io, t);
+        if (tt_embedding_backward_slice_vec(s, t)) launch_pdl(tt_embedding_backward_slice_gemm_kernel<K, true>, grid, nb, 0, s, P, io, t);
         else launch_pdl(tt_embedding_backward_slice_gemm_kernel<K, false>, grid, nb, 0, s, P, io, t);
     };
     using F = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_F>;
@@ -3340,8 +3364,8 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     for (int t = 1; t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);
     for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
-            launch_pdl(tt_embedding_backward_slice_last_d_kernel, dim3(s.nnz, ceil_div(s.m[t - 1] * s.R[t], TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK *
-                       TT_EMBEDDING_BACKWARD_SLICE_LAST_D_PER_THREAD)), TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io);
+            launch_pdl(tt_embedding_backward_slice_last_d_kernel, (unsigned)std::min(s.nnz, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID),
+                       TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io, tt_embedding_backward_slice_last_d_v4(s));
         else if (t >= 1) gemm(Dk{}, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), t);
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         if (s.n[t] <= 16) gemm(Gn{}, grid, t);
@@ -3471,7 +3495,8 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&a.slice_partial, 4 * (size_t)P8.partial_floats);
     buf(&a.slice_items, 8 * ((size_t)P8.rt_total + P8.pt_total));
     buf(&a.slice_first, 4 * K);
-    buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1));
+    buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 4);
+    buf(&a.slice_multi, 4 * K);
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
