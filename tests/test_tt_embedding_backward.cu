@@ -321,7 +321,7 @@ static StepOut start_step(const Problem& pr, int opt) {
     return o;
 }
 
-// version 6's workspace (versions 6 and 8 group by its prep and list kernels), poisoned, its counters zeroed
+// version 6's workspace (versions 6 and 9 group by its prep and list kernels), poisoned, its counters zeroed
 struct Grouping6 {
     Poisoned keys, bag_of, chunk_desc, choff, totals, item_desc, start, list;
     std::vector<int> zeroed;   // the launcher's memset
@@ -338,10 +338,11 @@ struct Grouping6 {
     }
 };
 
-// version 6's kernel 1 (prep, and the plan of its last block; then last(ex, scan) in that block: version 8's items) and list
-// kernel, emulated (versions 6 and 8 group by them)
+// version 6's kernel 1 (prep, and the plan of its last block: version 6's, or plan(ex) where given: version 9's) and list
+// kernel, emulated (versions 6 and 9 group by them; list_nt: the list kernel's threads)
 static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupPlan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
-                              int tile, const std::function<void(HostExec6&, int*)>& last = nullptr) {
+                              int tile, const std::function<void(HostExec6&)>& plan = nullptr,
+                              int list_nt = TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int K_total = s.key_base[s.T];
     const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
@@ -353,9 +354,9 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupP
         }
         if (tt_embedding_backward_group_atomic_inc(ws.done, 1) == nblk1 - 1) {
             HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK, reverse};
-            tt_embedding_backward_group_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
-                                              ws.totals);
-            if (last) last(ex, scan1.data());
+            if (plan) plan(ex);
+            else tt_embedding_backward_group_plan_block(ex, s, P, ws.counts, scan1.data(), ws.chunk_desc, ws.choff, ws.item_desc, ws.start,
+                                                        ws.totals);
         }
     }
     std::vector<int> scanL(3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK), stageL(tile > 0 ? std::min(tile, tt_embedding_backward_group_list_stage(P))
@@ -363,7 +364,7 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupP
     for (int gi = 0; gi < K_total; gi++) {
         const int g = reverse ? K_total - 1 - gi : gi;
         std::fill(stageL.begin(), stageL.end(), -7);
-        HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, reverse};
+        HostExec6 ex{list_nt, reverse};
         tt_embedding_backward_group_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
     }
 }
@@ -523,8 +524,7 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
-    TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
-    P6.starts_only = 1;
+    const TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     TtEmbeddingBackwardSlicePlan P;
     const std::string why = tt_embedding_backward_slice_make_plan(s, P);
     if (!why.empty()) { printf("version 9 plan: %s\n", why.c_str()); exit(1); }
@@ -536,7 +536,9 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
                                        P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), multi.i(), oi};
-    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex, int* scan) { tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan); });
+    std::vector<int> scan9(9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
+    emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex) {
+        tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan9.data()); }, tt_embedding_backward_group_list_threads(P6));
     const int nt = TT_EMBEDDING_BACKWARD_SLICE_BLOCK, BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN;
     std::vector<float> accbuf((size_t)nt * 16);
     HostAccSlice acc{accbuf.data()};
@@ -1077,7 +1079,7 @@ static void test_v7_filter() {
            "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
-           "default version: cuBLAS pipeline where version 8's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
+           "default version: cuBLAS pipeline where version 9's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
     report(tt_embedding_backward_tc_parts(0) == 0 && tt_embedding_backward_tc_parts(1) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
 }

@@ -1023,7 +1023,6 @@ struct TtEmbeddingBackwardGroupPlan {
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T];   // core t's [nnz, S_t] per-lookup gradients in W (t != h)
     int ncol[TT_EMBEDDING_BACKWARD_MAX_T];        // final kernel: column items per slice of core t
     int max_chunks, max_items;     // grid bounds (the real counts come from the prep kernel)
-    int starts_only;               // version 9: the prep's last block places the slices' lookups only (no chunks, no items)
 };
 
 inline TtEmbeddingBackwardGroupPlan tt_embedding_backward_group_make_plan(const TtEmbeddingBackwardShape& s, const int64_t* W_off, int nt) {
@@ -1120,6 +1119,11 @@ inline size_t tt_embedding_backward_group_smem_bytes(const TtEmbeddingBackwardGr
 // the list kernel's staged keys per tile (its dynamic shared memory, in ints)
 __host__ __device__ inline int tt_embedding_backward_group_list_stage(const TtEmbeddingBackwardGroupPlan& P) {
     return P.key_stride < TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE ? P.key_stride : TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE;
+}
+// version 9's list blocks: 128 threads where a core has at most 16,384 lookups (EL-Rec's L 1: every slice's block
+// resident at once, 32 keys and 7 scan phases per thread instead of 8 and 9 at 512), else the 512 of version 6
+inline int tt_embedding_backward_group_list_threads(const TtEmbeddingBackwardGroupPlan& P) {
+    return P.key_stride <= 16384 ? 128 : TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK;
 }
 // kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
 static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardGroupPlan) <= 1024, "static shared copies exceed the reserve");
@@ -1300,7 +1304,7 @@ __host__ __device__ inline int tt_embedding_backward_group_final_rows(const TtEm
 
 // The last block of the prep kernel: from the counts, where every slice's lookups go in the list, the chunk
 // list of kernel 2 and the item list of kernel 3 (each written by the thread that owns the slice) and their
-// totals (version 9 stops after the first). Threads own contiguous ranges of slices; block scans give the offsets.
+// totals. Threads own contiguous ranges of slices; block scans give the offsets.
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward_group_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P,
                                                                  const int* counts, int* scan, int* chunk_desc, int* choff,
@@ -1309,7 +1313,6 @@ __host__ __device__ inline void tt_embedding_backward_group_plan_block(Exec& ex,
     // where every slice's lookups start in the list
     tt_embedding_backward_group_place(ex, K_total, scan, [&](int g) { return tt_embedding_backward_group_ldcg(counts + g); },
                                  [&](int g, int off, int) { start[g] = off; }, [&](int total) { start[K_total] = total; });
-    if (P.starts_only) return;
     // chunks of every pivot slice
     auto chunks_of = [&](int k) { return tt_embedding_backward_group_nchunks(tt_embedding_backward_group_ldcg(counts + kb + k), P.chunk); };
     tt_embedding_backward_group_place(ex, Kc, scan, chunks_of, [&](int k, int off, int nch) {
@@ -2643,45 +2646,83 @@ struct TtEmbeddingBackwardSliceIo {
     TtEmbeddingBackwardIo o;                // the optimizer, applied by G where a slice's gradient is one part
 };
 
-// The items block (run by the prep kernel's last block): two block scans over every slice key g (all cores, key
-// order) turn the counts into the list of F/D row tiles (g, tile) and the list of G parts (g, part); core t's entries
-// are contiguous from totals[t] (tiles) and totals[T+1+t] (parts) on, and first_part[g] is slice g's first part. The
-// slices of several parts (the reduce kernel's work) are listed in multi.
-template <class Exec>
-__host__ __device__ inline void tt_embedding_backward_slice_items_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
-                                                                  const int* counts, const TtEmbeddingBackwardSliceIo& io, int* scan) {
-    const int K = s.key_base[s.T];
-    for (int kind = 0; kind < 2; kind++) {
-        auto core_of = [&](int g) {
-            int t = 0;
-            while (g >= s.key_base[t + 1]) t++;
-            return t;
-        };
-        auto n_of = [&](int g) {
-            const int t = core_of(g);
-            const int64_t c = tt_embedding_backward_group_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
-            if (kind == 1) return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
-            return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD_SLICE_BM - 1) / TT_EMBEDDING_BACKWARD_SLICE_BM);
-        };
-        int* items = kind == 0 ? io.rt_items : io.pt_items;
-        int* begin = io.totals + kind * (s.T + 1);
-        tt_embedding_backward_group_place(ex, K, scan, n_of, [&](int g, int off, int n) {
-            const int t = core_of(g);
-            if (g == s.key_base[t]) begin[t] = off;
-            if (kind == 1) io.first_part[g] = off;
-            if (kind == 1 && n > 1) io.multi[tt_embedding_backward_group_atomic_inc(io.totals + 2 * (s.T + 1), 1)] = g;
-            for (int i = 0; i < n; i++) {
-                items[2 * (int64_t)(off + i)] = g;
-                items[2 * (int64_t)(off + i) + 1] = i;
-            }
-        }, [&](int total) {
-            begin[s.T] = total;
-            if (kind == 0) {
-                io.X[0] = 1.0f;                    // P_{-1}
-                io.totals[2 * (s.T + 1)] = 0;      // (counted by the next pass's owners, after its barriers)
+// The block scan of tt_embedding_backward_group_place for three counts per key at once (one set of barriers):
+// n(g, c) for c < 3; put(g, off, n) with the three offsets and counts; done(total). buf: 9 nt ints.
+template <class Exec, class Count, class Put, class Done>
+__host__ __device__ inline void tt_embedding_backward_slice_place3(Exec& ex, int K, int* buf, Count&& n, Put&& put, Done&& done) {
+    const int nt = ex.nt, per = (K + nt - 1) / nt;
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+        int c[3] = {0, 0, 0};
+        for (int g = g0; g < g1; g++)
+            for (int j = 0; j < 3; j++) c[j] += n(g, j);
+        for (int j = 0; j < 3; j++) buf[3 * j * nt + tid] = buf[3 * j * nt + nt + tid] = c[j];
+    });
+    int src = 1;
+    for (int d = 1; d < nt; d <<= 1) {
+        ex.phase([&](int tid) {
+            for (int j = 0; j < 3; j++) {
+                const int* in = buf + 3 * j * nt + src * nt;
+                buf[3 * j * nt + (3 - src) * nt + tid] = in[tid] + (tid >= d ? in[tid - d] : 0);
             }
         });
+        src = 3 - src;
     }
+    ex.phase([&](int tid) {
+        const int g0 = min(tid * per, K), g1 = min(g0 + per, K);
+        int off[3], c[3];
+        for (int j = 0; j < 3; j++) off[j] = buf[3 * j * nt + src * nt + tid] - buf[3 * j * nt + tid];
+        for (int g = g0; g < g1; g++) {
+            for (int j = 0; j < 3; j++) c[j] = n(g, j);
+            put(g, off, c);
+            for (int j = 0; j < 3; j++) off[j] += c[j];
+        }
+        if (tid == nt - 1) done(off);   // (the last thread's offsets past its range: the totals)
+    });
+}
+
+// The prep kernel's last block: from the counts, in one block scan over every slice key g (all cores, key order), where
+// each slice's lookups start in the list (start), the F/D row tiles (g, tile) and the G parts (g, part). Core t's
+// tiles and parts are contiguous from totals[t] and totals[T+1+t] on; first_part[g] is slice g's first part, and the
+// slices of several parts (the reduce kernel's work) are listed in multi.
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward_slice_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
+                                                                  const int* counts, const TtEmbeddingBackwardSliceIo& io, int* start, int* buf) {
+    const int K = s.key_base[s.T];
+    auto core_of = [&](int g) {
+        int t = 0;
+        while (g >= s.key_base[t + 1]) t++;
+        return t;
+    };
+    auto n_of = [&](int g, int j) {   // lookups, row tiles, parts
+        const int t = core_of(g);
+        const int64_t c = tt_embedding_backward_group_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
+        if (j == 0) return (int)c;
+        if (j == 1) return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD_SLICE_BM - 1) / TT_EMBEDDING_BACKWARD_SLICE_BM);
+        return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
+    };
+    int* nmulti = io.totals + 2 * (s.T + 1);
+    ex.phase([&](int tid) { if (tid == 0) *nmulti = 0; });
+    tt_embedding_backward_slice_place3(ex, K, buf, n_of, [&](int g, const int* off, const int* n) {
+        const int t = core_of(g);
+        start[g] = off[0];
+        if (g == s.key_base[t]) { io.totals[t] = off[1]; io.totals[s.T + 1 + t] = off[2]; }
+        io.first_part[g] = off[2];
+        if (n[2] > 1) io.multi[tt_embedding_backward_group_atomic_inc(nmulti, 1)] = g;
+        for (int i = 0; i < n[1]; i++) {
+            io.rt_items[2 * (int64_t)(off[1] + i)] = g;
+            io.rt_items[2 * (int64_t)(off[1] + i) + 1] = i;
+        }
+        for (int i = 0; i < n[2]; i++) {
+            io.pt_items[2 * (int64_t)(off[2] + i)] = g;
+            io.pt_items[2 * (int64_t)(off[2] + i) + 1] = i;
+        }
+    }, [&](const int* total) {
+        start[K] = total[0];
+        io.totals[s.T] = total[1];
+        io.totals[2 * s.T + 1] = total[2];
+        io.X[0] = 1.0f;   // P_{-1}
+    });
 }
 
 // a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 72 puts the 32 lanes' fragment
@@ -3086,17 +3127,16 @@ __host__ __device__ inline void tt_embedding_backward_slice_reduce(const TtEmbed
     tt_embedding_backward_apply(o.opt, o.lr, o.eps, o.cores, o.state, o.dG, s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e, sum);
 }
 
-// Version 6's prep kernel with another last block: the slices' list starts (P6.starts_only), then the items block.
+// Version 6's prep kernel with version 9's last block (the list starts, row tiles and parts in one block scan).
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK)
 tt_embedding_backward_slice_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardGroupPlan P6,
                                    const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const int64_t* offsets, const int64_t* indices,
                                    const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardSliceIo io) {
-    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK];
+    __shared__ int scan[9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK];
     pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
     if (!tt_embedding_backward_group_prep_then_last(s, P6.key_stride, offsets, indices, ws)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
-    tt_embedding_backward_group_plan_block(ex, s, P6, ws.counts, scan, ws.chunk_desc, ws.choff, ws.item_desc, ws.start, ws.totals);
-    tt_embedding_backward_slice_items_block(ex, s, P, ws.counts, io, scan);
+    tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan);
 }
 
 // VEC: the float4 loads, in at most 64 registers (4 blocks per SM; 63-68 without the bound). The scalar loads' kernels
@@ -3338,8 +3378,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
-    TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
-    P6.starts_only = 1;
+    const TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     TtEmbeddingBackwardSlicePlan P;
     tt_embedding_backward_slice_make_plan(s, P);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
@@ -3350,7 +3389,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
         s, P6, P, a.offsets, a.indices, a.ws, io);
     // every launch after the first with PDL: its blocks start under the tail of the one before (each waits for it)
     launch_pdl(tt_embedding_backward_group_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID),
-               (unsigned)TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, a.ws);
+               (unsigned)tt_embedding_backward_group_list_threads(P6), tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, a.ws);
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, nb = TT_EMBEDDING_BACKWARD_SLICE_BLOCK;
     auto gemm = [&](auto kind, dim3 grid, int t) {   // float4 loads where the rows are aligned
         constexpr int K = decltype(kind)::value;
