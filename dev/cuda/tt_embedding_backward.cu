@@ -35,9 +35,9 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
      on tensor cores (mma.sync m16n8k8, 3xTF32), P_t and dM_t in global memory, parts summed
      in order; any shape (at this shape: before the last core's D became a direct sum)          0.256   7.5%
-  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_backward_slice_bench_final.log), EL-Rec's shapes
-  (B 4096, ranks 128,128): q 2,2,4 L 20 1.809 ms (31.9%), L 1 0.194; q 4,4,4 L 20 6.101 (37.9%), L 1 0.475; ranks
-  64,64 (B 512) 0.382 (19.3%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
+  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_bench_7a7c900.log), EL-Rec's shapes (B 4096, ranks
+  128,128): q 2,2,4 L 20 1.540 ms (37.6%), L 1 0.166; q 4,4,4 L 20 4.901 (47.2%), L 1 0.395; ranks 64,64 (B 512) 0.337
+  (21.9%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
