@@ -35,9 +35,9 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
      on tensor cores (mma.sync m16n8k8, 3xTF32), P_t and dM_t in global memory, parts summed
      in order; any shape (at this shape: before the last core's D became a direct sum)          0.256   7.5%
-  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_bench_7a7c900.log), EL-Rec's shapes (B 4096, ranks
-  128,128): q 2,2,4 L 20 1.540 ms (37.6%), L 1 0.166; q 4,4,4 L 20 4.901 (47.2%), L 1 0.395; ranks 64,64 (B 512) 0.337
-  (21.9%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
+  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_4380c7c.log), EL-Rec's shapes (B 4096, ranks
+  128,128): q 2,2,4 L 20 1.533 ms (37.8%), L 1 0.159; q 4,4,4 L 20 4.895 (47.2%), L 1 0.392; ranks 64,64 (B 512) 0.342
+  (21.6%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
@@ -1120,10 +1120,11 @@ inline size_t tt_embedding_backward_group_smem_bytes(const TtEmbeddingBackwardGr
 __host__ __device__ inline int tt_embedding_backward_group_list_stage(const TtEmbeddingBackwardGroupPlan& P) {
     return P.key_stride < TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE ? P.key_stride : TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE;
 }
-// version 9's list blocks: 128 threads where a core has at most 16,384 lookups (EL-Rec's L 1: every slice's block
-// resident at once, 32 keys and 7 scan phases per thread instead of 8 and 9 at 512), else the 512 of version 6
+// version 9's list blocks: 128 threads where a core has at most 4,096 lookups (EL-Rec's L 1: a 16 KB stage, every
+// slice's block resident at once, 7 scan phases instead of 9), else the 512 of version 6 (at 10,240 lookups a 40 KB
+// stage leaves 5 blocks per SM: 128 threads lost there)
 inline int tt_embedding_backward_group_list_threads(const TtEmbeddingBackwardGroupPlan& P) {
-    return P.key_stride <= 16384 ? 128 : TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK;
+    return P.key_stride <= 4096 ? 128 : TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK;
 }
 // kernels 2 and 3 copy the shape and the plan into static shared memory; main reserves 1024 bytes for them
 static_assert(sizeof(TtEmbeddingBackwardShape) + sizeof(TtEmbeddingBackwardGroupPlan) <= 1024, "static shared copies exceed the reserve");
