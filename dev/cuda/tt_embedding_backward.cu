@@ -2948,7 +2948,13 @@ TT_EMBEDDING_BACKWARD_UNROLL
     auto store = [&](int tid, int step, const float (&va)[4], const float (&vb)[4]) {
         const int b = step & 1;
         if constexpr (V4) {
-            auto st4 = [](float* p, const float (&v)[4]) { tt_embedding_backward_tc_st4(p, make_float4(v[0], v[1], v[2], v[3])); };
+            auto st4 = [](float* p, const float (&v)[4]) {
+#ifdef __CUDA_ARCH__
+                *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#else
+                for (int j = 0; j < 4; j++) p[j] = v[j];
+#endif
+            };
             if (G_) {
                 const int k = tid / 16, x4 = 4 * (tid % 16);
                 st4(&sm.ab.As[b][k][x4], va);
