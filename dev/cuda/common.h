@@ -987,11 +987,13 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, unsigned block, size_t sme
 
 // Asynchronous global -> shared copies (cp.async, sm_80+) of 16 bytes (both addresses 16-byte aligned) or 4 bytes;
 // made visible by async_wait_group<N>() (at most N of this thread's committed groups still in flight) and a barrier.
+// 16-byte copies bypass L1 unless l1 (where blocks of an SM re-read the same rows: hot rows of Zipf inputs).
 // Host code (the CPU tests run the same block programs) copies at once.
-__host__ __device__ inline void async_copy(float* dst, const float* src, bool vec4) {
+__host__ __device__ inline void async_copy(float* dst, const float* src, bool vec4, bool l1 = false) {
 #ifdef __CUDA_ARCH__
     const unsigned saddr = (unsigned)__cvta_generic_to_shared(dst);
-    if (vec4) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(src) : "memory");
+    if (vec4 && l1) asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(src) : "memory");
+    else if (vec4) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(src) : "memory");
     else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(src) : "memory");
 #else
     memcpy(dst, src, vec4 ? 16 : 4);

@@ -2570,21 +2570,21 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
 //   D (t = T-1..1):  dM_{t-1}[n] = dM_t[n] . G_t[g]^T             (mp x n_t) . (n_t x R_t)
 //   G (t = T-1..0):  dG_t[g]     = sum_n P_{t-1}[n]^T . dM_t[n]    (R_t x mp) . (mp x n_t), K = mp x lookups
 // with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
-// block, K in double-buffered steps of 16 through shared memory, mma.sync in 3xTF32 below): F and D tile the stacked
+// block, K in steps of 32 copied by cp.async into a ring of shared stages, mma.sync in 3xTF32 below): F and D tile the stacked
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
 // core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
 // rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
 // launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
 // parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
 // lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
-static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 16;
+static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 32;
 static const int TT_EMBEDDING_BACKWARD_SLICE_BLOCK = 256;          // 8 warps, each a 32 x 16 piece of the tile (the tiling assumes it)
 static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_CW = 4096;        // reduce kernel: slice elements per block
 static const double TT_EMBEDDING_BACKWARD_SLICE_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 9 skips (version 7: version 2)
-// G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, the K-step's
-// 16 rows split over 4 thread groups (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
+// G_NARROW: G where the gradient's rows are at most 16 long (the last core: n = q): a 64 x 16 tile, each warp a
+// 16 x 8 piece (4x fewer products per step than a 64 x 64 tile that is 3/4 padding)
 enum { TT_EMBEDDING_BACKWARD_SLICE_F = 0, TT_EMBEDDING_BACKWARD_SLICE_D = 1, TT_EMBEDDING_BACKWARD_SLICE_G = 2, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW = 3 };
 
 struct TtEmbeddingBackwardSlicePlan {
@@ -2726,22 +2726,39 @@ __host__ __device__ inline void tt_embedding_backward_slice_plan_block(Exec& ex,
     });
 }
 
-// a block's shared memory: the A and B tiles of two K-steps (k-major; a row pitch of 72 puts the 32 lanes' fragment
-// reads (k = lane % 4, m = lane / 4) in 32 banks), and the pointer tables of the tile's rows (F, D) or of two K-steps'
-// rows (G)
+// A block's shared memory: a ring of STAGES K-steps, each an A and a B tile stored as global memory holds them, so
+// that cp.async copies them unchanged: a tile whose rows run along K (F and D's A: a lookup's row; D's B: a row of
+// G_t, read as G_t^T) is row-major [64][32 + 4], one whose rows run along M or N (G's A and B, F's B) is K-major
+// [32][64 + 8]. Both pitches put a warp's fragment reads (rows lane / 4, columns lane % 4, or the transpose) in 32
+// banks. Beside the ring: the pointer tables of the tile's rows (F, D) or of the K rows of STAGES + 1 K-steps (G).
+#ifndef TT_EMBEDDING_BACKWARD_SLICE_STAGES
+#define TT_EMBEDDING_BACKWARD_SLICE_STAGES 2
+#endif
+static const int TT_EMBEDDING_BACKWARD_SLICE_S = TT_EMBEDDING_BACKWARD_SLICE_STAGES;
+static const int TT_EMBEDDING_BACKWARD_SLICE_RLD = TT_EMBEDDING_BACKWARD_SLICE_BK + 4;    // row-major pitch
+static const int TT_EMBEDDING_BACKWARD_SLICE_KLD = TT_EMBEDDING_BACKWARD_SLICE_BM + 8;    // K-major pitch
+static const int TT_EMBEDDING_BACKWARD_SLICE_TILE = TT_EMBEDDING_BACKWARD_SLICE_BM * TT_EMBEDDING_BACKWARD_SLICE_RLD;   // = BK x KLD at BK 32
+static_assert(TT_EMBEDDING_BACKWARD_SLICE_TILE >= TT_EMBEDDING_BACKWARD_SLICE_BK * TT_EMBEDDING_BACKWARD_SLICE_KLD && TT_EMBEDDING_BACKWARD_SLICE_BK % 16 == 0,
+              "a stage holds either layout; K-steps of whole 16s");
+// element (m, k) of A and (k, c) of B in their tiles; AK: A is K-major (G), BR: B is row-major along K (D)
+template <bool AK>
+__host__ __device__ __forceinline__ int tt_embedding_backward_slice_a_at(int m, int k) {
+    return AK ? k * TT_EMBEDDING_BACKWARD_SLICE_KLD + m : m * TT_EMBEDDING_BACKWARD_SLICE_RLD + k;
+}
+template <bool BR>
+__host__ __device__ __forceinline__ int tt_embedding_backward_slice_b_at(int k, int c) {
+    return BR ? c * TT_EMBEDDING_BACKWARD_SLICE_RLD + k : k * TT_EMBEDDING_BACKWARD_SLICE_KLD + c;
+}
 struct __align__(16) TtEmbeddingBackwardSliceSmem {
     union {
-        struct {
-            float As[2][TT_EMBEDDING_BACKWARD_SLICE_BK][TT_EMBEDDING_BACKWARD_SLICE_BM + 8];
-            float Bs[2][TT_EMBEDDING_BACKWARD_SLICE_BK][TT_EMBEDDING_BACKWARD_SLICE_BM + 8];
-        } ab;
+        float ab[TT_EMBEDDING_BACKWARD_SLICE_S][2][TT_EMBEDDING_BACKWARD_SLICE_TILE];   // [stage][A, B]
         float red[4][TT_EMBEDDING_BACKWARD_SLICE_BM];       // G of core 0: the 4 thread groups' sums, added in group order
         float tile[TT_EMBEDDING_BACKWARD_SLICE_BM][TT_EMBEDDING_BACKWARD_SLICE_BN + 1];   // G: the finished tile (odd pitch: no bank conflicts)
     };
     const float* rowA[TT_EMBEDDING_BACKWARD_SLICE_BM];    // F, D: row r's A row (null past the slice's rows)
     float* rowC[TT_EMBEDDING_BACKWARD_SLICE_BM];          // F, D: row r's output row
-    const float* kA[2][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
-    const float* kB[2][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's B row (a dM_t row)
+    const float* kA[TT_EMBEDDING_BACKWARD_SLICE_S + 1][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's A row (a P_{t-1} row; null past the part)
+    const float* kB[TT_EMBEDDING_BACKWARD_SLICE_S + 1][TT_EMBEDDING_BACKWARD_SLICE_BK];   // G: K row k's B row (a dM_t row)
 };
 
 // lookup n's P_{t-1} (mp x R_t) and dM_t (mp x n_t)
@@ -2772,18 +2789,23 @@ __host__ __device__ inline bool tt_embedding_backward_slice_cpos(int tid, int e,
     return !NARROW || e < 4;
 }
 
-// One K-step: thread tid's accumulators a += As^T Bs over the step's 16 k (As[k][m], Bs[k][c]). On the
+// One K-step: thread tid's accumulators a += A B over the step's 16 k (A(m, k), B(k, c) in the layouts above). On the
 // host (the CPU test) each accumulator is formed from the same TF32 halves, in one order; the device's mma sums in its own.
-template <bool NARROW>
-__host__ __device__ __forceinline__ void tt_embedding_backward_slice_step(float* a, const float (*As)[TT_EMBEDDING_BACKWARD_SLICE_BM + 8],
-                                                                     const float (*Bs)[TT_EMBEDDING_BACKWARD_SLICE_BM + 8], int tid) {
+// rows: the tile's rows that hold data (F and D: a slice's last row tile is often mostly padding, 11 of 64 rows at
+// EL-Rec's L 1); a warp skips its 16-row mma tiles past them (their outputs are never written).
+template <bool NARROW, bool AK, bool BR>
+__host__ __device__ __forceinline__ void tt_embedding_backward_slice_step(float* a, const float* As, const float* Bs, int tid, int rows) {
     const int BK = TT_EMBEDDING_BACKWARD_SLICE_BK;
+    auto A = [&](int m, int k) { return As[tt_embedding_backward_slice_a_at<AK>(m, k)]; };
+    auto B = [&](int k, int c) { return Bs[tt_embedding_backward_slice_b_at<BR>(k, c)]; };
 #ifdef __CUDA_ARCH__
     // mma.sync.aligned needs the warp converged; a barrier does not promise that after the K-table threads' branch
     // (without this, measured 2026-12-01: wrong sums, NaN and reruns that differ)
     __syncwarp();
     const int w = tid / 32, lane = tid % 32, MI = NARROW ? 1 : 2, NI = NARROW ? 1 : 2;
     const int mb = NARROW ? 16 * (w / 2) : 32 * (w / 4), nb = NARROW ? 8 * (w % 2) : 16 * (w % 4);
+    if (mb >= rows) return;                                  // (warp-uniform, as below)
+    const bool m1 = NARROW || mb + 16 < rows;               // the warp's second 16-row tile holds data
 TT_EMBEDDING_BACKWARD_UNROLL
     for (int k8 = 0; k8 < BK; k8 += 8) {
         uint32_t ah[2][4], al[2][4], bh[2][2], bl[2][2];
@@ -2791,15 +2813,17 @@ TT_EMBEDDING_BACKWARD_UNROLL
         for (int mi = 0; mi < MI; mi++)
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int r = 0; r < 4; r++)
-                tf32_split_fast(As[k8 + tt_embedding_backward_tc_acol(lane, r)][mb + 16 * mi + tt_embedding_backward_tc_arow(lane, r)], ah[mi][r], al[mi][r]);
+                if (mi == 0 || m1)
+                    tf32_split_fast(A(mb + 16 * mi + tt_embedding_backward_tc_arow(lane, r), k8 + tt_embedding_backward_tc_acol(lane, r)), ah[mi][r], al[mi][r]);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int ni = 0; ni < NI; ni++)
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int r = 0; r < 2; r++) tf32_split_fast(Bs[k8 + tt_embedding_backward_tc_bk(lane, r)][nb + 8 * ni + lane / 4], bh[ni][r], bl[ni][r]);
+            for (int r = 0; r < 2; r++) tf32_split_fast(B(k8 + tt_embedding_backward_tc_bk(lane, r), nb + 8 * ni + lane / 4), bh[ni][r], bl[ni][r]);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int mi = 0; mi < MI; mi++)
 TT_EMBEDDING_BACKWARD_UNROLL
             for (int ni = 0; ni < NI; ni++) {
+                if (mi == 1 && !m1) continue;
                 float (&d)[4] = *reinterpret_cast<float (*)[4]>(a + 4 * (mi * NI + ni));
                 mma_tf32_m16n8k8(d, al[mi], bh[ni][0], bh[ni][1]);
                 mma_tf32_m16n8k8(d, ah[mi], bl[ni][0], bl[ni][1]);
@@ -2807,6 +2831,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
             }
     }
 #else
+    (void)rows;
     auto split = [](float x, float& hi, float& lo) {   // tf32_split_fast, and the mma's reading of lo (its top 10 mantissa bits)
         auto tf32 = [](float v) { uint32_t u; memcpy(&u, &v, 4); u &= 0xffffe000u; memcpy(&v, &u, 4); return v; };
         hi = tf32(x);
@@ -2818,8 +2843,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
         for (int k8 = 0; k8 < BK; k8 += 8) {
             float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, xh, xl, yh, yl;
             for (int k = k8; k < k8 + 8; k++) {
-                split(As[k][m], xh, xl);
-                split(Bs[k][c], yh, yl);
+                split(A(m, k), xh, xl);
+                split(B(k, c), yh, yl);
                 s1 = fmaf(xl, yh, s1);
                 s2 = fmaf(xh, yl, s2);
                 s3 = fmaf(xh, yh, s3);
@@ -2886,111 +2911,104 @@ __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex,
         });
         return;
     }
+    // The K-steps run through a ring of S stages: K-step j is copied (cp.async, no registers) into stage j % S while
+    // the S - 1 before it are in flight or in use. Against loads staged through registers (16 k a step) this took
+    // EL-Rec's L 1 and rank-64 steps 4-5% faster at 4 stages of 16 k, and 7-11% at 2 stages of 32 k (half the
+    // barriers per product; 4 stages of 16 matched 3; results/notes/tt_embedding_backward.md).
+    constexpr int S = TT_EMBEDDING_BACKWARD_SLICE_S;
+    constexpr bool AK = KIND >= TT_EMBEDDING_BACKWARD_SLICE_G, BR = KIND == TT_EMBEDDING_BACKWARD_SLICE_D;
     const int steps = (K + BK - 1) / BK;
-    // G: the rows of K-step `step` into table buffer step % 2 (threads < BK)
+    // G: the rows of K-step `step` into table step % (S + 1) (threads < BK)
     auto ktable = [&](int tid, int step) {
         if (tid >= BK || step >= steps) return;
-        const int kk = step * BK + tid, b = step & 1;
+        const int kk = step * BK + tid, b = step % (S + 1);
         if (kk >= K) { sm.kA[b][tid] = nullptr; sm.kB[b][tid] = nullptr; return; }
         const int j = kk / mp, i = kk - j * mp, n = lst[j0 + j];
         sm.kA[b][tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
         sm.kB[b][tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
     };
-    // the thread's 4 A and 4 B elements of K-step `step` (coalesced along the contiguous index), then their stores.
-    // V4: one float4 of each, 4 consecutive elements along the contiguous index (tt_embedding_backward_slice_vec)
-    auto ld4 = [](bool ok, const float* p, int64_t off, float (&v)[4]) {
-        const float4 x = ok ? tt_embedding_backward_group_ld4(p + off) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    // V4 (tt_embedding_backward_slice_vec): each thread copies one float4 of A and one of B per K-step, 4 consecutive
+    // elements along the contiguous index, with cp.async (zeros stored where the float4 lies outside the operand).
+    auto copy4 = [](bool ok, const float* src, float* dst) {
+        if (ok) async_copy(dst, src, true, true);   // (through L1: with L2 only, Zipf's hot rows took 1.5x longer)
+        else for (int j = 0; j < 4; j++) dst[j] = 0.0f;
     };
-    auto fetch = [&](int tid, int step, float (&va)[4], float (&vb)[4]) {
-        const int k0 = step * BK, b = step & 1;
-        if constexpr (V4) {
+    auto issue = [&](int tid, int step) {
+        if (step >= steps) return;
+        const int k0 = step * BK, kt = step % (S + 1);
+        float* As = sm.ab[step % S][0];
+        float* Bs = sm.ab[step % S][1];
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int h = 0; h < BK / 16; h++) {               // 16 k per round
             if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]: thread (k, 4 m or c)
-                const int k = tid / 16, x4 = 4 * (tid % 16);
-                ld4(sm.kA[b][k] && m0 + x4 < M, sm.kA[b][k], m0 + x4, va);
-                ld4(sm.kB[b][k] && n0 + x4 < N, sm.kB[b][k], n0 + x4, vb);
-            } else {                                  // A(r, k) = rowA[r][k]: thread (r, 4 k)
-                const int r = tid / 4, k4 = 4 * (tid % 4);
-                ld4(sm.rowA[r] && k0 + k4 < K, sm.rowA[r], k0 + k4, va);
-                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]: thread (k, 4 c)
-                    const int kk = tid / 16, c4 = 4 * (tid % 16);
-                    ld4(k0 + kk < K && n0 + c4 < N, Gs, (int64_t)(k0 + kk) * nt_ + n0 + c4, vb);
-                } else {                                  // B(k, c) = G[c][k]: thread (c, 4 k)
-                    const int c = tid / 4, kk4 = 4 * (tid % 4);
-                    ld4(n0 + c < N && k0 + kk4 < K, Gs, (int64_t)(n0 + c) * nt_ + k0 + kk4, vb);
-                }
+                const int k = 16 * h + tid / 16, x4 = 4 * (tid % 16);
+                copy4(sm.kA[kt][k] && m0 + x4 < M, sm.kA[kt][k] + m0 + x4, As + tt_embedding_backward_slice_a_at<AK>(x4, k));
+                copy4(sm.kB[kt][k] && n0 + x4 < N, sm.kB[kt][k] + n0 + x4, Bs + tt_embedding_backward_slice_b_at<BR>(k, x4));
+                continue;
             }
-        } else {
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int q = 0; q < 4; q++) {
-                const int e = tid + 256 * q;
-                if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
-                    const int m = e % BM, k = e / BM;
-                    const float* pa = sm.kA[b][k];
-                    va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
-                    const float* pb = sm.kB[b][k];
-                    vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
-                } else {
-                    const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
-                    const float* pa = sm.rowA[r];
-                    va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
-                    if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]
-                        const int c = e % BN, kk = e / BN;
-                        vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
-                    } else {                                  // B(k, c) = G[c][k] (G^T)
-                        const int c = e / BK, kk = e % BK;
-                        vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(n0 + c) * nt_ + k0 + kk] : 0.0f;
-                    }
-                }
+            const int r = tid / 4, k4 = 16 * h + 4 * (tid % 4);   // A(r, k) = rowA[r][k]: thread (r, 4 k)
+            copy4(sm.rowA[r] && k0 + k4 < K, sm.rowA[r] + k0 + k4, As + tt_embedding_backward_slice_a_at<AK>(r, k4));
+            if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]: thread (k, 4 c)
+                const int kk = 16 * h + tid / 16, c4 = 4 * (tid % 16);
+                copy4(k0 + kk < K && n0 + c4 < N, Gs + (int64_t)(k0 + kk) * nt_ + n0 + c4, Bs + tt_embedding_backward_slice_b_at<BR>(kk, c4));
+            } else {                                       // B(k, c) = G[c][k]: thread (c, 4 k)
+                copy4(n0 + r < N && k0 + k4 < K, Gs + (int64_t)(n0 + r) * nt_ + k0 + k4, Bs + tt_embedding_backward_slice_b_at<BR>(k4, r));
             }
         }
     };
-    auto store = [&](int tid, int step, const float (&va)[4], const float (&vb)[4]) {
-        const int b = step & 1;
-        if constexpr (V4) {
-            auto st4 = [](float* p, const float (&v)[4]) {
-#ifdef __CUDA_ARCH__
-                *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-#else
-                for (int j = 0; j < 4; j++) p[j] = v[j];
-#endif
-            };
-            if (G_) {
-                const int k = tid / 16, x4 = 4 * (tid % 16);
-                st4(&sm.ab.As[b][k][x4], va);
-                st4(&sm.ab.Bs[b][k][x4], vb);
+    // Scalar loads (a rank not a multiple of 4): the thread's 4 A and 4 B elements of K-step `step`, coalesced along the
+    // contiguous index, into registers; stored into the stage after the step before is multiplied.
+    constexpr int VPT = BM * BK / TT_EMBEDDING_BACKWARD_SLICE_BLOCK;   // elements of A (and of B) per thread and K-step
+    auto fetch = [&](int tid, int step, float (&va)[VPT], float (&vb)[VPT]) {
+        const int k0 = step * BK, kt = step % (S + 1);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < VPT; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {                                 // A(m, k) = kA[k][m], B(k, c) = kB[k][c]
+                const int m = e % BM, k = e / BM;
+                const float* pa = sm.kA[kt][k];
+                va[q] = pa && m0 + m < M ? pa[m0 + m] : 0.0f;
+                const float* pb = sm.kB[kt][k];
+                vb[q] = pb && n0 + m < N ? pb[n0 + m] : 0.0f;
             } else {
-                const int r = tid / 4, k4 = 4 * (tid % 4);
-TT_EMBEDDING_BACKWARD_UNROLL
-                for (int j = 0; j < 4; j++) sm.ab.As[b][k4 + j][r] = va[j];
-                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {
-                    st4(&sm.ab.Bs[b][tid / 16][4 * (tid % 16)], vb);
-                } else {
-TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int j = 0; j < 4; j++) sm.ab.Bs[b][k4 + j][r] = vb[j];   // (c = tid / 4 = r, 4 k = k4)
-                }
-            }
-        } else {
-TT_EMBEDDING_BACKWARD_UNROLL
-            for (int q = 0; q < 4; q++) {
-                const int e = tid + 256 * q;
-                if (G_) {
-                    sm.ab.As[b][e / BM][e % BM] = va[q];
-                    sm.ab.Bs[b][e / BM][e % BM] = vb[q];
-                } else {
-                    sm.ab.As[b][e % BK][e / BK] = va[q];
-                    if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) sm.ab.Bs[b][e / BN][e % BN] = vb[q];
-                    else sm.ab.Bs[b][e % BK][e / BK] = vb[q];
+                const int r = e / BK, k = e % BK;      // A(r, k) = rowA[r][k]
+                const float* pa = sm.rowA[r];
+                va[q] = pa && k0 + k < K ? pa[k0 + k] : 0.0f;
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {   // B(k, c) = G[k][c]
+                    const int c = e % BN, kk = e / BN;
+                    vb[q] = k0 + kk < K && n0 + c < N ? Gs[(int64_t)(k0 + kk) * nt_ + n0 + c] : 0.0f;
+                } else {                                  // B(k, c) = G[c][k] (G^T)
+                    vb[q] = k0 + k < K && n0 + r < N ? Gs[(int64_t)(n0 + r) * nt_ + k0 + k] : 0.0f;
                 }
             }
         }
     };
-    // row tables (F, D) or K-step 0's (G); accumulators to 0
+    auto store = [&](int tid, int step, const float (&va)[VPT], const float (&vb)[VPT]) {
+        if (step >= steps) return;
+        float* As = sm.ab[step % S][0];
+        float* Bs = sm.ab[step % S][1];
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int q = 0; q < VPT; q++) {
+            const int e = tid + 256 * q;
+            if (G_) {
+                As[tt_embedding_backward_slice_a_at<AK>(e % BM, e / BM)] = va[q];
+                Bs[tt_embedding_backward_slice_b_at<BR>(e / BM, e % BM)] = vb[q];
+            } else {
+                As[tt_embedding_backward_slice_a_at<AK>(e / BK, e % BK)] = va[q];
+                if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) Bs[tt_embedding_backward_slice_b_at<BR>(e / BN, e % BN)] = vb[q];
+                else Bs[tt_embedding_backward_slice_b_at<BR>(e % BK, e / BK)] = vb[q];
+            }
+        }
+    };
+    // row tables (F, D) or the first S K-steps' (G); accumulators to 0
     ex.phase([&](int tid) {
         float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int e = 0; e < 16; e++) a[e] = 0.0f;
-        if (G_) { ktable(tid, 0); return; }
+        if (G_) {
+            for (int j = 0; j < S; j++) ktable(tid, j);
+            return;
+        }
         if (tid >= BM) return;
         const int r = m0 + tid;
         if (r >= M) { sm.rowA[tid] = nullptr; sm.rowC[tid] = nullptr; return; }
@@ -3003,20 +3021,38 @@ TT_EMBEDDING_BACKWARD_UNROLL
             sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
         }
     });
-    ex.phase([&](int tid) {   // K-step 0 into buffer 0; G: K-step 1's table
-        float va[4], vb[4];
-        fetch(tid, 0, va, vb);
-        store(tid, 0, va, vb);
-        if (G_) ktable(tid, 1);
+    // K-steps 0 .. S-2 into their stages (a commit group per K-step, empty past the last: the wait below counts groups)
+    ex.phase([&](int tid) {
+        for (int j = 0; j < S - 1; j++) {
+            if constexpr (V4) {
+                issue(tid, j);
+                async_commit();
+            } else {
+                float va[VPT], vb[VPT];
+                if (j < steps) fetch(tid, j, va, vb);
+                store(tid, j, va, vb);
+            }
+        }
+        async_wait_group<S - 2>();                // K-step 0 landed (this thread's copies; the barrier: everyone's)
     });
+    // Step j: K-step j + S - 1 into the stage K-step j - 1 used (every thread is past it: the barrier before), G's
+    // table for K-step j + S, the products of K-step j, then wait for K-step j + 1.
     for (int step = 0; step < steps; step++) {
         ex.phase([&](int tid) {
-            float va[4], vb[4];
-            if (step + 1 < steps) fetch(tid, step + 1, va, vb);   // (reads table (step + 1) % 2, written a phase ago)
-            const int b = step & 1;
-            tt_embedding_backward_slice_step<NARROW>(acc(tid), sm.ab.As[b], sm.ab.Bs[b], tid);
-            if (step + 1 < steps) store(tid, step + 1, va, vb);   // the other buffer: read by no thread in this phase
-            if (G_) ktable(tid, step + 2);                           // table step % 2: read by no thread in this phase
+            const int b = step % S;
+            if constexpr (V4) {
+                issue(tid, step + S - 1);
+                async_commit();
+                if (G_) ktable(tid, step + S);
+                tt_embedding_backward_slice_step<NARROW, AK, BR>(acc(tid), sm.ab[b][0], sm.ab[b][1], tid, M - m0);
+                async_wait_group<S - 2>();
+            } else {
+                float va[VPT], vb[VPT];
+                if (step + S - 1 < steps) fetch(tid, step + S - 1, va, vb);
+                if (G_) ktable(tid, step + S);
+                tt_embedding_backward_slice_step<NARROW, AK, BR>(acc(tid), sm.ab[b][0], sm.ab[b][1], tid, M - m0);
+                store(tid, step + S - 1, va, vb);
+            }
         });
     }
     if (!G_) {
