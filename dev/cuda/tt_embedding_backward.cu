@@ -21,9 +21,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   2  FBTT's pipeline: per 1000 lookups pointer arrays, cublasGemmBatchedEx per chain step,
      atomic scatter of per-lookup slice gradients, optimizer pass (the baseline)                  0.858   2.2%
   3  fused: one block per lookup, slices and chain in shared memory, one launch              0.425   4.5%
-  4  retired: sort by slice, pivot slice shared by a chunk of lookups (0.442, 4.3%)
-  5  retired: version 4 on register tiles (0.280, 6.9%); both lost to version 6 at every shape
-     (their code: git show 33f44ba:dev/cuda/tt_embedding_backward.cu)
+  4  retired: sort by slice, pivot slice shared by a chunk of lookups (0.442, 4.3%); 5 retired: version 4 on
+     register tiles (0.280, 6.9%); both lost to 6 everywhere (code: git show 33f44ba:<this file>)
   6  grouping: lookups grouped by their pivot slice without a sort, the pivot slice loaded
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
      (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
@@ -33,11 +32,11 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   8  retired: per-slice GEMMs on 64 x 64 fp32 tiles (0.333, 5.8%; rank 64 0.471, EL-Rec q 4,4,4 L 20
      8.191): slower than version 9 at every shape (its code: git show 39c3510:<this file>)
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
-     on tensor cores (mma.sync m16n8k8, 3xTF32), P_t and dM_t in global memory, parts summed
-     in order; any shape (at this shape: before the last core's D became a direct sum)          0.256   7.5%
-  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_4380c7c.log), EL-Rec's shapes (B 4096, ranks
-  128,128): q 2,2,4 L 20 1.533 ms (37.8%), L 1 0.159; q 4,4,4 L 20 4.895 (47.2%), L 1 0.392; ranks 64,64 (B 512) 0.342
-  (21.6%). Version 6 keeps q 8,4,4 and ranks 16,16 (the notes).
+     copied by cp.async into shared stages and multiplied on tensor cores (mma.sync m16n8k8,
+     3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
+     before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
+  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_1f4b368.log), EL-Rec (B 4096, ranks 128):
+  q 2,2,4 L 20 1.357 ms, L 1 0.152; q 4,4,4 L 20 4.340, L 1 0.362; ranks 64 0.311. Version 6 keeps q 8,4,4, ranks 16.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
@@ -51,6 +50,7 @@ Lessons:
     the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
   - Registers decide residency: float4 operand loads took version 9's products from 63-80 registers to 64 or fewer,
     4 blocks per SM instead of 3, and the step 7-13% faster; a per-fragment branch (106-121 registers) lost 3-7%.
+    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 7-12% more.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
