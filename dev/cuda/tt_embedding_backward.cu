@@ -2789,7 +2789,7 @@ __host__ __device__ inline bool tt_embedding_backward_slice_cpos(int tid, int e,
     return !NARROW || e < 4;
 }
 
-// One K-step: thread tid's accumulators a += A B over the step's 16 k (A(m, k), B(k, c) in the layouts above). On the
+// One K-step: thread tid's accumulators a += A B over the step's BK k (A(m, k), B(k, c) in the layouts above). On the
 // host (the CPU test) each accumulator is formed from the same TF32 halves, in one order; the device's mma sums in its own.
 // rows: the tile's rows that hold data (F and D: a slice's last row tile is often mostly padding, 11 of 64 rows at
 // EL-Rec's L 1); a warp skips its 16-row mma tiles past them (their outputs are never written).
@@ -2857,8 +2857,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
 
 // One block of a product launch: item bx of core t (a row tile for F and D, a part for G), output tile by.
 // acc(tid) is the thread's 16 accumulators, its mma fragments (their places in the tile: cpos above).
-// One barrier per K-step: the step's global loads are issued before the products of the step before and stored
-// into the other buffer after them.
+// One barrier per K-step (the ring below).
 template <int KIND, bool VEC, class Exec, class Acc, class Smem>
 __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex, Acc& acc, const TtEmbeddingBackwardShape& s,
                                                                  const TtEmbeddingBackwardSlicePlan& P, const TtEmbeddingBackwardSliceIo& io, int t,
@@ -2927,8 +2926,8 @@ __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex,
         sm.kA[b][tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
         sm.kB[b][tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
     };
-    // V4 (tt_embedding_backward_slice_vec): each thread copies one float4 of A and one of B per K-step, 4 consecutive
-    // elements along the contiguous index, with cp.async (zeros stored where the float4 lies outside the operand).
+    // V4 (tt_embedding_backward_slice_vec): each thread copies one float4 of A and one of B per 16 k of a K-step, 4
+    // consecutive elements along the contiguous index, with cp.async (zeros stored where the float4 lies outside the operand).
     auto copy4 = [](bool ok, const float* src, float* dst) {
         if (ok) async_copy(dst, src, true, true);   // (through L1: with L2 only, Zipf's hot rows took 1.5x longer)
         else for (int j = 0; j < 4; j++) dst[j] = 0.0f;
@@ -2956,8 +2955,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
             }
         }
     };
-    // Scalar loads (a rank not a multiple of 4): the thread's 4 A and 4 B elements of K-step `step`, coalesced along the
-    // contiguous index, into registers; stored into the stage after the step before is multiplied.
+    // Scalar loads (a rank not a multiple of 4): the thread's VPT A and VPT B elements of K-step `step`, coalesced along
+    // the contiguous index, into registers; stored into the stage after the step before is multiplied.
     constexpr int VPT = BM * BK / TT_EMBEDDING_BACKWARD_SLICE_BLOCK;   // elements of A (and of B) per thread and K-step
     auto fetch = [&](int tid, int step, float (&va)[VPT], float (&vb)[VPT]) {
         const int k0 = step * BK, kt = step % (S + 1);
