@@ -3131,14 +3131,14 @@ __host__ __device__ inline void tt_embedding_backward_slice_last_d_rows(const Tt
     out = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
 }
 // element r = (i, k): the q_t terms in order (v4, q_t = 4 with aligned rows: two float4 loads, the same sum)
+__host__ __device__ __forceinline__ float tt_embedding_backward_slice_dot4(float4 x, float4 y) {
+    return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, 0.0f))));
+}
 __host__ __device__ inline float tt_embedding_backward_slice_last_d(const TtEmbeddingBackwardShape& s, const float* g, const float* G, int r, bool v4) {
     const int t = s.T - 1, q = s.q[t], i = r / s.R[t], k = r - i * s.R[t];
     g += (int64_t)i * q;
     G += (int64_t)k * q;
-    if (v4) {
-        const float4 x = tt_embedding_backward_group_ld4(g), y = tt_embedding_backward_group_ld4(G);
-        return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, 0.0f))));
-    }
+    if (v4) return tt_embedding_backward_slice_dot4(tt_embedding_backward_group_ld4(g), tt_embedding_backward_group_ld4(G));
     float v = 0.0f;
     for (int a = 0; a < q; a++) v = fmaf(g[a], G[a], v);
     return v;
@@ -3190,19 +3190,33 @@ tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackw
     tt_embedding_backward_slice_gemm_block<KIND, VEC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
-// a block per lookup (grid-stride), its rows read once
+// a block per lookup (grid-stride), its rows read once. v4: a thread makes 4 consecutive elements (one i, k .. k+3: R_{T-1}
+// is a multiple of 4 there) from one float4 of dY and 4 rows of G_t, and stores them as a float4; each element the
+// same sum as tt_embedding_backward_slice_last_d's.
 static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID = 32768;
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK) tt_embedding_backward_slice_last_d_kernel(
     const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardSliceIo io,
     bool v4) {
     pdl_wait_prior();
     pdl_allow_next();
-    const int per = s.m[s.T - 2] * s.R[s.T - 1], cnt = tt_embedding_backward_count(s);
+    const int R = s.R[s.T - 1], per = s.m[s.T - 2] * R, cnt = tt_embedding_backward_count(s);
     for (int n = blockIdx.x; n < cnt; n += gridDim.x) {
         const float *g, *G;
         float* out;
         tt_embedding_backward_slice_last_d_rows(s, P, io, n, g, G, out);
-        for (int r = threadIdx.x; r < per; r += blockDim.x) out[r] = tt_embedding_backward_slice_last_d(s, g, G, r, v4);
+        if (!v4) {
+            for (int r = threadIdx.x; r < per; r += blockDim.x) out[r] = tt_embedding_backward_slice_last_d(s, g, G, r, false);
+            continue;
+        }
+        for (int r = 4 * threadIdx.x; r < per; r += 4 * blockDim.x) {
+            const int i = r / R, k = r - i * R;
+            const float4 x = tt_embedding_backward_group_ld4(g + 4 * (int64_t)i);
+            const float* Gk = G + 4 * (int64_t)k;
+            *reinterpret_cast<float4*>(out + r) = make_float4(tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk)),
+                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 4)),
+                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 8)),
+                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 12)));
+        }
     }
 }
 
