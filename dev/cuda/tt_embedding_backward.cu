@@ -50,7 +50,7 @@ Lessons:
     the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
   - Registers decide residency: float4 operand loads took version 9's products from 63-80 registers to 64 or fewer,
     4 blocks per SM instead of 3, and the step 7-13% faster; a per-fragment branch (106-121 registers) lost 3-7%.
-    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 7-12% more.
+    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 5-12% more.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
