@@ -2912,7 +2912,7 @@ __host__ __device__ inline void tt_embedding_backward_slice_gemm_block(Exec& ex,
     }
     // The K-steps run through a ring of S stages: K-step j is copied (cp.async, no registers) into stage j % S while
     // the S - 1 before it are in flight or in use. Against loads staged through registers (16 k a step) this took
-    // version 9's steps 3-5% faster at 4 stages of 16 k, and 5-11% at 2 stages of 32 k (half the barriers per
+    // version 9's steps 3-6% faster at 4 stages of 16 k, and 5-11% at 2 stages of 32 k (half the barriers per
     // product; 4 stages of 16 matched 3; results/notes/tt_embedding_backward.md).
     constexpr int S = TT_EMBEDDING_BACKWARD_SLICE_S;
     constexpr bool AK = KIND >= TT_EMBEDDING_BACKWARD_SLICE_G, BR = KIND == TT_EMBEDDING_BACKWARD_SLICE_D;
