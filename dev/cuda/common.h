@@ -429,7 +429,8 @@ struct Cli {
                "  --check-only    check every version, time nothing\n"
                "  --no-check      time without checking\n"
                "  --csv           also print the results as CSV at the end\n"
-               "  --dump DIR      write inputs, reference and the last version's output as .npy to DIR\n");
+               "  --dump DIR      write inputs, reference and the last version's output as .npy to DIR\n"
+               "                  (tt_embedding_forward --no-check: no reference)\n");
         if (supports_load)
             printf("  --load DIR      read the inputs from the .npy files a --dump wrote to DIR (size flags are then ignored)\n");
         printf("  -h, --help      this text\n"

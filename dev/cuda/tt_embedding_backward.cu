@@ -3175,8 +3175,9 @@ tt_embedding_backward_slice_prep_kernel(const __grid_constant__ TtEmbeddingBackw
     tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan);
 }
 
-// VEC: the float4 loads, in at most 64 registers (4 blocks per SM; 63-68 without the bound). The scalar loads' kernels
-// keep ptxas's own choice (76-80 registers for F and G; bounded to 64 they lost 3-9% at T 4 and L 20, the notes).
+// VEC: the 16-byte cp.async copies, in at most 64 registers (4 blocks per SM; with register staging the kernels took
+// 63-68 without the bound). The scalar loads' kernels keep ptxas's own choice (76-80 registers for F and G with the
+// register staging of 2026-12-02's first half; bounded to 64 they lost 3-9% at T 4 and L 20, the notes).
 template <int KIND, bool VEC>
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_BLOCK, VEC ? 4 : 0)
 tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P,
