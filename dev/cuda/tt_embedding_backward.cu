@@ -2572,14 +2572,15 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
 // with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
 // block, K in steps of 32 copied by cp.async into a ring of shared stages, mma.sync in 3xTF32 below): F and D tile the stacked
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
-// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4
-// rows (64 to 1024), each part written once (no float atomics). P_t and dM_t stay in global memory between the
+// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of about S_t
+// rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory between the
 // launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
 // parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
 // lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
 static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 32;
 static const int TT_EMBEDDING_BACKWARD_SLICE_BLOCK = 256;          // 8 warps, each a 32 x 16 piece of the tile (the tiling assumes it)
-static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part: S_t / 4 within [64, KPART]
+static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part, at most
+static const int TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS = 256;      // G: fewer blocks than this take shorter parts (the plan)
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_CW = 4096;        // reduce kernel: slice elements per block
 static const double TT_EMBEDDING_BACKWARD_SLICE_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 9 skips (version 7: version 2)
@@ -2606,11 +2607,15 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
     int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
     for (int t = 0; t < s.T; t++) {
         P.mp[t] = t ? s.m[t - 1] : 1;
-        // a part's K rows: fewer for a small slice gradient (more blocks, each with fewer serial K-steps; its
-        // parts cost S_t floats each to write and sum)
-        const int kpart = (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD_SLICE_KPART, std::max<int64_t>(64, s.S[t] / 4));
-        P.lpp[t] = std::max(1, kpart / P.mp[t]);
+        // a part's K rows: S_t (within [64, KPART]), so that a slice's part is often its whole gradient (the optimizer
+        // in G's epilogue, no parts to write and sum); S_t / 4 where that leaves fewer than MIN_BLOCKS blocks (a few
+        // slices of many lookups: T 6's p 10, where more, shorter parts run faster)
         const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
+        const int64_t tiles = ceil_div(s.R[t], TT_EMBEDDING_BACKWARD_SLICE_BM) * ceil_div(s.n[t], TT_EMBEDDING_BACKWARD_SLICE_BN);
+        auto kpart_of = [&](int64_t k) { return (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD_SLICE_KPART, std::max<int64_t>(64, k)); };
+        int kpart = kpart_of(s.S[t]);
+        if ((nnz * P.mp[t] / kpart + slices) * tiles < TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS) kpart = kpart_of(s.S[t] / 4);
+        P.lpp[t] = std::max(1, kpart / P.mp[t]);
         if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
         const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD_SLICE_BM) + slices : 0;
@@ -3054,13 +3059,19 @@ TT_EMBEDDING_BACKWARD_UNROLL
             }
         });
     }
-    if (!G_) {
+    if (!G_) {   // F, D: each thread's pairs of adjacent columns (e, e + 1) as one float2 where rows are 8-byte aligned (V4)
         ex.phase([&](int tid) {
             const float* a = acc(tid);
 TT_EMBEDDING_BACKWARD_UNROLL
-            for (int e = 0; e < 16; e++) {
+            for (int e = 0; e < 16; e += 2) {
                 int m, c;
-                if (tt_embedding_backward_slice_cpos<NARROW>(tid, e, m, c) && n0 + c < N && sm.rowC[m]) sm.rowC[m][n0 + c] = a[e];
+                if (!tt_embedding_backward_slice_cpos<NARROW>(tid, e, m, c) || !sm.rowC[m]) continue;
+                float* dst = sm.rowC[m] + n0 + c;
+                if (V4 && n0 + c + 1 < N) *reinterpret_cast<float2*>(dst) = make_float2(a[e], a[e + 1]);
+                else {
+                    if (n0 + c < N) dst[0] = a[e];
+                    if (n0 + c + 1 < N) dst[1] = a[e + 1];
+                }
             }
         });
         return;
@@ -3191,32 +3202,48 @@ tt_embedding_backward_slice_gemm_kernel(const __grid_constant__ TtEmbeddingBackw
     tt_embedding_backward_slice_gemm_block<KIND, VEC>(ex, acc, s, P, io, t, blockIdx.x, blockIdx.y, sm);
 }
 
-// a block per lookup (grid-stride), its rows read once. v4: a thread makes 4 consecutive elements (one i, k .. k+3: R_{T-1}
-// is a multiple of 4 there) from one float4 of dY and 4 rows of G_t, and stores them as a float4; each element the
-// same sum as tt_embedding_backward_slice_last_d's.
-static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID = 32768;
+// A warp per lookup (grid-stride over warps), its rows read once. v4: a lane makes 4 consecutive elements at a time
+// (one i, k .. k+3: R_{T-1} is a multiple of 4 there) from one float4 of dY and 4 rows of G_t, stored as one float4;
+// the loads of U such groups are issued before their stores (no aliasing: __restrict__), so a lookup costs about two
+// round trips to memory, not one per group. (A block per lookup, 256 threads, a round trip per 1,024 elements: 26-28
+// us at EL-Rec's q 4,4,4 L 1, 1.3 TB/s of dM written.) Each element the same sum as tt_embedding_backward_slice_last_d's.
+static const int TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK = 256, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID = 4096;
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK) tt_embedding_backward_slice_last_d_kernel(
     const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardSliceIo io,
     bool v4) {
     pdl_wait_prior();
     pdl_allow_next();
-    const int R = s.R[s.T - 1], per = s.m[s.T - 2] * R, cnt = tt_embedding_backward_count(s);
-    for (int n = blockIdx.x; n < cnt; n += gridDim.x) {
+    constexpr int U = 4;
+    const int R = s.R[s.T - 1], per = s.m[s.T - 2] * R, cnt = tt_embedding_backward_count(s), lane = threadIdx.x % 32;
+    const int nw = gridDim.x * (blockDim.x / 32);
+    for (int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; n < cnt; n += nw) {
         const float *g, *G;
         float* out;
         tt_embedding_backward_slice_last_d_rows(s, P, io, n, g, G, out);
         if (!v4) {
-            for (int r = threadIdx.x; r < per; r += blockDim.x) out[r] = tt_embedding_backward_slice_last_d(s, g, G, r, false);
+            for (int r = lane; r < per; r += 32) out[r] = tt_embedding_backward_slice_last_d(s, g, G, r, false);
             continue;
         }
-        for (int r = 4 * threadIdx.x; r < per; r += 4 * blockDim.x) {
-            const int i = r / R, k = r - i * R;
-            const float4 x = tt_embedding_backward_group_ld4(g + 4 * (int64_t)i);
-            const float* Gk = G + 4 * (int64_t)k;
-            *reinterpret_cast<float4*>(out + r) = make_float4(tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk)),
-                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 4)),
-                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 8)),
-                                                              tt_embedding_backward_slice_dot4(x, tt_embedding_backward_group_ld4(Gk + 12)));
+        const float* __restrict__ gr = g;
+        const float* __restrict__ Gr = G;
+        float* __restrict__ o = out;
+        for (int r0 = 4 * lane; r0 < per; r0 += 4 * 32 * U) {
+            float4 x[U], y[U][4];
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int u = 0; u < U; u++) {
+                const int r = r0 + 4 * 32 * u, i = r / R, k = r - i * R;
+                if (r >= per) continue;
+                x[u] = tt_embedding_backward_group_ld4(gr + 4 * (int64_t)i);
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int j = 0; j < 4; j++) y[u][j] = tt_embedding_backward_group_ld4(Gr + 4 * (int64_t)(k + j));
+            }
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int u = 0; u < U; u++) {
+                const int r = r0 + 4 * 32 * u;
+                if (r >= per) continue;
+                *reinterpret_cast<float4*>(o + r) = make_float4(tt_embedding_backward_slice_dot4(x[u], y[u][0]), tt_embedding_backward_slice_dot4(x[u], y[u][1]),
+                                                                tt_embedding_backward_slice_dot4(x[u], y[u][2]), tt_embedding_backward_slice_dot4(x[u], y[u][3]));
+            }
         }
     }
 }
@@ -3452,14 +3479,21 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
     using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
     for (int t = 1; t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);
-    for (int t = s.T - 1; t >= 0; t--) {
+    auto D = [&](int t) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
-            launch_pdl(tt_embedding_backward_slice_last_d_kernel, (unsigned)std::min(s.nnz, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID),
+            launch_pdl(tt_embedding_backward_slice_last_d_kernel,
+                       (unsigned)std::min(ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK / 32), TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID),
                        TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io, tt_embedding_backward_slice_last_d_v4(s));
         else if (t >= 1) gemm(Dk{}, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), t);
+    };
+    auto G = [&](int t) {
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         if (s.n[t] <= 16) gemm(Gn{}, grid, t);
         else gemm(Gk{}, grid, t);
+    };
+for (int t = s.T - 1; t >= 0; t--) {
+        D(t);
+        G(t);
     }
     launch_pdl(tt_embedding_backward_slice_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD_SLICE_RED_GRID),
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
