@@ -113,17 +113,23 @@ struct TtEmbeddingForwardCores {
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
 
+// a printf-style message (the shape checks' reasons)
+template <class... Args>
+inline std::string tt_embedding_forward_fmt(const char* fmt, Args... args) {
+    char buf[256];
+    snprintf(buf, sizeof buf, fmt, args...);
+    return buf;
+}
+
 // The kernels' shape from a config that tt_embedding_check_config accepted; "" = fine, else the broken constraint.
 // The forward's own limits: every grid of one thread per output value fits 2^31 blocks of 256 (output < 2^38
 // values, row values < 2^40), and a chain intermediate Q_t R_{t+1} <= 2^24 floats.
 inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const TtEmbeddingConfig& c) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
     const int T = c.T(), D = c.D, tables = c.tables, B = c.B, L = c.L;
     const int64_t nbags = c.num_bags(), nnz = c.nnz();
     const double big = (double)((int64_t)1 << 40);
     if ((double)nbags * D > big / 4 || (double)nnz * D > big)
-        return fail("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
+        return tt_embedding_forward_fmt("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
                     (double)nnz * D);
     const std::vector<int>&p = c.p, &q = c.q;
     int64_t prod_p = 1;
@@ -142,7 +148,7 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
         s.Q[t] = (int)Qt;
         s.slice[t] = (int64_t)s.R[t] * q[t] * s.R[t + 1];
         if (Qt * s.R[t + 1] > limit)
-            return fail("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
+            return tt_embedding_forward_fmt("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
         s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
         if (t >= 1 && t <= T - 2) {
             s.buf_pad[(t & 1) ? 0 : 1] = std::max<int>(s.buf_pad[(t & 1) ? 0 : 1], (int)tt_embedding_forward_round4(Qt * s.ld[t]));
@@ -1098,14 +1104,13 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
 
 // the shapes version 4 is written and compiled for; "" when it runs
 inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if (s.T != 3) return fail("version 4 is written for three cores (T = %d)", s.T);
+    if (s.T != 3) return tt_embedding_forward_fmt("version 4 is written for three cores (T = %d)", s.T);
     if (s.q[0] != 4 || s.q[2] != 4)
-        return fail("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
+        return tt_embedding_forward_fmt("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_G1_COLS)
-        return fail("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2, s.q[1]);
+        return tt_embedding_forward_fmt("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS,
+                                        R2, s.q[1]);
     return "";
 }
 
@@ -1306,11 +1311,13 @@ __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_ker
                                                on_work, on_ready, compute);
 }
 
+// the signature of versions 4-6's item kernels (version 4 ignores the digits)
+typedef void (*TtEmbeddingForwardGroupedKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
+                                                const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
+
 // version 5's compiled shapes (T = 3; q = 4,4,4 with ranks 16,16, 32,32 or 64,64; q = 8,4,4 with ranks 32,32): the
 // kernel (version 6's with the digit scan), null for any other
-typedef void (*TtEmbeddingForwardTcKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
-                                           const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
-inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
     if (s.T != 3 || (s.q[0] != 4 && s.q[0] != 8) || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != s.R[2]) return nullptr;
     const int R = s.R[1];
     if (s.q[0] == 8) return R != 32 ? nullptr : digits ? tt_embedding_forward_kernel5<8, 4, 4, 4, true> : tt_embedding_forward_kernel5<8, 4, 4, 4, false>;
@@ -1322,10 +1329,8 @@ inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddi
 
 inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s) {
     if (tt_embedding_forward_tc_kernel(s)) return "";
-    std::string got = "T = " + std::to_string(s.T);
-    if (s.T == 3)
-        got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
-               std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
+    const std::string got = s.T != 3 ? tt_embedding_forward_fmt("T = %d", s.T)
+                                     : tt_embedding_forward_fmt("T = 3, q = %d,%d,%d, ranks %d,%d", s.q[0], s.q[1], s.q[2], s.R[1], s.R[2]);
     return "version 5 is compiled for T = 3, q = 4,4,4 with ranks 16,16, 32,32 or 64,64, and q = 8,4,4 with ranks 32,32 (" + got +
            "); add an instantiation for others";
 }
@@ -1541,7 +1546,7 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
 }
 
 // the column-tile kernel for the shape's q_0, null where it is not compiled
-inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
     const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
         case 1: return tc ? tt_embedding_forward_kernel_tiled<1, true> : tt_embedding_forward_kernel_tiled<1, false>;
@@ -1554,15 +1559,13 @@ inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel_tiled_for(const Tt
 
 // the shapes the column-tile kernel is written and compiled for; "" when it runs (shared memory is checked with the others')
 inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardShape& s) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if (s.T != 3) return fail("the column-tile kernel is written for three cores (T = %d)", s.T);
+    if (s.T != 3) return tt_embedding_forward_fmt("the column-tile kernel is written for three cores (T = %d)", s.T);
     if (!tt_embedding_forward_kernel_tiled_for(s) || s.q[2] != 4)
-        return fail("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
+        return tt_embedding_forward_fmt("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || R2 > TT_EMBEDDING_FORWARD_G1_COLS || (R2 & (R2 - 1)) != 0)
-        return fail("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
-    if (s.p[1] > 65536) return fail("the column-tile kernel stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
+        return tt_embedding_forward_fmt("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
+    if (s.p[1] > 65536) return tt_embedding_forward_fmt("the column-tile kernel stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
     return "";
 }
 
@@ -1594,34 +1597,43 @@ struct TtEmbeddingForwardWorkspace {
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
 };
 
+// Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
+// column tiles); version 3's kernel is 3. A block's shared memory (version 3: its buffers in shared memory), the
+// compiled kernel for the shape (null where none is), the lookups per item the host aims at.
+inline size_t tt_embedding_forward_smem_bytes(int kernel, const TtEmbeddingForwardShape& s, int warps) {
+    return kernel == 3 ? tt_embedding_forward_smem_bytes3(s, warps) : kernel == 4 ? tt_embedding_forward_smem_bytes4(s, warps)
+         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, warps) : tt_embedding_forward_smem_bytes5(s, warps, kernel == 6);
+}
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_grouped_kernel(int kernel, const TtEmbeddingForwardShape& s) {
+    return kernel == 4 ? tt_embedding_forward_kernel4<4, 4>
+         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_kernel_tiled_for(s) : tt_embedding_forward_tc_kernel(s, kernel == 6);
+}
+inline int tt_embedding_forward_target(int kernel) {
+    return kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
+         : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
+}
+
 // what versions 4-6 share beyond their compiled shapes: the index reads of all items and one warp's shared memory
-inline std::string tt_embedding_forward_grouped_reason(const TtEmbeddingForwardShape& s, int target, size_t smem1, size_t max_smem) {
-    char buf[256];
+inline std::string tt_embedding_forward_grouped_reason(int kernel, const TtEmbeddingForwardShape& s, size_t max_smem) {
     const double reads = (double)s.p[1] * (double)s.nnz;          // every item reads its segment's indices
-    if ((double)s.tables * s.p[1] * tt_embedding_forward_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
-        snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
-        return buf;
-    }
-    if (smem1 > max_smem) {
-        snprintf(buf, sizeof buf, "one warp's shared memory (%zu bytes) exceeds the %zu bytes per block", smem1, max_smem);
-        return buf;
-    }
+    if ((double)s.tables * s.p[1] * tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)) > (double)INT32_MAX || reads > 1e10)
+        return tt_embedding_forward_fmt("its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
+    const size_t smem1 = tt_embedding_forward_smem_bytes(kernel, s, 1);
+    if (smem1 > max_smem) return tt_embedding_forward_fmt("one warp's shared memory (%zu bytes) exceeds the %zu bytes per block", smem1, max_smem);
     return "";
 }
 
 // version 6 runs its compiled kernel where that applies, the column-tile kernel where G_1's slice is too big for
-// version 5's copies and that kernel runs, version 3's everywhere else
+// version 5's copies and that kernel runs, version 3's everywhere else (tt_embedding_forward_runs6 says which)
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return tt_embedding_forward_reason6(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET6, tt_embedding_forward_smem_bytes5(s, 1, true), max_smem).empty();
-}
-inline bool tt_embedding_forward_runs_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return tt_embedding_forward_reason_tiled(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET_TILED, tt_embedding_forward_smem_bytes_tiled(s, 1), max_smem).empty();
+    return tt_embedding_forward_reason6(s).empty() && tt_embedding_forward_grouped_reason(6, s, max_smem).empty();
 }
 inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
-           tt_embedding_forward_runs_tiled(s, max_smem);
+           tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty();
+}
+inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem) {
+    return tt_embedding_forward_fast6(s, max_smem) ? 6 : tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
 }
 
 // terms of version 1's explicit sum over the whole call
@@ -1633,19 +1645,15 @@ inline double tt_embedding_forward_naive_terms(const TtEmbeddingForwardShape& s)
 
 // the precondition of each version on a shape, "" when it runs; version 6 (the default) runs every shape
 std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s, size_t max_smem) {
-    char buf[256];
     if (kernel_num == 1 && (double)s.tables * s.B * s.D > (double)INT32_MAX * 64)
         return "its grid (a thread per output value, blocks of 64) would exceed 2^31 blocks";
-    if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS) {
-        snprintf(buf, sizeof buf, "its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
-                 tt_embedding_forward_naive_terms(s));
-        return buf;
-    }
+    if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS)
+        return tt_embedding_forward_fmt("its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
+                                        tt_embedding_forward_naive_terms(s));
     if (kernel_num == 4 || kernel_num == 5) {
         std::string why = kernel_num == 4 ? tt_embedding_forward_reason4(s) : tt_embedding_forward_reason5(s);
         if (!why.empty()) return why + " (version 6 runs every shape)";
-        return kernel_num == 4 ? tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET4, tt_embedding_forward_smem_bytes4(s, 1), max_smem)
-                               : tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET5, tt_embedding_forward_smem_bytes5(s, 1, false), max_smem);
+        return tt_embedding_forward_grouped_reason(kernel_num, s, max_smem);
     }
     return "";
 }
@@ -1698,23 +1706,23 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     const size_t i1_len = (size_t)(nnz + 7) / 8 * 8 + 8;
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
     cudaCheck(cudaMemset(ws.lookup_i1, 0, i1_len * sizeof(uint16_t)));     // the padding
-    auto fit = [&](int v, auto kernel) {                    // opt-in shared memory, block limit, residency
+    auto fit = [&](int v) {                                 // opt-in shared memory, block limit, residency
+        const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
         cudaCheck(cudaFuncGetAttributes(&attr, kernel));
         ws.max_threads[v] = attr.maxThreadsPerBlock;
         for (int w = 1; w <= 32; w++) {
-            const size_t smem = v == 4 ? tt_embedding_forward_smem_bytes4(s, w)
-                                : v == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, w) : tt_embedding_forward_smem_bytes5(s, w, v == 6);
+            const size_t smem = tt_embedding_forward_smem_bytes(v, s, w);
             if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], kernel, 32 * w, smem));
         }
     };
-    if (tt_embedding_forward_reason4(s).empty()) fit(4, tt_embedding_forward_kernel4<4, 4>);
+    if (tt_embedding_forward_reason4(s).empty()) fit(4);
     if (tt_embedding_forward_tc_kernel(s)) {
-        fit(5, tt_embedding_forward_tc_kernel(s, false));
-        fit(6, tt_embedding_forward_tc_kernel(s, true));
+        fit(5);
+        fit(6);
     }
-    if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED, tt_embedding_forward_kernel_tiled_for(s));
+    if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED);
 }
 
 void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
@@ -1806,28 +1814,22 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
-    const int target = kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
-                     : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
-    const int segments = tt_embedding_forward_segments(s, target), warps = block_size / 32;
+    const int segments = tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
     const int64_t items = (int64_t)s.tables * s.p[1] * segments;
     const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[kernel][warps], 1) * ws.num_sms);
-    if (kernel == 4) {
-        tt_embedding_forward_kernel4<4, 4><<<blocks, block_size, tt_embedding_forward_smem_bytes4(s, warps)>>>(
-            ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    } else if (kernel == 5) {
-        tt_embedding_forward_tc_kernel(s, false)<<<blocks, block_size, tt_embedding_forward_smem_bytes5(s, warps, false)>>>(
-            ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    } else {
-        tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
-                                                                                          ws.use_fast_digits);
-        launch_pdl(kernel == 6 ? tt_embedding_forward_tc_kernel(s, true) : tt_embedding_forward_kernel_tiled_for(s), blocks, (unsigned)block_size,
-                   kernel == 6 ? tt_embedding_forward_smem_bytes5(s, warps, true) : tt_embedding_forward_smem_bytes_tiled(s, warps), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
-                                        offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-        launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
-                                        nbags, s.D);
+    const TtEmbeddingForwardGroupedKernel chain = tt_embedding_forward_grouped_kernel(kernel, s);
+    const size_t smem = tt_embedding_forward_smem_bytes(kernel, s, warps);
+    if (kernel == 4 || kernel == 5) {
+        chain<<<blocks, block_size, smem>>>(ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits,
+                                            ws.item_counters);
+        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
+                                                                                      ws.use_fast_digits);
+    launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
+               ws.fast_digits, ws.use_fast_digits, ws.item_counters);
+    launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets, nbags, s.D);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
@@ -1839,12 +1841,12 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 3: tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break;
         case 4:
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
-        case 6:                                     // the default: the dispatcher
-            if (tt_embedding_forward_fast6(s, ws.max_smem)) tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, 6);
-            else if (tt_embedding_forward_route_tiled(s, ws.max_smem))
-                tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, TT_EMBEDDING_FORWARD_TILED);
-            else tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
+        case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
+            const int k = tt_embedding_forward_runs6(s, ws.max_smem);
+            if (k == 3) tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
+            else tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, k);
             break;
+        }
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -1855,15 +1857,11 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
 std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
     if (kernel_num == 1) return {64, 256};
     if (kernel_num == 2) return {256};
-    if (kernel_num == 6 && !tt_embedding_forward_fast6(s, ws.max_smem)) kernel_num = tt_embedding_forward_route_tiled(s, ws.max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
+    if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem);
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
-        const size_t bytes = kernel_num == 3   ? (ws.chain_scratch ? 0 : tt_embedding_forward_smem_bytes3(s, b / 32))
-                             : kernel_num == 4 ? tt_embedding_forward_smem_bytes4(s, b / 32)
-                             : kernel_num == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, b / 32)
-                                               : tt_embedding_forward_smem_bytes5(s, b / 32, kernel_num == 6);
-        if (bytes <= ws.max_smem) out.push_back(b);
+        if ((kernel_num == 3 && ws.chain_scratch) || tt_embedding_forward_smem_bytes(kernel_num, s, b / 32) <= ws.max_smem) out.push_back(b);
     }
     return out;
 }
@@ -1922,7 +1920,7 @@ void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
 bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
     const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
     bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
-    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem) && !tt_embedding_forward_route_tiled(b.s, b.ws.max_smem))) return ok;
+    if (k < 4 || (k == 6 && tt_embedding_forward_runs6(b.s, b.ws.max_smem) == 3)) return ok;
     std::vector<floatX> got = device_download(b.out, n);
     if (b.first_out[k].empty()) {
         b.first_out[k] = got;
@@ -1994,10 +1992,11 @@ int main(int argc, char** argv) {
     tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check);
     const std::string shape = tt_embedding_shape_name(c);
     const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
+    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem);
     printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
            "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
            (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
-           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : tt_embedding_forward_route_tiled(s, b.ws.max_smem) ? "its column-tile kernel" : "version 3's kernel");
+           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : "its column-tile kernel");
     if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
     tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
