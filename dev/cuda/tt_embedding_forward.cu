@@ -486,11 +486,9 @@ inline size_t tt_embedding_forward_smem_bytes3(const TtEmbeddingForwardShape& s,
 // result into its own pooled row in shared memory (the last step accumulates in place); then the block
 // sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
 // and the pooled write stays on chip; no atomics; the result depends only on the block size.
-// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), at shapes where one warp's
-// buffers exceed the shared memory of a block (ranks 128 with wide intermediates), in a global scratch area
-// (`scratch`: blockDim / 32 warps' worth per block), which the same code reads through L1/L2. Two instantiations,
-// not a pointer chosen at run time: a pointer that may point to either memory compiles to generic loads and
-// stores, and that cost the shared-memory path 57% at FBTT's default (0.0451 -> 0.0709 ms).
+// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), where one warp's buffers exceed
+// a block's shared memory (ranks 128 with wide intermediates), in a global scratch area (blockDim / 32 warps' worth
+// per block). Two instantiations, not a pointer chosen at run time, which would compile to generic loads and stores.
 template <bool GLOBAL>
 __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -542,8 +540,7 @@ __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const
     out[i] = from_float<floatX>(sum);
 }
 
-// Digits without a 64-bit division (version 4 reads every index of its segment: with int64 '/' and '%' its
-// kernel executed 18.4M warp instructions in ncu, 16.2M with these). For x < 2^32 and a
+// Digits without a 64-bit division (version 4 computes one for every index of its segment). For x < 2^32 and a
 // divisor d <= 2^32, q = mulhi64(x, floor(2^64 / d) + 1) is exactly floor(x / d): the multiplier's excess adds
 // less than 2^-32 <= 1/d to x / d, whose fractional part is at most 1 - 1/d. Used when prod p < 2^32.
 struct TtEmbeddingForwardFastDigits {
@@ -639,10 +636,9 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
     return (int)std::min<int64_t>(std::max<int64_t>(segs, 1), 1024);
 }
 
-// The digit scan of version 6 (a building block of the item loop below). An item's serial path in versions 4 and 5
-// is its scan (7 dependent passes of 512 int64 indices at 128 threads, each an L2 round trip, a 64-bit digit and two
-// barriers), the all-pairs search for equal indices, and 2.5 items per block in series. Version 6 computes every
-// lookup's i_1 ONCE (uint16: 20 KB at the default instead of 80 KB of indices re-read by every key) and scans them 8
+// The digit scan of version 6 (a building block of the item loop below). Versions 4 and 5 scan int64 indices in
+// dependent passes (each an L2 round trip, a 64-bit digit and two barriers) on every item's serial path. Version 6
+// computes every lookup's i_1 ONCE (uint16: a quarter of the indices' bytes, which every key re-reads) and scans them 8
 // per 16-byte load (__vcmpeq2), CHUNKS loads per thread in flight. The list is filled in position order by a prefix
 // count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
 // past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
@@ -895,12 +891,11 @@ TT_EMBEDDING_FORWARD_UNROLL
 
 // ---- version 4: lookups grouped by the index of core 1, which each group reads once
 
-// Version 3 streams each lookup's own 16 KB slice of G_1 from L2 (174 MB per call at the default). Version 4 shares
-// it: block (key, segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups,
-// lists the lookups of the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's
-// slice; equal indices (Zipf's hot rows) are computed once and copied. No sort, no planning kernel: the redundant
-// index reads (keys x lookups x 8 bytes, 18 MB at the default) against 164 MB of slices saved. Persistent blocks take
-// items from a global counter; rows go to a per-lookup buffer that the pooling kernel sums in lookup order (no float
+// Version 3 streams each lookup's own slice of G_1 from L2 (16 KB at the default). Version 4 shares it: block (key,
+// segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups, lists the lookups
+// of the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's slice; equal indices
+// (Zipf's hot rows) are computed once and copied. No sort, no planning kernel: every key re-reads the indices, a tenth
+// of the slice bytes saved at the default. Persistent blocks take items from a global counter; rows go to a per-lookup buffer that the pooling kernel sums in lookup order (no float
 // atomics, deterministic at any block size). Step 1 runs by rows of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per
 // lane) times M_0's column k_1 (a broadcast float4 of G_0's slice, transposed), each lane keeping its 4 columns (a_1,
 // k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's rows into a per-lane partial that xor shuffles
@@ -908,6 +903,14 @@ TT_EMBEDDING_FORWARD_UNROLL
 // one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
 #define TT_EMBEDDING_FORWARD_G1_COLS 128        // q_1 R_2 at most: a float4 of columns per lane
 #define TT_EMBEDDING_FORWARD_G1_BATCH 8          // G_1 rows loaded per batch (unrolled)
+
+// acc[0..3] += a * w (host-callable)
+__host__ __device__ __forceinline__ void tt_embedding_forward_fma4(float (&acc)[4], float a, const float4& w) {
+    acc[0] = fmaf(a, w.x, acc[0]);
+    acc[1] = fmaf(a, w.y, acc[1]);
+    acc[2] = fmaf(a, w.z, acc[2]);
+    acc[3] = fmaf(a, w.w, acc[3]);
+}
 
 // R_1 rounded up to whole batches: the transposed G_0 buffer is zero-padded to it
 __host__ __device__ inline int tt_embedding_forward_r1_pad(int R1) {
@@ -953,24 +956,13 @@ TT_EMBEDDING_FORWARD_UNROLL
                 w[r] = t.x; w[r + 1] = t.y; w[r + 2] = t.z; w[r + 3] = t.w;
             }
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int r = 0; r < ROWS; r++) {
-                acc[r][0] = fmaf(w[r], v[u].x, acc[r][0]);
-                acc[r][1] = fmaf(w[r], v[u].y, acc[r][1]);
-                acc[r][2] = fmaf(w[r], v[u].z, acc[r][2]);
-                acc[r][3] = fmaf(w[r], v[u].w, acc[r][3]);
-            }
+            for (int r = 0; r < ROWS; r++) tt_embedding_forward_fma4(acc[r], w[r], v[u]);
         }
     }
 TT_EMBEDDING_FORWARD_UNROLL
     for (int r = 0; r < ROWS; r++)
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int kk = 0; kk < 4; kk++) {
-            const float4 g = g2r[r / Q0][kk];
-            part[r][0] = fmaf(acc[r][kk], g.x, part[r][0]);
-            part[r][1] = fmaf(acc[r][kk], g.y, part[r][1]);
-            part[r][2] = fmaf(acc[r][kk], g.z, part[r][2]);
-            part[r][3] = fmaf(acc[r][kk], g.w, part[r][3]);
-        }
+        for (int kk = 0; kk < 4; kk++) tt_embedding_forward_fma4(part[r], acc[r][kk], g2r[r / Q0][kk]);
 }
 
 // the partials of the R_2 / 4 lanes of each a_1 (consecutive lanes, an aligned power of two) summed into every
@@ -1116,20 +1108,18 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 
 // ---- version 5: version 4's groups, the chain on tensor cores in 3xTF32
 
-// ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the FP32 step 1. Version 5 keeps version 4's
-// items and runs the chain of 16 / q_0 unique lookups at a time as one 16-row tile of mma.sync.m16n8k8 (TF32 in,
-// FP32 accumulate):
+// Most of version 4's instructions are its FP32 step 1. Version 5 keeps version 4's items and runs the chain of
+// 16 / q_0 unique lookups at a time as one 16-row tile of mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
 //   step 1  [16 / q_0 lookups x q_0 rows of M_0] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of R_1 / 8
 //           k-steps, in 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi), product hi.hi + hi.lo + lo.hi (lo.lo,
 //           ~2^-22 relative, dropped): three mma per tile and k-step, about FP32's rounding;
 //   step 2  each lane's accumulators are M_1 at (row, a_1, two consecutive k_2): FP32 FMAs with G_2's rows into
 //           (a_1, row, a_2) partials, which the quad's four lanes (the other k_2) add at the end.
-// Per tile of 4 lookups at FBTT's default, per lane: 192 mma, 64 16-byte shared loads, 256 FFMA, 64 shuffles
-// (version 4: 576 FFMA per lookup). K's order inside a GEMM is free as long as A and B agree, so fragment column c of
-// k-step s holds k = KL (c % 4) + 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row
-// (float4 loads from L2), and G_1's slice, stored once per item in fragment order (hi and lo; lane l's KL values of
-// n-tile j at (32 j + l) KL), gives each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied
-// (cp.async, rows padded by 4 floats) under the index scan and split into fragment order once the list is ready.
+// K's order inside a GEMM is free as long as A and B agree, so fragment column c of k-step s holds k = KL (c % 4) +
+// 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row (float4 loads from L2), and G_1's
+// slice, stored once per item in fragment order (hi and lo; lane l's KL values of n-tile j at (32 j + l) KL), gives
+// each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied (cp.async, rows padded by 4 floats)
+// under the index scan and split into fragment order once the list is ready.
 // Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2) = (Q0, 8 KS, Q1, 8 JT), q_2 = 4: (4, 4, 4, 4)
 // (FBTT's default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64), (8, 4, 4, 4) (q 8,4,4: 2 lookups of 8 rows).
 
@@ -1153,6 +1143,29 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
 // Tile row r (0..15) holds row a_0 = r % Q0 of M_0 of the tile's lookup slot r / Q0 (16 / Q0 lookups per tile). Lane
 // (group g, tig t) holds rows g and g + 8: with Q0 | 8 both are row a_0 = g % Q0, of slots g / Q0 and (g + 8) / Q0.
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_slot(int Q0, int group, int h) { return (group + 8 * h) / Q0; }
+
+// 3xTF32's hi and lo parts of the A fragment of k-step st: a0 (row g, col t) a1 (row g+8, col t) a2 (row g, col t+4)
+// a3 (row g+8, col t+4), from x[h][v], the lane's v-th value of K in row g + 8 h (which k that is, the caller's layout)
+template <int KL>
+__device__ __forceinline__ void tt_embedding_forward_split_a(uint32_t (&ahi)[4], uint32_t (&alo)[4], const float (&x)[2][KL], int st) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float hi, lo;
+        tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
+        ahi[r] = __float_as_uint(hi);
+        alo[r] = __float_as_uint(lo);
+    }
+}
+
+// v[0..N) summed over the four lanes of each quad (xor 1, 2), into every one of them
+template <int N>
+__device__ __forceinline__ void tt_embedding_forward_quad_sum(float* v) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        v[i] += __shfl_xor_sync(0xffffffffu, v[i], 1);
+        v[i] += __shfl_xor_sync(0xffffffffu, v[i], 2);
+    }
+}
 
 // One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
 // are zeros and not written)
@@ -1187,17 +1200,9 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
             for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
         }
     }
-    // A fragments: a0 (row g, col t) a1 (row g+8, col t) a2 (row g, col t+4) a3 (row g+8, col t+4) -> k = KL t + 2 s (+1)
-    uint32_t ahi[KS][4], alo[KS][4];
+    uint32_t ahi[KS][4], alo[KS][4];                        // A fragments of every k-step: col t (+4) -> k = KL t + 2 s (+1)
 #pragma unroll
-    for (int st = 0; st < KS; st++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            float hi, lo;
-            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
-            ahi[st][r] = __float_as_uint(hi);
-            alo[st][r] = __float_as_uint(lo);
-        }
+    for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
     float acc[Q1][2][4] = {};                               // (a_1, row, a_2) partial sums over this lane's k_2
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -1229,22 +1234,11 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float m1 = big[2 * h + e] + small[2 * h + e];
-                    acc[b][h][0] = fmaf(m1, w[h][e].x, acc[b][h][0]);
-                    acc[b][h][1] = fmaf(m1, w[h][e].y, acc[b][h][1]);
-                    acc[b][h][2] = fmaf(m1, w[h][e].z, acc[b][h][2]);
-                    acc[b][h][3] = fmaf(m1, w[h][e].w, acc[b][h][3]);
-                }
+                for (int e = 0; e < 2; e++) tt_embedding_forward_fma4(acc[b][h], big[2 * h + e] + small[2 * h + e], w[h][e]);
         }
     }
     // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
-    float* sums = &acc[0][0][0];
-#pragma unroll
-    for (int i = 0; i < Q1 * 2 * 4; i++) {
-        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 1);
-        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 2);
-    }
+    tt_embedding_forward_quad_sum<Q1 * 2 * 4>(&acc[0][0][0]);
     // the quad's 2 x Q1 float4s, shared out over its lanes: element (a_0, a_1 = b, a_2) of the row
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1345,8 +1339,8 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 
 // ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; G_1 in column tiles at rank 128
 
-// Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, 12% of the
-// warp slots active): an item's serial path, not the chain, held it up. Version 6 cuts that path: the digit kernel
+// Version 5 ran fewer instructions than version 4 in the same time: an item's serial path, not the chain, held both
+// up (few warp slots active). Version 6 cuts that path: the digit kernel
 // and scan above, a hash set for equal indices (O(m)), 64 lookups per item (one wave of items at the default), the
 // chain and pooling kernels launched with PDL. As the default it runs every shape: its compiled kernel where that
 // applies, the column-tile kernel below where G_1's slice is too big for version 5's copies and that kernel runs the
@@ -1355,16 +1349,15 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // ---- version 6 where G_1's slice exceeds shared memory: the same items, G_1 in column tiles
 
 // At EL-Rec's rank 128 (G_1's slice 256 KB at q 4,4,4, 128 KB at q 2,2,4) version 5's three copies of the slice do
-// not fit a block, and version 3 streams every lookup's slice from L2 (21 GB per call at B 4096, L 20). This kernel
-// (version 7 until it was folded into the default) keeps version 6's items and shares the slice a column tile at a
-// time: tiles of whole a_1 (128 columns, 64 KB at R_1 = 128) hold every k_2 of their a_1, so step 2 (x G_2) finishes
-// inside the tile and each tile writes its own (a_0, a_1, *) values of the row: no partial sums cross tiles, no atomics. Per round of an item and tile the block
-// copies the tile (cp.async) and the warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs
-// LPW = 4 / 2 / 1 lookups (q_0 <= 2 / 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by
-// side): each float4 of the tile a lane loads from shared memory feeds 32 FMAs instead of q_0 x 4 (8 at EL-Rec's
-// q_0 = 2, where the one-lookup lane lost to version 3), and the staging, shuffle tree and G_2's rows (from L2 into
-// registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
-// __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
+// not fit a block, and version 3 streams every lookup's slice from L2. This kernel keeps version 6's items and shares
+// the slice a column tile at a time: tiles of whole a_1 (128 columns, 64 KB at R_1 = 128) hold every k_2 of their
+// a_1, so step 2 (x G_2) finishes inside the tile and each tile writes its own (a_0, a_1, *) values of the row: no
+// partial sums cross tiles, no atomics. Per round of an item and tile the block copies the tile (cp.async) and the
+// warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs LPW = 4 / 2 / 1 lookups (q_0 <= 2 /
+// 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by side): each float4 of the tile a lane
+// loads from shared memory feeds 32 FMAs instead of q_0 x 4, and the staging, shuffle tree and G_2's rows (from L2
+// into registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any
+// R_1. __launch_bounds__(256, 1): without a minimum of blocks ptxas capped registers and spilled.
 #ifndef TT_EMBEDDING_FORWARD_TARGET_TILED
 #define TT_EMBEDDING_FORWARD_TARGET_TILED 128
 #endif
@@ -1422,13 +1415,7 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
     for (int st = 0; st < KS; st++) {
         if (8 * st >= R1) break;                            // zero k-steps
         uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 8 st + tig (r < 2), + 4 (r >= 2)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            float hi, lo;
-            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
-            ahi[r] = __float_as_uint(hi);
-            alo[r] = __float_as_uint(lo);
-        }
+        tt_embedding_forward_split_a<KL>(ahi, alo, x, st);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TILED_TC_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
@@ -1448,19 +1435,9 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                const float m1 = acc[j][2 * h + e];
-                part[h][0] = fmaf(m1, w.x, part[h][0]);
-                part[h][1] = fmaf(m1, w.y, part[h][1]);
-                part[h][2] = fmaf(m1, w.z, part[h][2]);
-                part[h][3] = fmaf(m1, w.w, part[h][3]);
+                tt_embedding_forward_fma4(part[h], acc[j][2 * h + e], w);
             }
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 1);
-            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 2);
-        }
+    tt_embedding_forward_quad_sum<8>(&part[0][0]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
         if (valid[h] && tig == h)
