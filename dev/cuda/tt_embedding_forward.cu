@@ -45,14 +45,14 @@ Compile and run:
 Lessons:
   - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x; a buffer pointer chosen at run time between
     shared and global memory made 3 a third slower (generic loads and stores): one instantiation per memory space.
-  - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
+  - At B 512 versions 3-5 all took 45-50 us whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
-    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122, where a tile pre-split
-    in fragment order (128 KB per round) had lost (1.646, Zipf 0.507 against 0.336).
+    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122; a tile pre-split in
+    fragment order (128 KB per round) lost.
 */
 #include "tt_embedding.h"
 
