@@ -892,15 +892,15 @@ TT_EMBEDDING_FORWARD_UNROLL
 // ---- version 4: lookups grouped by the index of core 1, which each group reads once
 
 // Version 3 streams each lookup's own slice of G_1 from L2 (16 KB at the default). Version 4 shares it: block (key,
-// segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups, lists the lookups
-// of the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's slice; equal indices
-// (Zipf's hot rows) are computed once and copied. No sort, no planning kernel: every key re-reads the indices, a tenth
-// of the slice bytes saved at the default. Persistent blocks take items from a global counter; rows go to a per-lookup buffer that the pooling kernel sums in lookup order (no float
-// atomics, deterministic at any block size). Step 1 runs by rows of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per
-// lane) times M_0's column k_1 (a broadcast float4 of G_0's slice, transposed), each lane keeping its 4 columns (a_1,
-// k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's rows into a per-lane partial that xor shuffles
-// add over the R_2 / 4 lanes of each a_1. G_0 and G_2 are staged per warp with cp.async, the next lookup's while this
-// one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
+// segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups, lists the lookups of
+// the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's slice; equal indices (Zipf's
+// hot rows) are computed once and copied. No sort, no planning kernel: every key re-reads the indices, a tenth of the
+// slice bytes saved at the default. Persistent blocks take items from a global counter; rows go to a per-lookup buffer
+// that the pooling kernel sums in lookup order (no float atomics, deterministic at any block size). Step 1 runs by rows
+// of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per lane) times M_0's column k_1 (a broadcast float4 of G_0's slice,
+// transposed), each lane keeping its 4 columns (a_1, k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's
+// rows into a per-lane partial that xor shuffles add over the R_2 / 4 lanes of each a_1. G_0 and G_2 are staged per
+// warp with cp.async, the next lookup's while this one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
 #define TT_EMBEDDING_FORWARD_G1_COLS 128        // q_1 R_2 at most: a float4 of columns per lane
 #define TT_EMBEDDING_FORWARD_G1_BATCH 8          // G_1 rows loaded per batch (unrolled)
 
@@ -1253,13 +1253,11 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 // (two blocks of 256 per SM at ranks up to 32; at rank 64 the slice and its split copies fill one SM's shared memory,
 // so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments)
 template <int Q0, int KS, int Q1, int JT, bool DIGITS>
-__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
-                                              const uint16_t* __restrict__ digits1,
-                                              const int64_t* __restrict__ offsets,
-                                              const __grid_constant__ TtEmbeddingForwardCores cores,
-                                              const __grid_constant__ TtEmbeddingForwardShape s, int segments,
-                                              const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
-                                              int* __restrict__ work) {
+__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1)
+tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices, const uint16_t* __restrict__ digits1,
+                             const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
+                             const __grid_constant__ TtEmbeddingForwardShape s, int segments,
+                             const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast, int* __restrict__ work) {
     constexpr int R1 = 8 * KS, NCOLS = Q1 * 8 * JT, KL = 2 * KS, RAW_LD = NCOLS + 4;
     extern __shared__ float4 tt_embedding_forward_smem5[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
@@ -1363,7 +1361,9 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 #endif
 
 // a_1 values per column tile (the last tile may hold fewer)
-__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) { return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1; }
+__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) {
+    return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1;
+}
 
 // G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats, ld apart
 // if given); thread tid of nthreads. Host-callable.
