@@ -45,14 +45,14 @@ Compile and run:
 Lessons:
   - Fusing the chain into one kernel (3) beats the cuBLAS pipeline (2) 7x; a buffer pointer chosen at run time between
     shared and global memory made 3 a third slower (generic loads and stores): one instantiation per memory space.
-  - At B 512 versions 3-5 all took 45-50 us (2026-11-29) whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
+  - At B 512 versions 3-5 all took 45-50 us whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
-    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122, where a tile pre-split
-    in fragment order (128 KB per round) had lost (1.646, Zipf 0.507 against 0.336).
+    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122; a tile pre-split in
+    fragment order (128 KB per round) lost.
 */
 #include "tt_embedding.h"
 
@@ -113,17 +113,23 @@ struct TtEmbeddingForwardCores {
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
 
+// a printf-style message (the shape checks' reasons)
+template <class... Args>
+inline std::string tt_embedding_forward_fmt(const char* fmt, Args... args) {
+    char buf[256];
+    snprintf(buf, sizeof buf, fmt, args...);
+    return buf;
+}
+
 // The kernels' shape from a config that tt_embedding_check_config accepted; "" = fine, else the broken constraint.
 // The forward's own limits: every grid of one thread per output value fits 2^31 blocks of 256 (output < 2^38
 // values, row values < 2^40), and a chain intermediate Q_t R_{t+1} <= 2^24 floats.
 inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, const TtEmbeddingConfig& c) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
     const int T = c.T(), D = c.D, tables = c.tables, B = c.B, L = c.L;
     const int64_t nbags = c.num_bags(), nnz = c.nnz();
     const double big = (double)((int64_t)1 << 40);
     if ((double)nbags * D > big / 4 || (double)nnz * D > big)
-        return fail("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
+        return tt_embedding_forward_fmt("tables*B*D (%.3g output values) must be < 2^38 and tables*B*L*D (%.3g row values) < 2^40", (double)nbags * D,
                     (double)nnz * D);
     const std::vector<int>&p = c.p, &q = c.q;
     int64_t prod_p = 1;
@@ -142,7 +148,7 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
         s.Q[t] = (int)Qt;
         s.slice[t] = (int64_t)s.R[t] * q[t] * s.R[t + 1];
         if (Qt * s.R[t + 1] > limit)
-            return fail("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
+            return tt_embedding_forward_fmt("chain intermediate Q_%d*R_%d (%lld) must be <= 2^24", t, t + 1, (long long)(Qt * s.R[t + 1]));
         s.ld[t] = (t == 0) ? s.R[1] : (t == T - 1 ? 1 : (s.R[t + 1] | 1));
         if (t >= 1 && t <= T - 2) {
             s.buf_pad[(t & 1) ? 0 : 1] = std::max<int>(s.buf_pad[(t & 1) ? 0 : 1], (int)tt_embedding_forward_round4(Qt * s.ld[t]));
@@ -480,11 +486,9 @@ inline size_t tt_embedding_forward_smem_bytes3(const TtEmbeddingForwardShape& s,
 // result into its own pooled row in shared memory (the last step accumulates in place); then the block
 // sums its W rows in a fixed order and writes the bag's D values once. Everything between the index load
 // and the pooled write stays on chip; no atomics; the result depends only on the block size.
-// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), at shapes where one warp's
-// buffers exceed the shared memory of a block (ranks 128 with wide intermediates), in a global scratch area
-// (`scratch`: blockDim / 32 warps' worth per block), which the same code reads through L1/L2. Two instantiations,
-// not a pointer chosen at run time: a pointer that may point to either memory compiles to generic loads and
-// stores, and that cost the shared-memory path 57% at FBTT's default (0.0451 -> 0.0709 ms).
+// Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), where one warp's buffers exceed
+// a block's shared memory (ranks 128 with wide intermediates), in a global scratch area (blockDim / 32 warps' worth
+// per block). Two instantiations, not a pointer chosen at run time, which would compile to generic loads and stores.
 template <bool GLOBAL>
 __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -536,8 +540,7 @@ __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const
     out[i] = from_float<floatX>(sum);
 }
 
-// Digits without a 64-bit division (version 4 reads every index of its segment: with int64 '/' and '%' its
-// kernel executed 18.4M warp instructions in ncu, 16.2M with these). For x < 2^32 and a
+// Digits without a 64-bit division (version 4 computes one for every index of its segment). For x < 2^32 and a
 // divisor d <= 2^32, q = mulhi64(x, floor(2^64 / d) + 1) is exactly floor(x / d): the multiplier's excess adds
 // less than 2^-32 <= 1/d to x / d, whose fractional part is at most 1 - 1/d. Used when prod p < 2^32.
 struct TtEmbeddingForwardFastDigits {
@@ -633,10 +636,9 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
     return (int)std::min<int64_t>(std::max<int64_t>(segs, 1), 1024);
 }
 
-// The digit scan of version 6 (a building block of the item loop below). An item's serial path in versions 4 and 5
-// is its scan (7 dependent passes of 512 int64 indices at 128 threads, each an L2 round trip, a 64-bit digit and two
-// barriers), the all-pairs search for equal indices, and 2.5 items per block in series. Version 6 computes every
-// lookup's i_1 ONCE (uint16: 20 KB at the default instead of 80 KB of indices re-read by every key) and scans them 8
+// The digit scan of version 6 (a building block of the item loop below). Versions 4 and 5 scan int64 indices in
+// dependent passes (each an L2 round trip, a 64-bit digit and two barriers) on every item's serial path. Version 6
+// computes every lookup's i_1 ONCE (uint16: a quarter of the indices' bytes, which every key re-reads) and scans them 8
 // per 16-byte load (__vcmpeq2), CHUNKS loads per thread in flight. The list is filled in position order by a prefix
 // count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
 // past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
@@ -889,19 +891,26 @@ TT_EMBEDDING_FORWARD_UNROLL
 
 // ---- version 4: lookups grouped by the index of core 1, which each group reads once
 
-// Version 3 streams each lookup's own 16 KB slice of G_1 from L2 (174 MB per call at the default). Version 4 shares
-// it: block (key, segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups,
-// lists the lookups of the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's
-// slice; equal indices (Zipf's hot rows) are computed once and copied. No sort, no planning kernel: the redundant
-// index reads (keys x lookups x 8 bytes, 18 MB at the default) against 164 MB of slices saved. Persistent blocks take
-// items from a global counter; rows go to a per-lookup buffer that the pooling kernel sums in lookup order (no float
-// atomics, deterministic at any block size). Step 1 runs by rows of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per
-// lane) times M_0's column k_1 (a broadcast float4 of G_0's slice, transposed), each lane keeping its 4 columns (a_1,
-// k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's rows into a per-lane partial that xor shuffles
-// add over the R_2 / 4 lanes of each a_1. G_0 and G_2 are staged per warp with cp.async, the next lookup's while this
-// one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
+// Version 3 streams each lookup's own slice of G_1 from L2 (16 KB at the default). Version 4 shares it: block (key,
+// segment) owns one value (table, i_1) of core 1 and a contiguous segment of that table's lookups, lists the lookups of
+// the segment whose i_1 matches, and computes them against ONE shared-memory copy of G_1's slice; equal indices (Zipf's
+// hot rows) are computed once and copied. No sort, no planning kernel: every key re-reads the indices, a tenth of the
+// slice bytes saved at the default. Persistent blocks take items from a global counter; rows go to a per-lookup buffer
+// that the pooling kernel sums in lookup order (no float atomics, deterministic at any block size). Step 1 runs by rows
+// of G_1: row k_1 (q_1 R_2 <= 128 floats, a float4 per lane) times M_0's column k_1 (a broadcast float4 of G_0's slice,
+// transposed), each lane keeping its 4 columns (a_1, k_2..k_2+3) of M_1 for every row; step 2 multiplies them by G_2's
+// rows into a per-lane partial that xor shuffles add over the R_2 / 4 lanes of each a_1. G_0 and G_2 are staged per
+// warp with cp.async, the next lookup's while this one computes. Written for T = 3, q_0 = q_2 = 4, R_2 a power of two.
 #define TT_EMBEDDING_FORWARD_G1_COLS 128        // q_1 R_2 at most: a float4 of columns per lane
 #define TT_EMBEDDING_FORWARD_G1_BATCH 8          // G_1 rows loaded per batch (unrolled)
+
+// acc[0..3] += a * w (host-callable)
+__host__ __device__ __forceinline__ void tt_embedding_forward_fma4(float (&acc)[4], float a, const float4& w) {
+    acc[0] = fmaf(a, w.x, acc[0]);
+    acc[1] = fmaf(a, w.y, acc[1]);
+    acc[2] = fmaf(a, w.z, acc[2]);
+    acc[3] = fmaf(a, w.w, acc[3]);
+}
 
 // R_1 rounded up to whole batches: the transposed G_0 buffer is zero-padded to it
 __host__ __device__ inline int tt_embedding_forward_r1_pad(int R1) {
@@ -947,24 +956,13 @@ TT_EMBEDDING_FORWARD_UNROLL
                 w[r] = t.x; w[r + 1] = t.y; w[r + 2] = t.z; w[r + 3] = t.w;
             }
 TT_EMBEDDING_FORWARD_UNROLL
-            for (int r = 0; r < ROWS; r++) {
-                acc[r][0] = fmaf(w[r], v[u].x, acc[r][0]);
-                acc[r][1] = fmaf(w[r], v[u].y, acc[r][1]);
-                acc[r][2] = fmaf(w[r], v[u].z, acc[r][2]);
-                acc[r][3] = fmaf(w[r], v[u].w, acc[r][3]);
-            }
+            for (int r = 0; r < ROWS; r++) tt_embedding_forward_fma4(acc[r], w[r], v[u]);
         }
     }
 TT_EMBEDDING_FORWARD_UNROLL
     for (int r = 0; r < ROWS; r++)
 TT_EMBEDDING_FORWARD_UNROLL
-        for (int kk = 0; kk < 4; kk++) {
-            const float4 g = g2r[r / Q0][kk];
-            part[r][0] = fmaf(acc[r][kk], g.x, part[r][0]);
-            part[r][1] = fmaf(acc[r][kk], g.y, part[r][1]);
-            part[r][2] = fmaf(acc[r][kk], g.z, part[r][2]);
-            part[r][3] = fmaf(acc[r][kk], g.w, part[r][3]);
-        }
+        for (int kk = 0; kk < 4; kk++) tt_embedding_forward_fma4(part[r], acc[r][kk], g2r[r / Q0][kk]);
 }
 
 // the partials of the R_2 / 4 lanes of each a_1 (consecutive lanes, an aligned power of two) summed into every
@@ -1098,33 +1096,30 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
 
 // the shapes version 4 is written and compiled for; "" when it runs
 inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if (s.T != 3) return fail("version 4 is written for three cores (T = %d)", s.T);
+    if (s.T != 3) return tt_embedding_forward_fmt("version 4 is written for three cores (T = %d)", s.T);
     if (s.q[0] != 4 || s.q[2] != 4)
-        return fail("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
+        return tt_embedding_forward_fmt("version 4 is compiled for q_0 = q_2 = 4 (q = %d,%d,%d); add an instantiation for others", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || (R2 & (R2 - 1)) != 0 || s.q[1] * R2 > TT_EMBEDDING_FORWARD_G1_COLS)
-        return fail("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2, s.q[1]);
+        return tt_embedding_forward_fmt("version 4 needs R_2 a power of two >= 4 and q_1 * R_2 <= %d (R_2 = %d, q_1 = %d)", TT_EMBEDDING_FORWARD_G1_COLS,
+                                        R2, s.q[1]);
     return "";
 }
 
 // ---- version 5: version 4's groups, the chain on tensor cores in 3xTF32
 
-// ncu on version 4: 1,650 warp instructions per lookup, ~900 of them the FP32 step 1. Version 5 keeps version 4's
-// items and runs the chain of 16 / q_0 unique lookups at a time as one 16-row tile of mma.sync.m16n8k8 (TF32 in,
-// FP32 accumulate):
+// Most of version 4's instructions are its FP32 step 1. Version 5 keeps version 4's items and runs the chain of
+// 16 / q_0 unique lookups at a time as one 16-row tile of mma.sync.m16n8k8 (TF32 in, FP32 accumulate):
 //   step 1  [16 / q_0 lookups x q_0 rows of M_0] (16 x R_1) . G_1 (R_1 x q_1 R_2): q_1 R_2 / 8 n-tiles of R_1 / 8
 //           k-steps, in 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi), product hi.hi + hi.lo + lo.hi (lo.lo,
 //           ~2^-22 relative, dropped): three mma per tile and k-step, about FP32's rounding;
 //   step 2  each lane's accumulators are M_1 at (row, a_1, two consecutive k_2): FP32 FMAs with G_2's rows into
 //           (a_1, row, a_2) partials, which the quad's four lanes (the other k_2) add at the end.
-// Per tile of 4 lookups at FBTT's default, per lane: 192 mma, 64 16-byte shared loads, 256 FFMA, 64 shuffles
-// (version 4: 576 FFMA per lookup). K's order inside a GEMM is free as long as A and B agree, so fragment column c of
-// k-step s holds k = KL (c % 4) + 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row
-// (float4 loads from L2), and G_1's slice, stored once per item in fragment order (hi and lo; lane l's KL values of
-// n-tile j at (32 j + l) KL), gives each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied
-// (cp.async, rows padded by 4 floats) under the index scan and split into fragment order once the list is ready.
+// K's order inside a GEMM is free as long as A and B agree, so fragment column c of k-step s holds k = KL (c % 4) +
+// 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row (float4 loads from L2), and G_1's
+// slice, stored once per item in fragment order (hi and lo; lane l's KL values of n-tile j at (32 j + l) KL), gives
+// each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied (cp.async, rows padded by 4 floats)
+// under the index scan and split into fragment order once the list is ready.
 // Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2) = (Q0, 8 KS, Q1, 8 JT), q_2 = 4: (4, 4, 4, 4)
 // (FBTT's default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64), (8, 4, 4, 4) (q 8,4,4: 2 lookups of 8 rows).
 
@@ -1148,6 +1143,29 @@ inline size_t tt_embedding_forward_smem_bytes5(const TtEmbeddingForwardShape& s,
 // Tile row r (0..15) holds row a_0 = r % Q0 of M_0 of the tile's lookup slot r / Q0 (16 / Q0 lookups per tile). Lane
 // (group g, tig t) holds rows g and g + 8: with Q0 | 8 both are row a_0 = g % Q0, of slots g / Q0 and (g + 8) / Q0.
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_slot(int Q0, int group, int h) { return (group + 8 * h) / Q0; }
+
+// 3xTF32's hi and lo parts of the A fragment of k-step st: a0 (row g, col t) a1 (row g+8, col t) a2 (row g, col t+4)
+// a3 (row g+8, col t+4), from x[h][v], the lane's v-th value of K in row g + 8 h (which k that is, the caller's layout)
+template <int KL>
+__device__ __forceinline__ void tt_embedding_forward_split_a(uint32_t (&ahi)[4], uint32_t (&alo)[4], const float (&x)[2][KL], int st) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float hi, lo;
+        tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
+        ahi[r] = __float_as_uint(hi);
+        alo[r] = __float_as_uint(lo);
+    }
+}
+
+// v[0..N) summed over the four lanes of each quad (xor 1, 2), into every one of them
+template <int N>
+__device__ __forceinline__ void tt_embedding_forward_quad_sum(float* v) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        v[i] += __shfl_xor_sync(0xffffffffu, v[i], 1);
+        v[i] += __shfl_xor_sync(0xffffffffu, v[i], 2);
+    }
+}
 
 // One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
 // are zeros and not written)
@@ -1182,17 +1200,9 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
             for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
         }
     }
-    // A fragments: a0 (row g, col t) a1 (row g+8, col t) a2 (row g, col t+4) a3 (row g+8, col t+4) -> k = KL t + 2 s (+1)
-    uint32_t ahi[KS][4], alo[KS][4];
+    uint32_t ahi[KS][4], alo[KS][4];                        // A fragments of every k-step: col t (+4) -> k = KL t + 2 s (+1)
 #pragma unroll
-    for (int st = 0; st < KS; st++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            float hi, lo;
-            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
-            ahi[st][r] = __float_as_uint(hi);
-            alo[st][r] = __float_as_uint(lo);
-        }
+    for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
     float acc[Q1][2][4] = {};                               // (a_1, row, a_2) partial sums over this lane's k_2
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -1224,22 +1234,11 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float m1 = big[2 * h + e] + small[2 * h + e];
-                    acc[b][h][0] = fmaf(m1, w[h][e].x, acc[b][h][0]);
-                    acc[b][h][1] = fmaf(m1, w[h][e].y, acc[b][h][1]);
-                    acc[b][h][2] = fmaf(m1, w[h][e].z, acc[b][h][2]);
-                    acc[b][h][3] = fmaf(m1, w[h][e].w, acc[b][h][3]);
-                }
+                for (int e = 0; e < 2; e++) tt_embedding_forward_fma4(acc[b][h], big[2 * h + e] + small[2 * h + e], w[h][e]);
         }
     }
     // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
-    float* sums = &acc[0][0][0];
-#pragma unroll
-    for (int i = 0; i < Q1 * 2 * 4; i++) {
-        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 1);
-        sums[i] += __shfl_xor_sync(0xffffffffu, sums[i], 2);
-    }
+    tt_embedding_forward_quad_sum<Q1 * 2 * 4>(&acc[0][0][0]);
     // the quad's 2 x Q1 float4s, shared out over its lanes: element (a_0, a_1 = b, a_2) of the row
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1254,13 +1253,11 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 // (two blocks of 256 per SM at ranks up to 32; at rank 64 the slice and its split copies fill one SM's shared memory,
 // so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments)
 template <int Q0, int KS, int Q1, int JT, bool DIGITS>
-__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
-                                              const uint16_t* __restrict__ digits1,
-                                              const int64_t* __restrict__ offsets,
-                                              const __grid_constant__ TtEmbeddingForwardCores cores,
-                                              const __grid_constant__ TtEmbeddingForwardShape s, int segments,
-                                              const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast,
-                                              int* __restrict__ work) {
+__global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1)
+tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices, const uint16_t* __restrict__ digits1,
+                             const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
+                             const __grid_constant__ TtEmbeddingForwardShape s, int segments,
+                             const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast, int* __restrict__ work) {
     constexpr int R1 = 8 * KS, NCOLS = Q1 * 8 * JT, KL = 2 * KS, RAW_LD = NCOLS + 4;
     extern __shared__ float4 tt_embedding_forward_smem5[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
@@ -1306,11 +1303,13 @@ __global__ void __launch_bounds__(256, KS <= 4 ? 2 : 1) tt_embedding_forward_ker
                                                on_work, on_ready, compute);
 }
 
+// the signature of versions 4-6's item kernels (version 4 ignores the digits)
+typedef void (*TtEmbeddingForwardGroupedKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
+                                                const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
+
 // version 5's compiled shapes (T = 3; q = 4,4,4 with ranks 16,16, 32,32 or 64,64; q = 8,4,4 with ranks 32,32): the
 // kernel (version 6's with the digit scan), null for any other
-typedef void (*TtEmbeddingForwardTcKernel)(float*, const int64_t*, const uint16_t*, const int64_t*, const TtEmbeddingForwardCores,
-                                           const TtEmbeddingForwardShape, int, const TtEmbeddingForwardFastDigits, bool, int*);
-inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_tc_kernel(const TtEmbeddingForwardShape& s, bool digits = false) {
     if (s.T != 3 || (s.q[0] != 4 && s.q[0] != 8) || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != s.R[2]) return nullptr;
     const int R = s.R[1];
     if (s.q[0] == 8) return R != 32 ? nullptr : digits ? tt_embedding_forward_kernel5<8, 4, 4, 4, true> : tt_embedding_forward_kernel5<8, 4, 4, 4, false>;
@@ -1322,10 +1321,8 @@ inline TtEmbeddingForwardTcKernel tt_embedding_forward_tc_kernel(const TtEmbeddi
 
 inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s) {
     if (tt_embedding_forward_tc_kernel(s)) return "";
-    std::string got = "T = " + std::to_string(s.T);
-    if (s.T == 3)
-        got += ", q = " + std::to_string(s.q[0]) + "," + std::to_string(s.q[1]) + "," + std::to_string(s.q[2]) + ", ranks " +
-               std::to_string(s.R[1]) + "," + std::to_string(s.R[2]);
+    const std::string got = s.T != 3 ? tt_embedding_forward_fmt("T = %d", s.T)
+                                     : tt_embedding_forward_fmt("T = 3, q = %d,%d,%d, ranks %d,%d", s.q[0], s.q[1], s.q[2], s.R[1], s.R[2]);
     return "version 5 is compiled for T = 3, q = 4,4,4 with ranks 16,16, 32,32 or 64,64, and q = 8,4,4 with ranks 32,32 (" + got +
            "); add an instantiation for others";
 }
@@ -1340,8 +1337,8 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 
 // ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; G_1 in column tiles at rank 128
 
-// Version 5 measured no faster than version 4 (ncu: 9.6M instructions against 16.9M, in the same 47 us, 12% of the
-// warp slots active): an item's serial path, not the chain, held it up. Version 6 cuts that path: the digit kernel
+// Version 5 ran fewer instructions than version 4 in the same time: an item's serial path, not the chain, held both
+// up (few warp slots active). Version 6 cuts that path: the digit kernel
 // and scan above, a hash set for equal indices (O(m)), 64 lookups per item (one wave of items at the default), the
 // chain and pooling kernels launched with PDL. As the default it runs every shape: its compiled kernel where that
 // applies, the column-tile kernel below where G_1's slice is too big for version 5's copies and that kernel runs the
@@ -1350,22 +1347,23 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // ---- version 6 where G_1's slice exceeds shared memory: the same items, G_1 in column tiles
 
 // At EL-Rec's rank 128 (G_1's slice 256 KB at q 4,4,4, 128 KB at q 2,2,4) version 5's three copies of the slice do
-// not fit a block, and version 3 streams every lookup's slice from L2 (21 GB per call at B 4096, L 20). This kernel
-// (version 7 until it was folded into the default) keeps version 6's items and shares the slice a column tile at a
-// time: tiles of whole a_1 (128 columns, 64 KB at R_1 = 128) hold every k_2 of their a_1, so step 2 (x G_2) finishes
-// inside the tile and each tile writes its own (a_0, a_1, *) values of the row: no partial sums cross tiles, no atomics. Per round of an item and tile the block
-// copies the tile (cp.async) and the warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs
-// LPW = 4 / 2 / 1 lookups (q_0 <= 2 / 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by
-// side): each float4 of the tile a lane loads from shared memory feeds 32 FMAs instead of q_0 x 4 (8 at EL-Rec's
-// q_0 = 2, where the one-lookup lane lost to version 3), and the staging, shuffle tree and G_2's rows (from L2 into
-// registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any R_1.
-// __launch_bounds__(256, 1): given no minimum of blocks, ptxas held q_0 = 4 to 128 registers and spilled 44 bytes.
+// not fit a block, and version 3 streams every lookup's slice from L2. This kernel keeps version 6's items and shares
+// the slice a column tile at a time: tiles of whole a_1 (128 columns, 64 KB at R_1 = 128) hold every k_2 of their
+// a_1, so step 2 (x G_2) finishes inside the tile and each tile writes its own (a_0, a_1, *) values of the row: no
+// partial sums cross tiles, no atomics. Per round of an item and tile the block copies the tile (cp.async) and the
+// warps run version 4's FP32 lane step on it, G_0 staged per lookup. A warp runs LPW = 4 / 2 / 1 lookups (q_0 <= 2 /
+// 4 / 8) at once as one M_0 of LPW q_0 rows (G_0's slices transposed side by side): each float4 of the tile a lane
+// loads from shared memory feeds 32 FMAs instead of q_0 x 4, and the staging, shuffle tree and G_2's rows (from L2
+// into registers) are paid once per group. T = 3, q_0 in {1, 2, 4, 8}, q_2 = 4, R_2 a power of two in 4..128, any
+// R_1. __launch_bounds__(256, 1): without a minimum of blocks ptxas capped registers and spilled.
 #ifndef TT_EMBEDDING_FORWARD_TARGET_TILED
 #define TT_EMBEDDING_FORWARD_TARGET_TILED 128
 #endif
 
 // a_1 values per column tile (the last tile may hold fewer)
-__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) { return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1; }
+__host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) {
+    return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1;
+}
 
 // G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats, ld apart
 // if given); thread tid of nthreads. Host-callable.
@@ -1417,13 +1415,7 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
     for (int st = 0; st < KS; st++) {
         if (8 * st >= R1) break;                            // zero k-steps
         uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 8 st + tig (r < 2), + 4 (r >= 2)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            float hi, lo;
-            tf32_split(x[r & 1][2 * st + (r >> 1)], hi, lo);
-            ahi[r] = __float_as_uint(hi);
-            alo[r] = __float_as_uint(lo);
-        }
+        tt_embedding_forward_split_a<KL>(ahi, alo, x, st);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TILED_TC_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
@@ -1443,19 +1435,9 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                const float m1 = acc[j][2 * h + e];
-                part[h][0] = fmaf(m1, w.x, part[h][0]);
-                part[h][1] = fmaf(m1, w.y, part[h][1]);
-                part[h][2] = fmaf(m1, w.z, part[h][2]);
-                part[h][3] = fmaf(m1, w.w, part[h][3]);
+                tt_embedding_forward_fma4(part[h], acc[j][2 * h + e], w);
             }
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 1);
-            part[h][c] += __shfl_xor_sync(0xffffffffu, part[h][c], 2);
-        }
+    tt_embedding_forward_quad_sum<8>(&part[0][0]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
         if (valid[h] && tig == h)
@@ -1541,7 +1523,7 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
 }
 
 // the column-tile kernel for the shape's q_0, null where it is not compiled
-inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
     const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
         case 1: return tc ? tt_embedding_forward_kernel_tiled<1, true> : tt_embedding_forward_kernel_tiled<1, false>;
@@ -1554,15 +1536,13 @@ inline TtEmbeddingForwardTcKernel tt_embedding_forward_kernel_tiled_for(const Tt
 
 // the shapes the column-tile kernel is written and compiled for; "" when it runs (shared memory is checked with the others')
 inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardShape& s) {
-    char buf[256];
-    auto fail = [&](const char* fmt, auto... args) { snprintf(buf, sizeof buf, fmt, args...); return std::string(buf); };
-    if (s.T != 3) return fail("the column-tile kernel is written for three cores (T = %d)", s.T);
+    if (s.T != 3) return tt_embedding_forward_fmt("the column-tile kernel is written for three cores (T = %d)", s.T);
     if (!tt_embedding_forward_kernel_tiled_for(s) || s.q[2] != 4)
-        return fail("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
+        return tt_embedding_forward_fmt("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || R2 > TT_EMBEDDING_FORWARD_G1_COLS || (R2 & (R2 - 1)) != 0)
-        return fail("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
-    if (s.p[1] > 65536) return fail("the column-tile kernel stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
+        return tt_embedding_forward_fmt("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
+    if (s.p[1] > 65536) return tt_embedding_forward_fmt("the column-tile kernel stores i_1 as uint16: p_1 (%d) must be <= 65536", s.p[1]);
     return "";
 }
 
@@ -1594,34 +1574,43 @@ struct TtEmbeddingForwardWorkspace {
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
 };
 
+// Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
+// column tiles); version 3's kernel is 3. A block's shared memory (version 3: its buffers in shared memory), the
+// compiled kernel for the shape (null where none is), the lookups per item the host aims at.
+inline size_t tt_embedding_forward_smem_bytes(int kernel, const TtEmbeddingForwardShape& s, int warps) {
+    return kernel == 3 ? tt_embedding_forward_smem_bytes3(s, warps) : kernel == 4 ? tt_embedding_forward_smem_bytes4(s, warps)
+         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, warps) : tt_embedding_forward_smem_bytes5(s, warps, kernel == 6);
+}
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_grouped_kernel(int kernel, const TtEmbeddingForwardShape& s) {
+    return kernel == 4 ? tt_embedding_forward_kernel4<4, 4>
+         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_kernel_tiled_for(s) : tt_embedding_forward_tc_kernel(s, kernel == 6);
+}
+inline int tt_embedding_forward_target(int kernel) {
+    return kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
+         : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
+}
+
 // what versions 4-6 share beyond their compiled shapes: the index reads of all items and one warp's shared memory
-inline std::string tt_embedding_forward_grouped_reason(const TtEmbeddingForwardShape& s, int target, size_t smem1, size_t max_smem) {
-    char buf[256];
+inline std::string tt_embedding_forward_grouped_reason(int kernel, const TtEmbeddingForwardShape& s, size_t max_smem) {
     const double reads = (double)s.p[1] * (double)s.nnz;          // every item reads its segment's indices
-    if ((double)s.tables * s.p[1] * tt_embedding_forward_segments(s, target) > (double)INT32_MAX || reads > 1e10) {
-        snprintf(buf, sizeof buf, "its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
-        return buf;
-    }
-    if (smem1 > max_smem) {
-        snprintf(buf, sizeof buf, "one warp's shared memory (%zu bytes) exceeds the %zu bytes per block", smem1, max_smem);
-        return buf;
-    }
+    if ((double)s.tables * s.p[1] * tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)) > (double)INT32_MAX || reads > 1e10)
+        return tt_embedding_forward_fmt("its blocks would read %.3g indices in all (p_1 x lookups; limit 1e10) or exceed the grid", reads);
+    const size_t smem1 = tt_embedding_forward_smem_bytes(kernel, s, 1);
+    if (smem1 > max_smem) return tt_embedding_forward_fmt("one warp's shared memory (%zu bytes) exceeds the %zu bytes per block", smem1, max_smem);
     return "";
 }
 
 // version 6 runs its compiled kernel where that applies, the column-tile kernel where G_1's slice is too big for
-// version 5's copies and that kernel runs, version 3's everywhere else
+// version 5's copies and that kernel runs, version 3's everywhere else (tt_embedding_forward_runs6 says which)
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return tt_embedding_forward_reason6(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET6, tt_embedding_forward_smem_bytes5(s, 1, true), max_smem).empty();
-}
-inline bool tt_embedding_forward_runs_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return tt_embedding_forward_reason_tiled(s).empty() &&
-           tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET_TILED, tt_embedding_forward_smem_bytes_tiled(s, 1), max_smem).empty();
+    return tt_embedding_forward_reason6(s).empty() && tt_embedding_forward_grouped_reason(6, s, max_smem).empty();
 }
 inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
-           tt_embedding_forward_runs_tiled(s, max_smem);
+           tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty();
+}
+inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem) {
+    return tt_embedding_forward_fast6(s, max_smem) ? 6 : tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
 }
 
 // terms of version 1's explicit sum over the whole call
@@ -1633,19 +1622,15 @@ inline double tt_embedding_forward_naive_terms(const TtEmbeddingForwardShape& s)
 
 // the precondition of each version on a shape, "" when it runs; version 6 (the default) runs every shape
 std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s, size_t max_smem) {
-    char buf[256];
     if (kernel_num == 1 && (double)s.tables * s.B * s.D > (double)INT32_MAX * 64)
         return "its grid (a thread per output value, blocks of 64) would exceed 2^31 blocks";
-    if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS) {
-        snprintf(buf, sizeof buf, "its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
-                 tt_embedding_forward_naive_terms(s));
-        return buf;
-    }
+    if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS)
+        return tt_embedding_forward_fmt("its explicit sum has %.3g terms per call (> 2^35, minutes of GPU time); the chain versions cover this shape",
+                                        tt_embedding_forward_naive_terms(s));
     if (kernel_num == 4 || kernel_num == 5) {
         std::string why = kernel_num == 4 ? tt_embedding_forward_reason4(s) : tt_embedding_forward_reason5(s);
         if (!why.empty()) return why + " (version 6 runs every shape)";
-        return kernel_num == 4 ? tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET4, tt_embedding_forward_smem_bytes4(s, 1), max_smem)
-                               : tt_embedding_forward_grouped_reason(s, TT_EMBEDDING_FORWARD_TARGET5, tt_embedding_forward_smem_bytes5(s, 1, false), max_smem);
+        return tt_embedding_forward_grouped_reason(kernel_num, s, max_smem);
     }
     return "";
 }
@@ -1698,23 +1683,23 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     const size_t i1_len = (size_t)(nnz + 7) / 8 * 8 + 8;
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
     cudaCheck(cudaMemset(ws.lookup_i1, 0, i1_len * sizeof(uint16_t)));     // the padding
-    auto fit = [&](int v, auto kernel) {                    // opt-in shared memory, block limit, residency
+    auto fit = [&](int v) {                                 // opt-in shared memory, block limit, residency
+        const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
         cudaCheck(cudaFuncGetAttributes(&attr, kernel));
         ws.max_threads[v] = attr.maxThreadsPerBlock;
         for (int w = 1; w <= 32; w++) {
-            const size_t smem = v == 4 ? tt_embedding_forward_smem_bytes4(s, w)
-                                : v == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, w) : tt_embedding_forward_smem_bytes5(s, w, v == 6);
+            const size_t smem = tt_embedding_forward_smem_bytes(v, s, w);
             if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
             cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], kernel, 32 * w, smem));
         }
     };
-    if (tt_embedding_forward_reason4(s).empty()) fit(4, tt_embedding_forward_kernel4<4, 4>);
+    if (tt_embedding_forward_reason4(s).empty()) fit(4);
     if (tt_embedding_forward_tc_kernel(s)) {
-        fit(5, tt_embedding_forward_tc_kernel(s, false));
-        fit(6, tt_embedding_forward_tc_kernel(s, true));
+        fit(5);
+        fit(6);
     }
-    if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED, tt_embedding_forward_kernel_tiled_for(s));
+    if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED);
 }
 
 void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
@@ -1806,28 +1791,22 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
-    const int target = kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
-                     : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
-    const int segments = tt_embedding_forward_segments(s, target), warps = block_size / 32;
+    const int segments = tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
     const int64_t items = (int64_t)s.tables * s.p[1] * segments;
     const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[kernel][warps], 1) * ws.num_sms);
-    if (kernel == 4) {
-        tt_embedding_forward_kernel4<4, 4><<<blocks, block_size, tt_embedding_forward_smem_bytes4(s, warps)>>>(
-            ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    } else if (kernel == 5) {
-        tt_embedding_forward_tc_kernel(s, false)<<<blocks, block_size, tt_embedding_forward_smem_bytes5(s, warps, false)>>>(
-            ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    } else {
-        tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
-                                                                                          ws.use_fast_digits);
-        launch_pdl(kernel == 6 ? tt_embedding_forward_tc_kernel(s, true) : tt_embedding_forward_kernel_tiled_for(s), blocks, (unsigned)block_size,
-                   kernel == 6 ? tt_embedding_forward_smem_bytes5(s, warps, true) : tt_embedding_forward_smem_bytes_tiled(s, warps), ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1,
-                                        offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-        launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets,
-                                        nbags, s.D);
+    const TtEmbeddingForwardGroupedKernel chain = tt_embedding_forward_grouped_kernel(kernel, s);
+    const size_t smem = tt_embedding_forward_smem_bytes(kernel, s, warps);
+    if (kernel == 4 || kernel == 5) {
+        chain<<<blocks, block_size, smem>>>(ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits,
+                                            ws.item_counters);
+        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
+                                                                                      ws.use_fast_digits);
+    launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
+               ws.fast_digits, ws.use_fast_digits, ws.item_counters);
+    launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets, nbags, s.D);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
@@ -1839,12 +1818,12 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 3: tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break;
         case 4:
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
-        case 6:                                     // the default: the dispatcher
-            if (tt_embedding_forward_fast6(s, ws.max_smem)) tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, 6);
-            else if (tt_embedding_forward_route_tiled(s, ws.max_smem))
-                tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, TT_EMBEDDING_FORWARD_TILED);
-            else tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
+        case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
+            const int k = tt_embedding_forward_runs6(s, ws.max_smem);
+            if (k == 3) tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
+            else tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, k);
             break;
+        }
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
     }
 }
@@ -1855,15 +1834,11 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
 std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
     if (kernel_num == 1) return {64, 256};
     if (kernel_num == 2) return {256};
-    if (kernel_num == 6 && !tt_embedding_forward_fast6(s, ws.max_smem)) kernel_num = tt_embedding_forward_route_tiled(s, ws.max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
+    if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem);
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 512, 1024}) {
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
-        const size_t bytes = kernel_num == 3   ? (ws.chain_scratch ? 0 : tt_embedding_forward_smem_bytes3(s, b / 32))
-                             : kernel_num == 4 ? tt_embedding_forward_smem_bytes4(s, b / 32)
-                             : kernel_num == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, b / 32)
-                                               : tt_embedding_forward_smem_bytes5(s, b / 32, kernel_num == 6);
-        if (bytes <= ws.max_smem) out.push_back(b);
+        if ((kernel_num == 3 && ws.chain_scratch) || tt_embedding_forward_smem_bytes(kernel_num, s, b / 32) <= ws.max_smem) out.push_back(b);
     }
     return out;
 }
@@ -1922,7 +1897,7 @@ void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
 bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
     const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
     bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
-    if (k < 4 || (k == 6 && !tt_embedding_forward_fast6(b.s, b.ws.max_smem) && !tt_embedding_forward_route_tiled(b.s, b.ws.max_smem))) return ok;
+    if (k < 4 || (k == 6 && tt_embedding_forward_runs6(b.s, b.ws.max_smem) == 3)) return ok;
     std::vector<floatX> got = device_download(b.out, n);
     if (b.first_out[k].empty()) {
         b.first_out[k] = got;
@@ -1994,10 +1969,11 @@ int main(int argc, char** argv) {
     tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check);
     const std::string shape = tt_embedding_shape_name(c);
     const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
+    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem);
     printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
            "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
            (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
-           tt_embedding_forward_fast6(s, b.ws.max_smem) ? "its compiled kernel" : tt_embedding_forward_route_tiled(s, b.ws.max_smem) ? "its column-tile kernel" : "version 3's kernel");
+           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : "its column-tile kernel");
     if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
     tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
