@@ -2572,15 +2572,15 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
 // with P_0 = G_0[i_0], dM_{T-1} = the dY row and P_{-1} = 1. One tiled kernel runs all three (64 x 64 outputs per
 // block, K in steps of 32 copied by cp.async into a ring of shared stages, mma.sync in 3xTF32 below): F and D tile the stacked
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
-// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of about S_t
-// rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory between the
+// core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4 or
+// S_t rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory between the
 // launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
 // parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
 // lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
 static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 32;
 static const int TT_EMBEDDING_BACKWARD_SLICE_BLOCK = 256;          // 8 warps, each a 32 x 16 piece of the tile (the tiling assumes it)
 static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part, at most
-static const int TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS = 256;      // G: fewer blocks than this take shorter parts (the plan)
+static const int TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS = 256;      // G: long parts only where they leave this many blocks (the plan)
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK = 256;      // reduce kernel
 static const int TT_EMBEDDING_BACKWARD_SLICE_RED_CW = 4096;        // reduce kernel: slice elements per block
 static const double TT_EMBEDDING_BACKWARD_SLICE_MAX_GB = 32.0;     // P_t, dM_t and the parts: else version 9 skips (version 7: version 2)
@@ -2607,15 +2607,18 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
     int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
     for (int t = 0; t < s.T; t++) {
         P.mp[t] = t ? s.m[t - 1] : 1;
-        // a part's K rows: S_t (within [64, KPART]), so that a slice's part is often its whole gradient (the optimizer
-        // in G's epilogue, no parts to write and sum); S_t / 4 where that leaves fewer than MIN_BLOCKS blocks (a few
-        // slices of many lookups: T 6's p 10, where more, shorter parts run faster)
+        // A part's K rows (lookups x mp), within [64, KPART]: short parts of S_t / 4 rows, or long ones of S_t where
+        // short parts would split a slice of the average count (nnz / slices) anyway: fewer parts to write and sum, and
+        // at EL-Rec's L 1 one part per slice (the optimizer then in G's epilogue). Short parts stay where the average
+        // slice fits one (Zipf's hot slices then run as more, shorter parts) or long parts would leave fewer than
+        // MIN_BLOCKS blocks (a few slices of many lookups: T 6's p 10).
         const int64_t per = (int64_t)s.m[t] * s.R[t + 1], slices = std::min<int64_t>((int64_t)s.tables * s.p[t], nnz);
         const int64_t tiles = ceil_div(s.R[t], TT_EMBEDDING_BACKWARD_SLICE_BM) * ceil_div(s.n[t], TT_EMBEDDING_BACKWARD_SLICE_BN);
         auto kpart_of = [&](int64_t k) { return (int)std::min<int64_t>(TT_EMBEDDING_BACKWARD_SLICE_KPART, std::max<int64_t>(64, k)); };
-        int kpart = kpart_of(s.S[t]);
-        if ((nnz * P.mp[t] / kpart + slices) * tiles < TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS) kpart = kpart_of(s.S[t] / 4);
-        P.lpp[t] = std::max(1, kpart / P.mp[t]);
+        const int kshort = kpart_of(s.S[t] / 4), klong = kpart_of(s.S[t]);
+        const bool split = nnz / slices > std::max(1, kshort / P.mp[t]);
+        const bool wide = (nnz * P.mp[t] / klong + slices) * tiles >= TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS;
+        P.lpp[t] = std::max(1, (split && wide ? klong : kshort) / P.mp[t]);
         if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
         const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD_SLICE_BM) + slices : 0;
