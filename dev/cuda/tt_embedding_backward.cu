@@ -35,8 +35,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      copied by cp.async into shared stages and multiplied on tensor cores (mma.sync m16n8k8,
      3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
-  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_1f4b368.log), EL-Rec (B 4096, ranks 128):
-  q 2,2,4 L 20 1.357 ms, L 1 0.152; q 4,4,4 L 20 4.340, L 1 0.362; ranks 64 0.311. Version 6 keeps q 8,4,4, ranks 16.
+  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_e0b957a.log), EL-Rec (B 4096, ranks 128):
+  q 2,2,4 L 20 1.239 ms, L 1 0.146; q 4,4,4 L 20 4.109, L 1 0.341; ranks 64 0.282. Version 6 keeps q 8,4,4, ranks 16.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
@@ -50,7 +50,8 @@ Lessons:
     the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
   - Registers decide residency: float4 operand loads took version 9's products from 63-80 registers to 64 or fewer,
     4 blocks per SM instead of 3, and the step 7-13% faster; a per-fragment branch (106-121 registers) lost 3-7%.
-    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 5-12% more.
+    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 5-12% more,
+    and a warp per lookup in the last core's D with G's parts as long as S_t where slices split anyway 2-17% more.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
