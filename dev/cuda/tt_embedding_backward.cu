@@ -2574,8 +2574,8 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
 // block, K in steps of 32 copied by cp.async into a ring of shared stages, mma.sync in 3xTF32 below): F and D tile the stacked
 // rows (a slice's lookups times mp) and read the slice once per 64 rows; G tiles R_t x n_t (64 x 16 for the last
 // core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4 or
-// S_t rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory between the
-// launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
+// S_t rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory
+// between the launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
 // parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
 // lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
 static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 32;
@@ -3245,8 +3245,9 @@ TT_EMBEDDING_BACKWARD_UNROLL
             for (int u = 0; u < U; u++) {
                 const int r = r0 + 4 * 32 * u;
                 if (r >= per) continue;
-                *reinterpret_cast<float4*>(o + r) = make_float4(tt_embedding_backward_slice_dot4(x[u], y[u][0]), tt_embedding_backward_slice_dot4(x[u], y[u][1]),
-                                                                tt_embedding_backward_slice_dot4(x[u], y[u][2]), tt_embedding_backward_slice_dot4(x[u], y[u][3]));
+                *reinterpret_cast<float4*>(o + r) =
+                    make_float4(tt_embedding_backward_slice_dot4(x[u], y[u][0]), tt_embedding_backward_slice_dot4(x[u], y[u][1]),
+                                tt_embedding_backward_slice_dot4(x[u], y[u][2]), tt_embedding_backward_slice_dot4(x[u], y[u][3]));
             }
         }
     }
@@ -3483,21 +3484,15 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
     using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
     for (int t = 1; t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);
-    auto D = [&](int t) {
+    for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
             launch_pdl(tt_embedding_backward_slice_last_d_kernel,
                        (unsigned)std::min(ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK / 32), TT_EMBEDDING_BACKWARD_SLICE_LAST_D_GRID),
                        TT_EMBEDDING_BACKWARD_SLICE_LAST_D_BLOCK, 0, s, P, io, tt_embedding_backward_slice_last_d_v4(s));
         else if (t >= 1) gemm(Dk{}, dim3(P.max_rt[t], ceil_div(s.R[t], BN)), t);
-    };
-    auto G = [&](int t) {
         const dim3 grid(P.max_pt[t], ceil_div(s.R[t], BM) * ceil_div(s.n[t], BN));
         if (s.n[t] <= 16) gemm(Gn{}, grid, t);
         else gemm(Gk{}, grid, t);
-    };
-for (int t = s.T - 1; t >= 0; t--) {
-        D(t);
-        G(t);
     }
     launch_pdl(tt_embedding_backward_slice_reduce_kernel, (unsigned)std::min<int64_t>((int64_t)s.key_base[s.T] * P.max_red_y, TT_EMBEDDING_BACKWARD_SLICE_RED_GRID),
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
