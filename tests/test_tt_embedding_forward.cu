@@ -634,6 +634,32 @@ static void test_tiled() {
     }, rng);
 }
 
+// The column-tile kernel's tensor-core tile (R_2 = 128): every (k, n) at its own 16-byte-aligned-row place inside the
+// buffer, and each B-fragment read of a warp (k = 32 tig + 2 s (+1), n = 8 j + group) on 32 distinct banks.
+static void test_tiled_tc_layout() {
+    std::vector<int> owner(TT_EMBEDDING_FORWARD_TILED_TC_FLOATS, -1);
+    std::string bad;
+    for (int k = 0; k < 128; k++) {
+        if (tt_embedding_forward_tiled_tc_at(k, 0) % 4) bad += " row" + std::to_string(k) + "unaligned";
+        for (int n = 0; n < 128; n++) {
+            const int a = tt_embedding_forward_tiled_tc_at(k, n);
+            if (a < 0 || a >= TT_EMBEDDING_FORWARD_TILED_TC_FLOATS || owner[a] != -1) { bad += " (" + std::to_string(k) + "," + std::to_string(n) + ")"; continue; }
+            owner[a] = 128 * k + n;
+        }
+    }
+    int conflicts = 0;
+    for (int st = 0; st < 16; st++)
+        for (int e = 0; e < 2; e++)
+            for (int j = 0; j < 16; j++) {
+                unsigned banks = 0;
+                for (int lane = 0; lane < 32; lane++)
+                    banks |= 1u << (tt_embedding_forward_tiled_tc_at(32 * (lane & 3) + 2 * st + e, 8 * j + (lane >> 2)) % 32);
+                conflicts += banks != 0xffffffffu;
+            }
+    report(bad.empty() && conflicts == 0, "version 6's tensor-core tile: 128 x 128 places distinct, B reads on 32 banks",
+           bad.substr(0, 200) + " conflicting reads " + std::to_string(conflicts));
+}
+
 // the division-free digits of versions 4-6 against '/' and '%': every divisor shape of the op (strides and factors
 // of several chains, 1 included) and x at both ends of [0, 2^32) plus random values
 static void test_fast_digits() {
@@ -992,6 +1018,7 @@ int main() {
     test_digits();
     test_v4();
     test_tiled();
+    test_tiled_tc_layout();
     test_fast_digits();
     {
         Rng rng(101);

@@ -1365,63 +1365,81 @@ __host__ __device__ inline int tt_embedding_forward_tile_a1(int q1, int R2) {
     return TT_EMBEDDING_FORWARD_G1_COLS / R2 < q1 ? TT_EMBEDDING_FORWARD_G1_COLS / R2 : q1;
 }
 
-// G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats, ld apart
-// if given); thread tid of nthreads. Host-callable.
+// G_1's column tile of a_1 in [a1_base, a1_base + n_a1), every k_2, into dst (R_1 rows of n_a1 R_2 floats); thread
+// tid of nthreads. Host-callable.
 __host__ __device__ inline void tt_embedding_forward_copy_tile(float* dst, const float* g1, int R1, int q1, int R2, int a1_base,
-                                                             int n_a1, int tid, int nthreads, int ld = 0) {
+                                                             int n_a1, int tid, int nthreads) {
     const int v4 = n_a1 * R2 / 4;                           // float4s per row of the tile
     for (int c = tid; c < R1 * v4; c += nthreads) {
         const int k = c / v4, j = c - k * v4;
-        async_copy(dst + (int64_t)k * (ld ? ld : v4 * 4) + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
+        async_copy(dst + (int64_t)k * v4 * 4 + 4 * j, g1 + ((int64_t)k * q1 + a1_base) * R2 + 4 * j, true);
     }
 }
 
 __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
 // Step 1 on tensor cores where R_2 = 128 (a tile is one a_1; EL-Rec's ranks): the FP32 lane step ran at 43% of the
-// FMA peak. The tile stays raw in shared memory (rows padded to 136 floats: a warp's B fragment, rows 8 s + tig (+4)
-// and columns 8 j + group, hits 32 banks), two buffers so the next a_1's copy (cp.async) runs under this one's mma. A
-// warp takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's 32 values of K per row (k = 8 s + tig + 4 e)
-// in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile
-// (all 128 k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
+// FMA peak. The tile stays raw in shared memory, two buffers so the next a_1's copy (cp.async) runs under this one's
+// mma. A warp takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's 32 values of K per row in registers,
+// split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile (all 128 k_2 of
+// the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
 #define TT_EMBEDDING_FORWARD_TILED_TC_R2 128
-#define TT_EMBEDDING_FORWARD_TILED_TC_LD 136
 __host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TILED_TC_R2 && R1 <= 128; }
-__host__ __device__ inline int tt_embedding_forward_tiled_tc_rows(int R1) { return (R1 + 7) / 8 * 8; }   // zeros past R_1
+// The tile: 128 rows k (zeros past R_1) of 128 floats k_2, 152 apart, row k shifted by 8 (k / 32). K is permuted so
+// that lane tig holds k = 32 tig .. 32 tig + 31 (its A values: eight float4 loads per row, not 32 scalars), and its B
+// fragment reads rows 32 tig + 2 s (+1), column 8 j + group: pitch and shift put the quad's four rows on distinct banks.
+constexpr int TT_EMBEDDING_FORWARD_TILED_TC_PITCH = 152, TT_EMBEDDING_FORWARD_TILED_TC_FLOATS = 128 * TT_EMBEDDING_FORWARD_TILED_TC_PITCH;
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_at(int k, int n) { return TT_EMBEDDING_FORWARD_TILED_TC_PITCH * k + 8 * (k >> 5) + n; }
+
+// a_1's tile of G_1's slice g1 into dst (rows below R_1; R_2 = 128: 32 float4s a row), thread tid of nthreads
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_copy(float* dst, const float* g1, int R1, int q1, int a1, int tid, int nthreads) {
+    for (int c = tid; c < 32 * R1; c += nthreads) {
+        const int k = c >> 5, n = 4 * (c & 31);
+        async_copy(dst + tt_embedding_forward_tiled_tc_at(k, n), g1 + ((int64_t)k * q1 + a1) * TT_EMBEDDING_FORWARD_TILED_TC_R2 + n, true);
+    }
+}
 
 template <int Q0>
 __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int mt, int nu,
                                                            const float* __restrict__ tile, int a1, const TtEmbeddingForwardCores& cores,
                                                            const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd,
                                                            bool fast, int tbl, int lane) {
-    constexpr int KS = 16, NT = 16, KL = 2 * KS;               // R_1 <= 128: at most 16 k-steps
+    constexpr int KS = 16, NT = 16, KL = 2 * KS;               // R_1 <= 128: 16 k-steps of 8 (zeros past R_1)
     const int group = lane >> 2, tig = lane & 3, a0 = group % Q0, R1 = s.R[1];
     int entry[2];
     bool valid[2];
     const float* g2s[2];
-    float x[2][KL];                                         // k = 8 (v / 2) + tig + 4 (v % 2) of the lane's two rows
+    float x[2][KL];                                         // k = 32 tig + v of the lane's two rows (zeros past R_1)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
         valid[h] = entry[h] < nu;
         const int64_t idx = valid[h] ? list.idx[list.uniq[entry[h]]] : 0;
-        const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1;
+        const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
         g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2);
+        const int n = valid[h] ? min(KL, R1 - KL * tig) : 0;   // this lane's values below R_1
+        if (R1 % 4 == 0) {                                  // 16-byte aligned rows, n a multiple of 4
 #pragma unroll
-        for (int v = 0; v < KL; v++) x[h][v] = valid[h] && 8 * (v >> 1) + tig + 4 * (v & 1) < R1 ? __ldg(g0 + 8 * (v >> 1) + tig + 4 * (v & 1)) : 0.0f;
+            for (int v = 0; v < KL / 4; v++) {
+                const float4 f = 4 * v < n ? __ldg(reinterpret_cast<const float4*>(g0) + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < KL; v++) x[h][v] = v < n ? __ldg(g0 + v) : 0.0f;
+        }
     }
     float acc[NT][4] = {};
 #pragma unroll
     for (int st = 0; st < KS; st++) {
-        if (8 * st >= R1) break;                            // zero k-steps
-        uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 8 st + tig (r < 2), + 4 (r >= 2)
+        uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 32 tig + 2 st (r < 2), + 1 (r >= 2)
         tt_embedding_forward_split_a<KL>(ahi, alo, x, st);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const float* b = tile + (8 * st + tig) * TT_EMBEDDING_FORWARD_TILED_TC_LD + 8 * j + group;   // B: (k, n) = (tig (+4), group)
+            const float* b = tile + tt_embedding_forward_tiled_tc_at(32 * tig + 2 * st, 8 * j + group);   // B: (k, n) = (tig (+4), group)
             uint32_t bhi[2], blo[2];
             tf32_split_fast(b[0], bhi[0], blo[0]);
-            tf32_split_fast(b[4 * TT_EMBEDDING_FORWARD_TILED_TC_LD], bhi[1], blo[1]);
+            tf32_split_fast(b[TT_EMBEDDING_FORWARD_TILED_TC_PITCH], bhi[1], blo[1]);
             mma_tf32_m16n8k8(acc[j], alo, bhi[0], bhi[1]);
             mma_tf32_m16n8k8(acc[j], ahi, blo[0], blo[1]);
             mma_tf32_m16n8k8(acc[j], ahi, bhi[0], bhi[1]);
@@ -1451,7 +1469,7 @@ inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShap
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t list = tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
     if (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))
-        return sizeof(float) * 2 * tt_embedding_forward_tiled_tc_rows(s.R[1]) * TT_EMBEDDING_FORWARD_TILED_TC_LD + list;
+        return sizeof(float) * 2 * TT_EMBEDDING_FORWARD_TILED_TC_FLOATS + list;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
     const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw_tiled(s.q[0]);
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
@@ -1469,13 +1487,13 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
     constexpr int LPW = tt_embedding_forward_lpw_tiled(Q0);
     const int stage_floats = TC ? 0 : R1p * Q0 * LPW;
-    const int tc_floats = tt_embedding_forward_tiled_tc_rows(R1) * TT_EMBEDDING_FORWARD_TILED_TC_LD;
-    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem_tiled);    // [R1][tile_a1 R2] (TC: 2 x [R1 rows][LD])
+    const int tc_floats = TT_EMBEDDING_FORWARD_TILED_TC_FLOATS;
+    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem_tiled);    // [R1][tile_a1 R2] (TC: 2 x TILED_TC_FLOATS)
     float* stages = tile + (TC ? 2 * tc_floats : R1 * tile_a1 * R2);       // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
-    for (int e = R1 * TT_EMBEDDING_FORWARD_TILED_TC_LD + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
+    for (int e = TT_EMBEDDING_FORWARD_TILED_TC_PITCH * R1 + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
         tile[e] = tile[tc_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
@@ -1486,7 +1504,7 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         if constexpr (TC) {                                 // a_1's tile double-buffered: the next one copies under the mma
             auto copy = [&](float* dst, int a1) {
-                tt_embedding_forward_copy_tile(dst, g1, R1, q1, R2, a1, 1, threadIdx.x, blockDim.x, TT_EMBEDDING_FORWARD_TILED_TC_LD);
+                tt_embedding_forward_tiled_tc_copy(dst, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
             };
             copy(tile, 0);
