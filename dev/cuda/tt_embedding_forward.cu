@@ -26,8 +26,8 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); where G_1's slice exceeds shared memory (rank
      128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
      FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
-  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.122 ms (69.5%;
-     FP32 step 1.780, version 3 4.631); L 1 0.117; q 2,2,4 L 20 0.383, L 1 0.055 (results/logs/2026-12-01_tt_forward_tc7.log)
+  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.088 ms (71.6%;
+     FP32 step 1.780, version 3 4.631); L 1 0.118; q 2,2,4 L 20 0.370, L 1 0.053 (results/logs/2026-12-02_tt_forward_tc_layout_ab.log)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
