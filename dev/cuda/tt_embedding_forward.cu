@@ -50,9 +50,9 @@ Lessons:
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
-  - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms; 3xTF32 on the raw
-    tile (B split as loaded, the next a_1 copied under the mma) q 4,4,4 from 1.780 to 1.122; a tile pre-split in
-    fragment order (128 KB per round) lost.
+  - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
+    1.780 to 1.122. A round there is each warp's ~4,000-instruction chain, not the tensor pipe: columns spread over idle
+    warps lost 17-108% (each unit pays its own loads); float4 A loads and a division-free tile copy won 3-10%.
 */
 #include "tt_embedding.h"
 
