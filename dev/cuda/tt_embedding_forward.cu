@@ -27,7 +27,9 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
      128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
      FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.088 ms (71.6%;
-     FP32 step 1.780, version 3 4.631); L 1 0.118; q 2,2,4 L 20 0.370, L 1 0.053 (results/logs/2026-12-02_tt_forward_tc_layout_ab.log)
+     FP32 step 1.780, version 3 4.631); L 1 0.118; q 2,2,4 L 20 0.370, L 1 0.053; blocks of 384 (a 168-register build)
+     run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.213, L 1 0.151 -> 0.135, q 2,2,4
+     L 20 0.184 -> 0.163 (results/logs/2026-12-02_tt_forward_tc_layout_ab.log, 2026-12-03_tt_forward_pair_wide_ab.log)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
@@ -51,8 +53,8 @@ Lessons:
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
-    1.780 to 1.122. A round there is each warp's ~4,000-instruction chain, not the tensor pipe: columns spread over idle
-    warps lost 17-108% (each unit pays its own loads); float4 A loads and a division-free tile copy won 3-10%.
+    1.780 to 1.122. Idle warps pay only where they are idle: two a_1 at once won 7-20% at Zipf and lost 3-5% at uniform
+    L 1 (the SM's issue was already full); columns over warps lost 17-108% (each unit its own loads); float4 loads won.
 */
 #include "tt_embedding.h"
 
@@ -1384,6 +1386,8 @@ __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { retur
 // split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile (all 128 k_2 of
 // the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
 #define TT_EMBEDDING_FORWARD_TILED_TC_R2 128
+// Compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168, which costs
+// 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
 __host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TILED_TC_R2 && R1 <= 128; }
 // The tile: 128 rows k (zeros past R_1) of 128 floats k_2, 152 apart, row k shifted by 8 (k / 32). K is permuted so
 // that lane tig holds k = 32 tig .. 32 tig + 31 (its A values: eight float4 loads per row, not 32 scalars), and its B
@@ -1475,8 +1479,8 @@ inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShap
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
 }
 
-template <int Q0, bool TC>
-__global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+template <int Q0, bool TC, bool WIDE = false>
+__global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                    const __grid_constant__ TtEmbeddingForwardShape s, int segments,
@@ -1502,8 +1506,26 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
     auto compute = [&](int tbl, int nu) {
         if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
-        if constexpr (TC) {                                 // a_1's tile double-buffered: the next one copies under the mma
-            auto copy = [&](float* dst, int a1) {
+        if constexpr (TC) {
+            // wide build, few m-tiles (Zipf: most items hold a row or two): two a_1 at once, a tile in each buffer, so
+            // that idle warps take the second; the pair's copy is not hidden, which is why the narrow build keeps one
+            const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0);
+            if (WIDE && 2 * n_mt <= W && q1 > 1) {
+                for (int a1 = 0; a1 < q1; a1 += 2) {
+                    const int na = min(2, q1 - a1), u = threadIdx.x / 32;
+                    for (int h = 0; h < na; h++)
+                        tt_embedding_forward_tiled_tc_copy(tile + h * tc_floats, g1, R1, q1, a1 + h, threadIdx.x, blockDim.x);
+                    async_commit();
+                    async_wait_group<0>();
+                    __syncthreads();
+                    if (u < na * n_mt)                      // warp-uniform
+                        tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, u % n_mt, nu, tile + u / n_mt * tc_floats, a1 + u / n_mt, cores, s,
+                                                          fd, fast, tbl, threadIdx.x % 32);
+                    __syncthreads();                        // both buffers read before the next pair's copy
+                }
+                return;
+            }
+            auto copy = [&](float* dst, int a1) {           // else a_1's tile double-buffered: the next one copies under the mma
                 tt_embedding_forward_tiled_tc_copy(dst, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
             };
@@ -1540,14 +1562,19 @@ __global__ void __launch_bounds__(256, 1) tt_embedding_forward_kernel_tiled(floa
                                              on_ready, compute);
 }
 
-// the column-tile kernel for the shape's q_0, null where it is not compiled
-inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s) {
+// the column-tile kernel for the shape's q_0 and a block of `warps` (TC: 12 takes the wide build), null where none is
+template <int Q0>
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int warps) {
+    return !tc ? tt_embedding_forward_kernel_tiled<Q0, false> : warps > 8 ? tt_embedding_forward_kernel_tiled<Q0, true, true>
+                                                               : tt_embedding_forward_kernel_tiled<Q0, true>;
+}
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s, int warps = 8) {
     const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tc ? tt_embedding_forward_kernel_tiled<1, true> : tt_embedding_forward_kernel_tiled<1, false>;
-        case 2: return tc ? tt_embedding_forward_kernel_tiled<2, true> : tt_embedding_forward_kernel_tiled<2, false>;
-        case 4: return tc ? tt_embedding_forward_kernel_tiled<4, true> : tt_embedding_forward_kernel_tiled<4, false>;
-        case 8: return tc ? tt_embedding_forward_kernel_tiled<8, true> : tt_embedding_forward_kernel_tiled<8, false>;
+        case 1: return tt_embedding_forward_kernel_tiled_q0<1>(tc, warps);
+        case 2: return tt_embedding_forward_kernel_tiled_q0<2>(tc, warps);
+        case 4: return tt_embedding_forward_kernel_tiled_q0<4>(tc, warps);
+        case 8: return tt_embedding_forward_kernel_tiled_q0<8>(tc, warps);
         default: return nullptr;
     }
 }
@@ -1599,9 +1626,9 @@ inline size_t tt_embedding_forward_smem_bytes(int kernel, const TtEmbeddingForwa
     return kernel == 3 ? tt_embedding_forward_smem_bytes3(s, warps) : kernel == 4 ? tt_embedding_forward_smem_bytes4(s, warps)
          : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_smem_bytes_tiled(s, warps) : tt_embedding_forward_smem_bytes5(s, warps, kernel == 6);
 }
-inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_grouped_kernel(int kernel, const TtEmbeddingForwardShape& s) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_grouped_kernel(int kernel, const TtEmbeddingForwardShape& s, int warps) {
     return kernel == 4 ? tt_embedding_forward_kernel4<4, 4>
-         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_kernel_tiled_for(s) : tt_embedding_forward_tc_kernel(s, kernel == 6);
+         : kernel == TT_EMBEDDING_FORWARD_TILED ? tt_embedding_forward_kernel_tiled_for(s, warps) : tt_embedding_forward_tc_kernel(s, kernel == 6);
 }
 inline int tt_embedding_forward_target(int kernel) {
     return kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
@@ -1702,14 +1729,16 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
     cudaCheck(cudaMemset(ws.lookup_i1, 0, i1_len * sizeof(uint16_t)));     // the padding
     auto fit = [&](int v) {                                 // opt-in shared memory, block limit, residency
-        const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s);
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
-        cudaCheck(cudaFuncGetAttributes(&attr, kernel));
+        for (int w : {1, 32}) {                             // the widest block's build sets the limit
+            const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s, w);
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+            cudaCheck(cudaFuncGetAttributes(&attr, kernel));
+        }
         ws.max_threads[v] = attr.maxThreadsPerBlock;
         for (int w = 1; w <= 32; w++) {
             const size_t smem = tt_embedding_forward_smem_bytes(v, s, w);
             if (32 * w > ws.max_threads[v] || smem > ws.max_smem) break;
-            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], kernel, 32 * w, smem));
+            cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ws.resident[v][w], tt_embedding_forward_grouped_kernel(v, s, w), 32 * w, smem));
         }
     };
     if (tt_embedding_forward_reason4(s).empty()) fit(4);
@@ -1812,7 +1841,7 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     const int segments = tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
     const int64_t items = (int64_t)s.tables * s.p[1] * segments;
     const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[kernel][warps], 1) * ws.num_sms);
-    const TtEmbeddingForwardGroupedKernel chain = tt_embedding_forward_grouped_kernel(kernel, s);
+    const TtEmbeddingForwardGroupedKernel chain = tt_embedding_forward_grouped_kernel(kernel, s, warps);
     const size_t smem = tt_embedding_forward_smem_bytes(kernel, s, warps);
     if (kernel == 4 || kernel == 5) {
         chain<<<blocks, block_size, smem>>>(ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits,
@@ -1854,7 +1883,8 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 2) return {256};
     if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem);
     std::vector<int> out;
-    for (int b : {32, 64, 128, 256, 512, 1024}) {
+    for (int b : {32, 64, 128, 256, 384, 512, 1024}) {
+        if (b == 384 && (kernel_num != TT_EMBEDDING_FORWARD_TILED || !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) continue;   // 12 warps: step 1 on tensor cores
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
         if ((kernel_num == 3 && ws.chain_scratch) || tt_embedding_forward_smem_bytes(kernel_num, s, b / 32) <= ws.max_smem) out.push_back(b);
     }
