@@ -26,10 +26,10 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
      (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); where G_1's slice exceeds shared memory (rank
      128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
      FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
-  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.088 ms (71.6%;
-     FP32 step 1.780, version 3 4.631); L 1 0.118; q 2,2,4 L 20 0.370, L 1 0.053; blocks of 384 (a 168-register build)
-     run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.213, L 1 0.151 -> 0.135, q 2,2,4
-     L 20 0.184 -> 0.163 (results/logs/2026-12-02_tt_forward_tc_layout_ab.log, 2026-12-03_tt_forward_pair_wide_ab.log)
+  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
+     FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
+     build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137
+     (2026-12-03; results/logs/2026-12-03_tt_forward_elrec_rows_held.log, the steps in 2026-12-03_tt_forward_*_ab.log)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
@@ -53,8 +53,8 @@ Lessons:
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
-    1.780 to 1.122. Idle warps pay only where they are idle: two a_1 at once won 7-20% at Zipf and lost 3-5% at uniform
-    L 1 (the SM's issue was already full); columns over warps lost 17-108% (each unit its own loads); float4 loads won.
+    1.780 to 1.122. At L 1 the SM issues on 20% of its cycles (ncu): each warp's serial path rules, so a warp's rows
+    loaded once instead of per a_1 won 15%, two a_1 at once won only at Zipf, columns over warps lost 17-108%.
 */
 #include "tt_embedding.h"
 
@@ -1403,41 +1403,54 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_copy(float* dst, c
     }
 }
 
-template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int mt, int nu,
-                                                           const float* __restrict__ tile, int a1, const TtEmbeddingForwardCores& cores,
-                                                           const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd,
-                                                           bool fast, int tbl, int lane) {
-    constexpr int KS = 16, NT = 16, KL = 2 * KS;               // R_1 <= 128: 16 k-steps of 8 (zeros past R_1)
-    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0, R1 = s.R[1];
+// A warp's 16-row tile: its lookups (two rows a lane), their G_0 rows in registers (k = 32 tig + v, zeros past R_1) and
+// G_2 slices. Independent of a_1: where a warp keeps one m-tile for all a_1 it loads them once, under the first copy.
+struct TtEmbeddingForwardTcRows {
+    static constexpr int KL = 32;
     int entry[2];
     bool valid[2];
     const float* g2s[2];
-    float x[2][KL];                                         // k = 32 tig + v of the lane's two rows (zeros past R_1)
+    float x[2][KL];
+};
+template <int Q0>
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingForwardTcRows& r, const TtEmbeddingForwardList& list, int mt, int nu,
+                                                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                                                           const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    constexpr int KL = TtEmbeddingForwardTcRows::KL;
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0, R1 = s.R[1];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
-        valid[h] = entry[h] < nu;
-        const int64_t idx = valid[h] ? list.idx[list.uniq[entry[h]]] : 0;
+        r.entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
+        r.valid[h] = r.entry[h] < nu;
+        const int64_t idx = r.valid[h] ? list.idx[list.uniq[r.entry[h]]] : 0;
         const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
-        g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2);
-        const int n = valid[h] ? min(KL, R1 - KL * tig) : 0;   // this lane's values below R_1
+        r.g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2);
+        const int n = r.valid[h] ? min(KL, R1 - KL * tig) : 0;   // this lane's values below R_1
         if (R1 % 4 == 0) {                                  // 16-byte aligned rows, n a multiple of 4
 #pragma unroll
             for (int v = 0; v < KL / 4; v++) {
                 const float4 f = 4 * v < n ? __ldg(reinterpret_cast<const float4*>(g0) + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+                r.x[h][4 * v] = f.x; r.x[h][4 * v + 1] = f.y; r.x[h][4 * v + 2] = f.z; r.x[h][4 * v + 3] = f.w;
             }
         } else {
 #pragma unroll
-            for (int v = 0; v < KL; v++) x[h][v] = v < n ? __ldg(g0 + v) : 0.0f;
+            for (int v = 0; v < KL; v++) r.x[h][v] = v < n ? __ldg(g0 + v) : 0.0f;
         }
     }
+}
+
+// the tile's rows times a_1's tile (step 1, 3xTF32), then x G_2 (step 2) into rowbuf
+template <int Q0>
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
+                                                           const TtEmbeddingForwardTcRows& r, const float* __restrict__ tile, int a1,
+                                                           const TtEmbeddingForwardShape& s, int lane) {
+    constexpr int KS = 16, NT = 16, KL = TtEmbeddingForwardTcRows::KL;   // R_1 <= 128: 16 k-steps of 8 (zeros past R_1)
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     float acc[NT][4] = {};
 #pragma unroll
     for (int st = 0; st < KS; st++) {
         uint32_t ahi[4], alo[4];                            // A: rows g, g+8 at k = 32 tig + 2 st (r < 2), + 1 (r >= 2)
-        tt_embedding_forward_split_a<KL>(ahi, alo, x, st);
+        tt_embedding_forward_split_a<KL>(ahi, alo, r.x, st);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const float* b = tile + tt_embedding_forward_tiled_tc_at(32 * tig + 2 * st, 8 * j + group);   // B: (k, n) = (tig (+4), group)
@@ -1456,14 +1469,14 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float4 w = r.valid[h] ? __ldg(reinterpret_cast<const float4*>(r.g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 tt_embedding_forward_fma4(part[h], acc[j][2 * h + e], w);
             }
     tt_embedding_forward_quad_sum<8>(&part[0][0]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        if (valid[h] && tig == h)
-            *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + (a0 * s.q[1] + a1) * 4) =
+        if (r.valid[h] && tig == h)
+            *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.D + (a0 * s.q[1] + a1) * 4) =
                 make_float4(part[h][0], part[h][1], part[h][2], part[h][3]);
 }
 
@@ -1509,39 +1522,60 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
         if constexpr (TC) {
             // wide build, few m-tiles (Zipf: most items hold a row or two): two a_1 at once, a tile in each buffer, so
             // that idle warps take the second; the pair's copy is not hidden, which is why the narrow build keeps one
-            const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0);
+            const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0), u = threadIdx.x / 32, lane = threadIdx.x % 32;
+            auto mma = [&](const TtEmbeddingForwardTcRows& r, const float* t, int a1) {
+                tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, r, t, a1, s, lane);
+            };
+            auto load = [&](TtEmbeddingForwardTcRows& r, int mt) {
+                tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
+            };
             if (WIDE && 2 * n_mt <= W && q1 > 1) {
                 for (int a1 = 0; a1 < q1; a1 += 2) {
-                    const int na = min(2, q1 - a1), u = threadIdx.x / 32;
+                    const int na = min(2, q1 - a1);
                     for (int h = 0; h < na; h++)
                         tt_embedding_forward_tiled_tc_copy(tile + h * tc_floats, g1, R1, q1, a1 + h, threadIdx.x, blockDim.x);
                     async_commit();
                     async_wait_group<0>();
                     __syncthreads();
-                    if (u < na * n_mt)                      // warp-uniform
-                        tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, u % n_mt, nu, tile + u / n_mt * tc_floats, a1 + u / n_mt, cores, s,
-                                                          fd, fast, tbl, threadIdx.x % 32);
+                    if (u < na * n_mt) {                    // warp-uniform
+                        TtEmbeddingForwardTcRows r;
+                        load(r, u % n_mt);
+                        mma(r, tile + u / n_mt * tc_floats, a1 + u / n_mt);
+                    }
                     __syncthreads();                        // both buffers read before the next pair's copy
                 }
                 return;
             }
-            auto copy = [&](float* dst, int a1) {           // else a_1's tile double-buffered: the next one copies under the mma
+            auto copy = [&](float* dst, int a1) {
                 tt_embedding_forward_tiled_tc_copy(dst, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
             };
-            copy(tile, 0);
-            for (int a1 = 0; a1 < q1; a1++) {
-                if (a1 + 1 < q1) {
-                    copy(tile + ((a1 + 1) & 1) * tc_floats, a1 + 1);
-                    async_wait_group<1>();
-                } else {
-                    async_wait_group<0>();
+            auto each_a1 = [&](auto&& first, auto&& body) { // else a_1's tile double-buffered: the next one copies under the mma
+                copy(tile, 0);
+                first();
+                for (int a1 = 0; a1 < q1; a1++) {
+                    if (a1 + 1 < q1) {
+                        copy(tile + ((a1 + 1) & 1) * tc_floats, a1 + 1);
+                        async_wait_group<1>();
+                    } else {
+                        async_wait_group<0>();
+                    }
+                    __syncthreads();
+                    body(tile + (a1 & 1) * tc_floats, a1);
+                    __syncthreads();                        // every warp is done with the buffer the next copy refills
                 }
-                __syncthreads();
-                for (int mt = threadIdx.x / 32; 16 / Q0 * mt < nu; mt += W)     // warp-uniform
-                    tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, mt, nu, tile + (a1 & 1) * tc_floats, a1, cores, s, fd, fast, tbl,
-                                                      threadIdx.x % 32);
-                __syncthreads();                            // every warp is done with the buffer the next copy refills
+            };
+            if (!WIDE && n_mt <= W) {                       // a warp's one m-tile: its rows loaded once, under the first copy
+                TtEmbeddingForwardTcRows r;
+                each_a1([&] { if (u < n_mt) load(r, u); }, [&](const float* t, int a1) { if (u < n_mt) mma(r, t, a1); });
+            } else {
+                each_a1([] {}, [&](const float* t, int a1) {
+                    for (int mt = u; mt < n_mt; mt += W) {   // warp-uniform
+                        TtEmbeddingForwardTcRows r;
+                        load(r, mt);
+                        mma(r, t, a1);
+                    }
+                });
             }
         } else {
             for (int a1_base = 0; a1_base < q1; a1_base += tile_a1) {
