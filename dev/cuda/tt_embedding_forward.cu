@@ -1520,8 +1520,6 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
         if (nu == 0) return;                                // a round of kept rows only (block-uniform)
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         if constexpr (TC) {
-            // wide build, few m-tiles (Zipf: most items hold a row or two): two a_1 at once, a tile in each buffer, so
-            // that idle warps take the second; the pair's copy is not hidden, which is why the narrow build keeps one
             const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0), u = threadIdx.x / 32, lane = threadIdx.x % 32;
             auto mma = [&](const TtEmbeddingForwardTcRows& r, const float* t, int a1) {
                 tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, r, t, a1, s, lane);
@@ -1529,6 +1527,8 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
             auto load = [&](TtEmbeddingForwardTcRows& r, int mt) {
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
             };
+            // wide build, few m-tiles (Zipf: most items hold a row or two): two a_1 at once, a tile in each buffer, so
+            // that idle warps take the second; the pair's copy is not hidden, which is why the narrow build keeps one
             if (WIDE && 2 * n_mt <= W && q1 > 1) {
                 for (int a1 = 0; a1 < q1; a1 += 2) {
                     const int na = min(2, q1 - a1);
