@@ -519,14 +519,16 @@ struct HostAccSlice {
 
 // (the K-steps' products on the tensor cores' fragments, emulated per accumulator)
 // (vec: the float4 loads where the launcher takes them, tt_embedding_backward_slice_vec; else scalar loads everywhere)
-static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool reverse, EmuSliceInfo* info = nullptr, bool vec = true) {
+// (stash: the forward's prefixes, read in place of F's products, which then do not run)
+static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool reverse, EmuSliceInfo* info = nullptr, bool vec = true,
+                        float* stash = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     StepOut o = start_step(pr, opt);
     if (s.nnz == 0) return o;
     int64_t W_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
     const TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     TtEmbeddingBackwardSlicePlan P;
-    const std::string why = tt_embedding_backward_slice_make_plan(s, P);
+    const std::string why = tt_embedding_backward_slice_make_plan(s, P, stash);
     if (!why.empty()) { printf("version 9 plan: %s\n", why.c_str()); exit(1); }
     const int K_total = s.key_base[s.T];
     Grouping6 gr(s, P6);
@@ -534,7 +536,7 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
         totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 1), multi(K_total);
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
-    const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
+    const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), stash ? stash : X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
                                        P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), multi.i(), oi};
     std::vector<int> scan9(9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
     emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex) {
@@ -559,7 +561,7 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_D>;
     using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
     using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
-    for (int t = 1; t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
+    for (int t = 1; !stash && t <= s.T - 2; t++) launch(F{}, t, P.max_rt[t], ceil_div(s.n[t], BN));
     for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s)) {   // the last core's D, element by element (lookups past the device count are padding)
             const int per = s.m[t - 1] * s.R[t], cnt = tt_embedding_backward_count(s);
@@ -624,6 +626,29 @@ static void test_v9(const Case& c, const std::vector<int>& opts, bool expect_mul
         report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi && one, name, why);
         if (ok && same) printf("     (%s)\n", why);
     }
+}
+
+// --stash: version 9 reading the forward's prefixes (the CPU's, at tt_embedding.h's offsets) instead of running F passes the
+// reference, and with every stash value NaN it fails (so the prefixes are read from the stash, not recomputed)
+static void test_v9_stash(const Case& c, int opt) {
+    Problem pr = make_problem(c);
+    const TtEmbeddingBackwardShape& s = pr.s;
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    int64_t off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    const int64_t floats = tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, off);
+    std::vector<float> stash((size_t)std::max<int64_t>(floats, 1), NAN);
+    tt_embedding_backward_stash_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), off, stash.data());
+    bool finite = true;
+    for (int64_t i = 0; i < floats; i++) finite = finite && std::isfinite(stash[i]);
+    const float lr = 0.05f, eps = 1e-8f;
+    StepOut o = emulate9(pr, opt, lr, eps, false, nullptr, true, stash.data());
+    const bool ok = check_step(pr, ref, opt, lr, eps, o);
+    std::fill(stash.begin(), stash.end(), NAN);
+    StepOut bad = emulate9(pr, opt, lr, eps, true, nullptr, true, stash.data());
+    const bool bad_fails = !check_step(pr, ref, opt, lr, eps, bad, false);
+    char why[160];
+    snprintf(why, sizeof why, "%lld stash floats all set %d, check %d, a NaN stash fails %d", (long long)floats, (int)finite, (int)ok, (int)bad_fails);
+    report(finite && ok && bad_fails, "emulate_v9_stash_" + c.name + "_" + opt_name(opt), why);
 }
 
 // The lane orders of the float4 tiles at FBTT's default: in every warp, lanes n and n^1 share one operand's
@@ -1160,6 +1185,9 @@ int main() {
     test_v9({"D4_rank128_T2", {7, 9}, {2, 2}, {128}, 3, 8, 5, 0.0, true, 20}, {A});
     test_v9({"T5_rank64_D16", {3, 2, 3, 2, 3}, {1, 2, 2, 2, 2}, {64, 33, 64, 17}, 1, 6, 3, 0.0, false, 21}, {S, D});
     // the last core's D by the GEMM (q_{T-1} = 8 > LAST_D_MAX_Q); the cases above take the direct kernel, but T2_tables2 (q 5)
+    test_v9_stash({"T3_rank128", {5, 3, 7}, {2, 2, 4}, {128, 128}, 2, 20, 3, 1.2, true, 23}, S);
+    test_v9_stash({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 2, 13, 7, 0.0, true, 24}, A);
+    test_v9_stash({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 25}, D);
     test_v9({"q448_ragged", {3, 4, 5}, {4, 4, 8}, {40, 24}, 1, 9, 4, 0.0, true, 22}, {A});
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)

@@ -1008,6 +1008,63 @@ static void test_replay() {
            tt_embedding_validate_inputs(c, bi, false));
 }
 
+// --stash: the reference's prefixes (tt_embedding.h's layout, each P_1 element also by its formula from the cores) and
+// the fallback stash kernel's values, emulated launch by launch, on ragged bags over several tables (empty bags too)
+static void test_stash() {
+    struct Case { std::vector<int> p, q, r; int tables, B, L; };
+    const std::vector<Case> cases = {
+        {{5, 7, 3}, {2, 2, 4}, {128, 128}, 2, 5, 3},
+        {{4, 3, 5, 2}, {2, 3, 2, 2}, {3, 5, 4}, 3, 4, 5},
+        {{2, 3, 2, 3, 2, 3}, {2, 1, 2, 3, 2, 2}, {2, 3, 4, 3, 2}, 2, 3, 4},
+        {{3, 4}, {4, 4}, {8}, 2, 3, 2},                      // T = 2: nothing to keep
+    };
+    Rng rng(11);
+    for (const Case& c : cases) {
+        Problem P;
+        if (!make_problem(P, c.p, c.q, c.r, c.tables, 1, 1, rng)) continue;
+        TtEmbeddingForwardShape& s = P.s;
+        s.B = c.B;
+        s.nnz = (int64_t)c.tables * c.B * c.L;
+        std::vector<int64_t> indices(s.nnz), offsets((size_t)c.tables * c.B + 1);
+        for (auto& x : indices) x = rng.randint(0, s.E);
+        for (int tbl = 0; tbl < c.tables; tbl++) {           // ragged: random cuts, every table's first bag empty
+            const int64_t lo = (int64_t)tbl * c.B * c.L, hi = lo + (int64_t)c.B * c.L;
+            std::vector<int64_t> cuts = {lo, lo};
+            for (int b = 2; b < c.B; b++) cuts.push_back(lo + rng.randint(0, hi - lo + 1));
+            std::sort(cuts.begin(), cuts.end());
+            for (int b = 0; b < c.B; b++) offsets[(size_t)tbl * c.B + b] = cuts[b];
+        }
+        offsets.back() = s.nnz;
+        int64_t off[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
+        const int64_t floats = tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, off);
+        int64_t want = 0, Q = s.q[0];
+        for (int t = 1; t <= s.T - 2; t++) { Q *= s.q[t]; want += s.nnz * Q * s.R[t + 1]; }
+        std::vector<float> out((size_t)c.tables * c.B * s.D), ref(std::max<int64_t>(floats, 1), NAN), emu(ref.size(), NAN);
+        tt_embedding_forward_cpu(out.data(), P.ptrs.data(), indices.data(), offsets.data(), s, ref.data(), off);
+        std::string why_formula, why_kernel;
+        for (int tbl = 0, n = 0; s.T >= 3 && n < s.nnz; n++) {           // P_1[n][a_0 q_1 + a_1][k_2] = sum_k G_0[i_0][0, a_0, k] G_1[i_1][k, a_1, k_2]
+            while (tbl + 1 < c.tables && offsets[(size_t)(tbl + 1) * c.B] <= n) tbl++;
+            const int64_t i0 = indices[n] / s.stride[0] % s.p[0], i1 = indices[n] / s.stride[1] % s.p[1];
+            for (int e = 0; e < 8; e++) {
+                const int a0 = (int)rng.randint(0, s.q[0]), a1 = (int)rng.randint(0, s.q[1]), k2 = (int)rng.randint(0, s.R[2]);
+                double v = 0.0;
+                for (int k = 0; k < s.R[1]; k++) v += core_elem(P, 0, tbl, i0, 0, a0, k) * core_elem(P, 1, tbl, i1, k, a1, k2);
+                if (!close(ref[off[1] + (int64_t)n * s.Q[1] * s.R[2] + (a0 * s.q[1] + a1) * s.R[2] + k2], v, 1e-6, 1e-6))
+                    why_formula += " n" + std::to_string(n);
+            }
+        }
+        for (int t = 1; t <= s.T - 2; t++)
+            for (int64_t i = 0; i < s.nnz * s.Q[t] * s.R[t + 1]; i++)
+                emu[off[t] + i] = tt_embedding_forward_stash_value(emu.data(), indices.data(), offsets.data(), P.c, s, t, off[t > 1 ? t - 1 : 1], i);
+        for (int64_t i = 0; i < floats; i++)
+            if (!close(emu[i], ref[i], 1e-5, 1e-5)) { why_kernel += " element " + std::to_string(i); break; }
+        report(floats == want, P.name + ": the stash holds sum_t nnz Q_t R_{t+1} floats", std::to_string(floats) + " vs " + std::to_string(want));
+        if (floats == 0) continue;                           // (T = 2)
+        report(why_formula.empty(), P.name + ": the reference's P_1 = its formula from the cores (layout of tt_embedding.h)", why_formula.substr(0, 200));
+        report(why_kernel.empty(), P.name + ": the fallback stash kernel (emulated) = the reference's prefixes", why_kernel);
+    }
+}
+
 int main() {
     test_worked_example();
     test_random_shapes();
@@ -1036,5 +1093,6 @@ int main() {
     test_digit_mask();
     test_dispatch();
     test_replay();
+    test_stash();
     return test_summary();
 }

@@ -25,6 +25,7 @@ struct TtEmbeddingConfig {
     double alpha = 0.0;         // <= 1: uniform row ids; > 1: FBGEMM's Zipf recipe (common.h)
     bool ragged = false;        // bags of random sizes (the first bag of every table empty), same total lookups
     bool distinct = true;       // Zipf bags of L distinct rows where E >= L; off: rows drawn with repeats
+    bool stash = false;         // training mode: the forward keeps each lookup's chain prefixes for the backward
     std::string loaded;         // the --load directory the inputs came from ("" = generated)
     int64_t loaded_nnz = -1;    // the lookups a --load read (else tables * B * L)
     int T() const { return (int)p.size(); }
@@ -219,7 +220,25 @@ inline std::string tt_embedding_shape_name(const TtEmbeddingConfig& c) {
     if (c.E != prod_p) name += ",E" + std::to_string(c.E);
     char a[32];
     snprintf(a, sizeof a, ",alpha%g", c.alpha);
-    return name + a + (c.ragged ? ",ragged" : "") + (c.alpha > 1.0 && !c.distinct ? ",repeats" : "") + (c.loaded.empty() ? "" : ",loaded");
+    return name + a + (c.ragged ? ",ragged" : "") + (c.alpha > 1.0 && !c.distinct ? ",repeats" : "") + (c.loaded.empty() ? "" : ",loaded") +
+           (c.stash ? ",stash" : "");
+}
+
+// The stash (--stash): what autograd would keep. The forward writes every lookup's chain prefixes
+// P_t = G_0[i_0] .. G_t[i_t] for t = 1..T-2 (Q_t x R_{t+1}, Q_t = q_0 .. q_t; row (a_0 .. a_t) in mixed radix, a_0 most
+// significant; row-major), which the backward needs and would otherwise recompute. P_t of lookup n (its place in
+// indices) starts at off[t] + n Q_t R_{t+1}, off[1] = 0. Returns the floats (0 at T = 2: nothing to keep).
+inline int64_t tt_embedding_stash_layout(int T, const int* q, const int* R, int64_t nnz, int64_t* off) {   // R[t] = R_t, R_0 = 1
+    int64_t total = 0, Q = q[0];
+    for (int t = 1; t <= T - 2; t++) {
+        Q *= q[t];
+        off[t] = total;
+        total += nnz * Q * R[t + 1];
+    }
+    return total;
+}
+inline void tt_embedding_add_stash_flag(Cli& cli, TtEmbeddingConfig& c) {
+    cli.add_flag("stash", &c.stash, "training mode: the forward writes each lookup's prefixes P_1..P_{T-2} (the stash), the backward reads them");
 }
 
 // the RESULT lines' extra field: microseconds per lookup

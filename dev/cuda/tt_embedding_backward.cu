@@ -183,6 +183,38 @@ TT_EMBEDDING_BACKWARD_UNROLL
     }
 }
 
+// one lookup's prefixes P_t = G_0 .. G_t (m_t x R_{t+1}), t = 0 .. T-2, from its slices sl
+void tt_embedding_backward_prefixes_cpu(const TtEmbeddingBackwardShape& s, const std::vector<double>* sl, std::vector<double>* P) {
+    P[0] = sl[0];
+    for (int t = 1; t <= s.T - 2; t++) {
+        const int Rt = s.R[t], Rn = s.R[t + 1], qt = s.q[t];
+        P[t].assign((size_t)s.m[t] * Rn, 0.0);
+        for (int al = 0; al < s.m[t - 1]; al++)
+            for (int k = 0; k < Rt; k++) {
+                const double pv = P[t - 1][(size_t)al * Rt + k];
+                for (int a = 0; a < qt; a++)
+                    for (int kn = 0; kn < Rn; kn++) P[t][((size_t)al * qt + a) * Rn + kn] += pv * sl[t][((size_t)k * qt + a) * Rn + kn];
+            }
+    }
+}
+
+// --stash: what the forward keeps, every lookup's P_t (t = 1..T-2) rounded to float at tt_embedding.h's offsets
+void tt_embedding_backward_stash_cpu(const TtEmbeddingBackwardShape& s, const float* cores, const int64_t* offsets, const int64_t* indices,
+                                     const int64_t* off, float* stash) {
+    std::vector<double> P[TT_EMBEDDING_BACKWARD_MAX_T], sl[TT_EMBEDDING_BACKWARD_MAX_T];
+    for (int bag = 0; bag < s.num_bags; bag++)
+        for (int64_t j = offsets[bag]; j < offsets[bag + 1]; j++) {
+            int idx[TT_EMBEDDING_BACKWARD_MAX_T];
+            tt_embedding_backward_decode_row(s, indices[j], idx);
+            for (int t = 0; t < s.T - 1; t++) {
+                const float* src = cores + s.core_off[t] + ((int64_t)(bag / s.B) * s.p[t] + idx[t]) * s.S[t];
+                sl[t].assign(src, src + s.S[t]);
+            }
+            tt_embedding_backward_prefixes_cpu(s, sl, P);
+            for (int t = 1; t <= s.T - 2; t++) std::copy(P[t].begin(), P[t].end(), stash + off[t] + j * (int64_t)P[t].size());
+        }
+}
+
 // The summed slice gradients dG (cores' layout), by the "sandwich" form of each slice's derivative:
 //   dG_t[k, a, k'] = sum_{alpha, beta} P_{t-1}[alpha, k] g[alpha, a, beta] Suf_{t+1}[k', beta]
 // with the prefix P_{t-1} (m_{t-1} x R_t) and the suffix Suf_{t+1} = G_{t+1} ... G_{T-1} (R_{t+1} x
@@ -210,19 +242,7 @@ void tt_embedding_backward_cpu(const TtEmbeddingBackwardShape& s, const float* c
                 sl[t].resize(s.S[t]);
                 for (int e = 0; e < s.S[t]; e++) sl[t][e] = val(cores_f[off[t] + e]);
             }
-            // prefixes P_t (m_t x R_{t+1}), t = 0 .. T-2
-            P[0] = sl[0];
-            for (int t = 1; t <= T - 2; t++) {
-                const int Rt = s.R[t], Rn = s.R[t + 1], qt = s.q[t];
-                P[t].assign((size_t)s.m[t] * Rn, 0.0);
-                for (int al = 0; al < s.m[t - 1]; al++)
-                    for (int k = 0; k < Rt; k++) {
-                        const double pv = P[t - 1][(size_t)al * Rt + k];
-                        for (int a = 0; a < qt; a++)
-                            for (int kn = 0; kn < Rn; kn++)
-                                P[t][((size_t)al * qt + a) * Rn + kn] += pv * sl[t][((size_t)k * qt + a) * Rn + kn];
-                    }
-            }
+            tt_embedding_backward_prefixes_cpu(s, sl, P);
             // suffixes Suf_t (R_t x w_t), t = T-1 .. 1; Suf_T = [1]
             Suf[T].assign(1, 1.0);
             for (int t = T - 1; t >= 1; t--) {
@@ -2592,7 +2612,7 @@ enum { TT_EMBEDDING_BACKWARD_SLICE_F = 0, TT_EMBEDDING_BACKWARD_SLICE_D = 1, TT_
 struct TtEmbeddingBackwardSlicePlan {
     int mp[TT_EMBEDDING_BACKWARD_MAX_T];                  // m_{t-1} (1 at t = 0): rows per lookup in core t's products
     int lpp[TT_EMBEDDING_BACKWARD_MAX_T];                 // G: lookups per part of core t
-    int64_t P_off[TT_EMBEDDING_BACKWARD_MAX_T];           // in X: P_t (t = 1..T-2), [nnz][m_t R_{t+1}]
+    int64_t P_off[TT_EMBEDDING_BACKWARD_MAX_T];           // in io.P (X, or the stash): P_t (t = 1..T-2), [nnz][m_t R_{t+1}]
     int64_t dM_off[TT_EMBEDDING_BACKWARD_MAX_T];          // in X: dM_t (t = 0..T-2), [nnz][m_t R_{t+1}]; X[0] = 1.0f
     int64_t X_floats;
     int64_t part_off[TT_EMBEDDING_BACKWARD_MAX_T];        // in partial: core t's parts, [max_pt[t]][S_t]
@@ -2601,8 +2621,8 @@ struct TtEmbeddingBackwardSlicePlan {
     int rt_total, pt_total, max_red_y;
 };
 
-// "" when the plan fits 32-bit grids, else why not
-inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackwardSlicePlan& P) {
+// "" when the plan fits 32-bit grids, else why not. stash: P_t are the forward's (P_off into the stash, not X)
+inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackwardSlicePlan& P, bool stash = false) {
     memset(&P, 0, sizeof P);
     const int64_t nnz = std::max(s.nnz, 1);
     int64_t X = 4, part = 0, rt = 0, pt = 0, maxS = 1;
@@ -2620,7 +2640,7 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
         const bool split = nnz / slices > std::max(1, kshort / P.mp[t]);
         const bool wide = (nnz * P.mp[t] / klong + slices) * tiles >= TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS;
         P.lpp[t] = std::max(1, (split && wide ? klong : kshort) / P.mp[t]);
-        if (t >= 1 && t <= s.T - 2) { P.P_off[t] = X; X += nnz * per; }
+        if (t >= 1 && t <= s.T - 2 && !stash) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }
         const int64_t mrt = t ? ceil_div<int64_t>(nnz * P.mp[t], TT_EMBEDDING_BACKWARD_SLICE_BM) + slices : 0;
         const int64_t mpt = ceil_div<int64_t>(nnz, P.lpp[t]) + slices;
@@ -2631,6 +2651,7 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
         maxS = std::max<int64_t>(maxS, s.S[t]);
     }
     if (rt >= INT32_MAX / 4 || pt >= INT32_MAX / 4) return "its work lists would pass 2^29 items";
+    if (stash) tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, P.P_off);
     const double gb = 4.0 * (double)(X + part) / 1e9;
     if (gb > TT_EMBEDDING_BACKWARD_SLICE_MAX_GB) {
         char buf[160];
@@ -2646,7 +2667,7 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
 // what the kernels of version 9 read and write (keys, bag_of, start, list: version 6's workspace)
 struct TtEmbeddingBackwardSliceIo {
     const float *cores, *dY;
-    float *X, *partial;
+    float *X, *P, *partial;                 // P: where P_t live, X or the forward's stash (then F does not run)
     const int *keys, *bag_of, *start, *list;
     int key_stride;
     int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
@@ -2775,7 +2796,7 @@ __host__ __device__ inline const float* tt_embedding_backward_slice_prefix(const
                                                                       const TtEmbeddingBackwardSliceIo& io, int t, int n) {
     if (t == 0) return io.X;
     if (t == 1) return io.cores + s.core_off[0] + (int64_t)io.keys[n] * s.S[0];
-    return io.X + P.P_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
+    return io.P + P.P_off[t - 1] + (int64_t)n * s.m[t - 1] * s.R[t];
 }
 __host__ __device__ inline const float* tt_embedding_backward_slice_grad(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
                                                                     const TtEmbeddingBackwardSliceIo& io, int t, int n) {
@@ -3023,7 +3044,7 @@ TT_EMBEDDING_BACKWARD_UNROLL
         const int j = r / mp, i = r - j * mp, n = lst[j];
         if (KIND == TT_EMBEDDING_BACKWARD_SLICE_F) {
             sm.rowA[tid] = tt_embedding_backward_slice_prefix(s, P, io, t, n) + (int64_t)i * Rt;
-            sm.rowC[tid] = io.X + P.P_off[t] + (int64_t)n * s.m[t] * s.R[t + 1] + (int64_t)i * nt_;
+            sm.rowC[tid] = io.P + P.P_off[t] + (int64_t)n * s.m[t] * s.R[t + 1] + (int64_t)i * nt_;
         } else {
             sm.rowA[tid] = tt_embedding_backward_slice_grad(s, P, io, t, n) + (int64_t)i * nt_;
             sm.rowC[tid] = io.X + P.dM_off[t - 1] + (int64_t)n * s.m[t - 1] * Rt + (int64_t)i * Rt;
@@ -3297,6 +3318,9 @@ struct TtEmbeddingBackwardArgs {
     // last: the slices of several parts)
     float *slice_X, *slice_partial;
     int *slice_items, *slice_first, *slice_totals, *slice_multi;
+    // --stash: the forward's P_t of every lookup (tt_embedding.h's layout), which version 9 reads instead of running F
+    float* stash;
+    int64_t stash_floats;
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
@@ -3456,17 +3480,17 @@ void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (const float*)W2, io);
 }
 // version 9: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping; the prep's last block
-// lists the items), the F launches, a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
+// lists the items), the F launches (none with a stash), a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
 void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
     const TtEmbeddingBackwardGroupPlan P6 = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
     TtEmbeddingBackwardSlicePlan P;
-    tt_embedding_backward_slice_make_plan(s, P);
+    tt_embedding_backward_slice_make_plan(s, P, a.stash);
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
-    const TtEmbeddingBackwardSliceIo io = {a.cores, a.dY, a.slice_X, a.slice_partial, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
+    const TtEmbeddingBackwardSliceIo io = {a.cores, a.dY, a.slice_X, a.stash ? a.stash : a.slice_X, a.slice_partial, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
                                        a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_totals, a.slice_multi, o};
     tt_embedding_backward_slice_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK>>>(
         s, P6, P, a.offsets, a.indices, a.ws, io);
@@ -3483,7 +3507,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     using Dk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_D>;
     using Gk = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G>;
     using Gn = std::integral_constant<int, TT_EMBEDDING_BACKWARD_SLICE_G_NARROW>;
-    for (int t = 1; t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);
+    for (int t = 1; !a.stash && t <= s.T - 2; t++) gemm(F{}, dim3(P.max_rt[t], ceil_div(s.n[t], BN)), t);   // (the stash: done)
     for (int t = s.T - 1; t >= 0; t--) {
         if (t == s.T - 1 && tt_embedding_backward_slice_direct_last_d(s))
             launch_pdl(tt_embedding_backward_slice_last_d_kernel,
@@ -3538,6 +3562,12 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
             return buf;
         }
     }
+    if (a.stash && k != 7 && k != 9) return "--stash (the forward's prefixes) is read by version 9, and by the default where it routes there, only";
+    if (k == 7 && a.stash) {
+        const int route = tt_embedding_backward_route(s, a.W_off, smem_limit, block ? block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
+        if (route != TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA)
+            return std::string("--stash is read by version 9's route, and the default routes this shape to ") + tt_embedding_backward_route_name(route);
+    }
     if (k == 7) return "";   // the default runs every shape (its dispatcher falls back to the general kernels)
     if (k == 9) {
         if (block && block != TT_EMBEDDING_BACKWARD_SLICE_BLOCK) {
@@ -3564,9 +3594,9 @@ std::string tt_embedding_backward_skip_reason(int k, const TtEmbeddingBackwardSh
 }
 
 // FLOPs per lookup, FBTT's count (header)
-inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardShape& s) {
+inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardShape& s, bool stash = false) {   // (stash: no F)
     double f = 0.0;
-    for (int t = 0; t <= s.T - 3; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
+    for (int t = 0; t <= s.T - 3 && !stash; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
     for (int t = 1; t <= s.T - 1; t++) f += 4.0 * s.m[t - 1] * s.R[t] * s.n[t];
     return f;
 }
@@ -3588,6 +3618,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&in.offsets, 8 * ((size_t)s.num_bags + 1), true);
     buf(&in.indices, 8 * nnz1, true);
     buf(&in.dY, 4 * (size_t)s.num_bags * s.D, true);
+    if (a.stash_floats) buf(&a.stash, 4 * (size_t)a.stash_floats, true);
     for (float** c : {&in.cores0, &in.state0, &a.cores, &a.state}) buf(c, 4 * C, true);
     buf(&a.dG, 4 * C);
     buf(&a.fb_rows, 4 * (size_t)s.T * chunk);                                    // version 2
@@ -3732,7 +3763,7 @@ struct TtEmbeddingBackwardBench {
 // the buffers (the device memory checked first, exit 2), the uploads, the default's route, the versions asked for
 // (one that cannot run this shape is an error, not a pass), then the reference
 void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& cli, const TtEmbeddingInputs& in, const TtEmbeddingBackwardShape& s,
-                                       int opt, double lr, double eps, const cudaDeviceProp& prop) {
+                                       int opt, double lr, double eps, bool stash, const cudaDeviceProp& prop) {
     printf("TT shape: T=%d D=%d E=%lld tables=%d B=%d nnz=%d, core floats %lld (dense table %.3g floats, %.0fx), optimizer %s (lr %g, eps %g)\n",
            s.T, s.D, (long long)s.E, s.tables, s.B, s.nnz, (long long)s.core_off[s.T], (double)s.E * s.D * s.tables,
            (double)s.E * s.D * s.tables / (double)s.core_off[s.T], TT_EMBEDDING_BACKWARD_OPT_NAMES[opt], lr, eps);
@@ -3741,6 +3772,8 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     a.s = s; a.opt = opt; a.lr = (float)lr; a.eps = (float)eps;
     a.smem_limit = prop.sharedMemPerBlockOptin - 1024;   // less the kernels' static shape and plan copies
     b.plan = tt_embedding_backward_group_make_plan(s, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);   // (sizes: W_off unused)
+    int64_t stash_off[TT_EMBEDDING_BACKWARD_MAX_T] = {};
+    a.stash_floats = stash ? tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, stash_off) : 0;
     tt_embedding_backward_alloc(a, b.in, b.plan);
     b.cores = tt_embedding_backward_pack(s, in.cores);
     b.state = tt_embedding_backward_pack(s, in.state);
@@ -3748,6 +3781,11 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     upload(b.in.offsets, in.offsets); upload(b.in.indices, in.indices); upload(b.in.dY, in.dY); upload(b.in.cores0, b.cores);
     upload(b.in.state0, b.state);
     a.offsets = b.in.offsets; a.indices = b.in.indices; a.dY = b.in.dY;
+    if (a.stash_floats) {                    // what the forward would have kept: the CPU's prefixes (double, rounded)
+        std::vector<float> st((size_t)a.stash_floats);
+        tt_embedding_backward_stash_cpu(s, b.cores.data(), in.offsets.data(), in.indices.data(), stash_off, st.data());
+        upload(a.stash, st);
+    }
     printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
            tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK)));
     for (int k : cli.kernels) {
@@ -3797,7 +3835,7 @@ std::vector<int> tt_embedding_backward_blocks(int k) {
 inline double tt_embedding_backward_bytes(const TtEmbeddingBackwardBench& b) {
     const TtEmbeddingBackwardShape& s = b.a.s;
     const double U = (double)tt_embedding_backward_touched_elems(s, b.ref), w = b.a.opt == TT_EMBEDDING_BACKWARD_SGD ? 1 : b.a.opt == TT_EMBEDDING_BACKWARD_ADAGRAD ? 3 : 0;
-    return 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D + 4.0 * U * (1 + w) +
+    return 8.0 * s.nnz + 8.0 * (s.num_bags + 1) + 4.0 * s.num_bags * s.D + 4.0 * U * (1 + w) + 4.0 * (double)b.a.stash_floats +
            (b.a.opt == TT_EMBEDDING_BACKWARD_DENSE ? 4.0 * s.core_off[s.T] : 0.0);
 }
 
@@ -3813,6 +3851,7 @@ int main(int argc, char** argv) {
             "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
             9, 7);
     tt_embedding_add_flags(cli, c, distinct);
+    tt_embedding_add_stash_flag(cli, c);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
     cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
     cli.add_double("eps", &eps, "Adagrad epsilon");
@@ -3834,14 +3873,15 @@ int main(int argc, char** argv) {
         if (!err.empty()) fail_args("%s", err.c_str());
         s = tt_embedding_backward_make_shape(cc.p, cc.q, cc.ranks, cc.E, cc.tables, cc.B);
         s.nnz = (int)cc.nnz();   // (below 2^31: checked)
-        return tt_embedding_backward_host_bytes(s);
+        int64_t off[TT_EMBEDDING_BACKWARD_MAX_T];
+        return tt_embedding_backward_host_bytes(s) + (cc.stash ? 4.0 * (double)tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, off) : 0.0);
     });
     TtEmbeddingBackwardBench b;
-    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, cuda_init());
+    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, c.stash, cuda_init());
     OpRunner r;
     r.op = "tt_embedding_backward";
     r.shape = tt_embedding_backward_shape_string(c, opt);
-    r.flops = tt_embedding_backward_flops_per_lookup(s) * s.nnz;
+    r.flops = tt_embedding_backward_flops_per_lookup(s, b.a.stash) * s.nnz;
     r.bytes = tt_embedding_backward_bytes(b);
     r.blocks_for = tt_embedding_backward_blocks;
     r.skip_reason = [&](int k) { return tt_embedding_backward_skip_reason(k, s, b.a, b.a.smem_limit, cli.block); };

@@ -108,9 +108,11 @@ struct TtEmbeddingForwardShape {
     int buf_pad[2] = {};
 };
 
-// the device pointers of the T cores (each [tables, p_t, slice_t])
+// the device pointers of the T cores (each [tables, p_t, slice_t]); stash: where the column-tile kernel writes P_1 (the
+// stash, tt_embedding.h) as it goes, null where it does not
 struct TtEmbeddingForwardCores {
     const float* c[TT_EMBEDDING_FORWARD_MAX_CORES];
+    float* stash;
 };
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
@@ -206,8 +208,10 @@ __host__ __device__ inline int tt_embedding_forward_digit(int64_t idx, int64_t s
 // ----------------------------------------------------------------------------------------------
 // CPU reference: the chain, in double
 
-// one row (D values) of table tbl; cores[t] points at core t ([tables, p_t, slice_t])
-inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores, const TtEmbeddingForwardShape& s, int tbl, int64_t idx) {
+// one row (D values) of table tbl; cores[t] points at core t ([tables, p_t, slice_t]); prefixes: where to put the row's
+// P_t (M_t, t = 1..T-2, rounded to float; the stash), or null
+inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores, const TtEmbeddingForwardShape& s, int tbl, int64_t idx,
+                                         float* const* prefixes = nullptr) {
     std::vector<double> cur, nxt;
     auto slice = [&](int t) {
         return cores[t] + ((int64_t)tbl * s.p[t] + tt_embedding_forward_digit(idx, s.stride[t], s.p[t])) * s.slice[t];
@@ -226,19 +230,23 @@ inline void tt_embedding_forward_row_cpu(double* row, const float* const* cores,
                 for (int j = 0; j < n; j++) o[j] += a * (double)g[j];
             }
         cur.swap(nxt);
+        if (prefixes && t <= s.T - 2) std::copy(cur.begin(), cur.end(), prefixes[t]);
     }
     for (int d = 0; d < s.D; d++) row[d] = cur[d];
 }
 
-// out [tables, B, D]: every bag's rows summed in double, rounded once to float
-inline void tt_embedding_forward_cpu(float* out, const float* const* cores, const int64_t* indices,
-                                     const int64_t* offsets, const TtEmbeddingForwardShape& s) {
+// out [tables, B, D]: every bag's rows summed in double, rounded once to float; with stash (offsets stash_off), every
+// lookup's prefixes too
+inline void tt_embedding_forward_cpu(float* out, const float* const* cores, const int64_t* indices, const int64_t* offsets,
+                                     const TtEmbeddingForwardShape& s, float* stash = nullptr, const int64_t* stash_off = nullptr) {
     std::vector<double> row(s.D), acc(s.D);
+    float* prefixes[TT_EMBEDDING_FORWARD_MAX_CORES] = {};
     for (int64_t bag = 0; bag < (int64_t)s.tables * s.B; bag++) {
         const int tbl = (int)(bag / s.B);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) {
-            tt_embedding_forward_row_cpu(row.data(), cores, s, tbl, indices[n]);
+            for (int t = 1; stash && t <= s.T - 2; t++) prefixes[t] = stash + stash_off[t] + n * s.Q[t] * s.R[t + 1];
+            tt_embedding_forward_row_cpu(row.data(), cores, s, tbl, indices[n], stash ? prefixes : nullptr);
             for (int d = 0; d < s.D; d++) acc[d] += row[d];
         }
         for (int d = 0; d < s.D; d++) out[bag * s.D + d] = (float)acc[d];
@@ -758,9 +766,11 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
 //   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
-// after which the entries equal to another copy its row. DIGITS: version 6's digit scan and hash set.
+// after which the entries equal to another copy its row (and, with a stash, its P_1: T = 3). DIGITS: version 6's digit
+// scan and hash set.
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
-__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, float* __restrict__ stash,
+                                                                   const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1,
                                                                    const int64_t* __restrict__ offsets, const TtEmbeddingForwardShape& s,
                                                                    int segments, const TtEmbeddingForwardFastDigits& fd, bool fast,
@@ -872,9 +882,11 @@ TT_EMBEDDING_FORWARD_UNROLL
         for (int i = warp; i < m; i += W) {                 // copies for equal indices
             const int f = list.first[i];
             if (f == i) continue;
-            const float* src = rowbuf + (f >= 0 ? list.pos[f] : list.keep_pos[-2 - f]) * s.D;
-            float* dst = rowbuf + (int64_t)list.pos[i] * s.D;
-            for (int e = lane; e < s.D; e += 32) dst[e] = src[e];
+            const int64_t from = f >= 0 ? list.pos[f] : list.keep_pos[-2 - f], to = list.pos[i];
+            for (int e = lane; e < s.D; e += 32) rowbuf[to * s.D + e] = rowbuf[from * s.D + e];
+            const int64_t w4 = stash ? (int64_t)s.Q[1] * s.R[2] / 4 : 0;   // (a stash is written where R_2 = 128)
+            float4* st = reinterpret_cast<float4*>(stash);
+            for (int64_t e = lane; e < w4; e += 32) st[to * w4 + e] = st[from * w4 + e];
         }
         __syncthreads();                                    // before the list is reused
     }
@@ -1092,7 +1104,7 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
     auto compute = [&](int tbl, int nu) {
         tt_embedding_forward_g1_rows_warp<Q0, 1, true>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
     };
-    tt_embedding_forward_grouped_items<false>(rowbuf, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
+    tt_embedding_forward_grouped_items<false>(rowbuf, nullptr, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                               on_work, on_ready, compute);
 }
 
@@ -1301,7 +1313,7 @@ tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restri
         pdl_wait_prior();                  // the digit kernel's output (launched with PDL)
         pdl_allow_next();
     }
-    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
+    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, nullptr, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                                on_work, on_ready, compute);
 }
 
@@ -1439,9 +1451,9 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingFo
     }
 }
 
-// the tile's rows times a_1's tile (step 1, 3xTF32), then x G_2 (step 2) into rowbuf
+// the tile's rows times a_1's tile (step 1, 3xTF32; P_1 into the stash where it is kept), then x G_2 (step 2) into rowbuf
 template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, float* __restrict__ stash, const TtEmbeddingForwardList& list,
                                                            const TtEmbeddingForwardTcRows& r, const float* __restrict__ tile, int a1,
                                                            const TtEmbeddingForwardShape& s, int lane) {
     constexpr int KS = 16, NT = 16, KL = TtEmbeddingForwardTcRows::KL;   // R_1 <= 128: 16 k-steps of 8 (zeros past R_1)
@@ -1461,6 +1473,16 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
             mma_tf32_m16n8k8(acc[j], ahi, blo[0], blo[1]);
             mma_tf32_m16n8k8(acc[j], ahi, bhi[0], bhi[1]);
         }
+    }
+    if (stash) {                                            // training mode: P_1's row (a_0, a_1) of each lookup
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (r.valid[h]) {
+                float* dst = stash + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.Q[1] * TT_EMBEDDING_FORWARD_TILED_TC_R2 +
+                             (a0 * s.q[1] + a1) * TT_EMBEDDING_FORWARD_TILED_TC_R2 + 2 * tig;
+#pragma unroll
+                for (int j = 0; j < NT; j++) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
+            }
     }
     float part[2][4] = {};                                  // (row, a_2) over this lane's k_2 = 8 j + 2 tig + e
 #pragma unroll
@@ -1522,7 +1544,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
         if constexpr (TC) {
             const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0), u = threadIdx.x / 32, lane = threadIdx.x % 32;
             auto mma = [&](const TtEmbeddingForwardTcRows& r, const float* t, int a1) {
-                tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, list, r, t, a1, s, lane);
+                tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, cores.stash, list, r, t, a1, s, lane);
             };
             auto load = [&](TtEmbeddingForwardTcRows& r, int mt) {
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
@@ -1592,7 +1614,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
     pdl_allow_next();
-    tt_embedding_forward_grouped_items<true>(rowbuf, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
+    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
                                              on_ready, compute);
 }
 
@@ -1625,6 +1647,38 @@ inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardSha
     return "";
 }
 
+// ---- training mode (--stash): every lookup's prefixes P_t for the backward
+
+// Where the route's kernel does not write the stash as it goes (all but the column tiles on tensor cores): P_t of
+// every lookup after the forward, a thread per (lookup, element) and a launch per t = 1..T-2 (P_t reads P_{t-1}).
+// Element i = (lookup n, row (r, a_t), column c) = sum_k P_{t-1}[r][k] G_t[i_t][(k q_t + a_t) R_{t+1} + c], P_0 = G_0[i_0].
+// Host-callable (the CPU test compares it with the reference's prefixes).
+__host__ __device__ inline float tt_embedding_forward_stash_value(const float* stash, const int64_t* indices, const int64_t* offsets,
+                                                                const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s, int t,
+                                                                int64_t off_prev, int64_t i) {
+    const int Rt = s.R[t], qt = s.q[t], Rn = s.R[t + 1], w = s.Q[t] * Rn;
+    const int64_t n = i / w;
+    const int e = (int)(i - n * w), row = e / Rn, c = e - row * Rn, r = row / qt, a = row - r * qt;
+    int tbl = 0;                                            // the last table whose first lookup is at or before n
+    for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[(int64_t)mid * s.B] <= n) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    const int64_t idx = indices[n];
+    const float* A = (t == 1 ? tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0) : stash + off_prev + n * s.Q[t - 1] * Rt) + (int64_t)r * Rt;
+    const float* G = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, t) + (int64_t)a * Rn + c;
+    float v = 0.0f;
+    for (int k = 0; k < Rt; k++) v = fmaf(A[k], G[(int64_t)k * qt * Rn], v);
+    return v;
+}
+__global__ void tt_embedding_forward_kernel_stash(float* __restrict__ stash, const int64_t* __restrict__ indices,
+                                                   const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                   const __grid_constant__ TtEmbeddingForwardShape s, int t, int64_t off_prev, int64_t off_t) {
+    const int64_t total = s.nnz * s.Q[t] * s.R[t + 1];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        stash[off_t + i] = tt_embedding_forward_stash_value(stash, indices, offsets, cores, s, t, off_prev, i);
+}
+
 // ----------------------------------------------------------------------------------------------
 // workspace (allocated once, outside timing), launchers, and what each version runs
 
@@ -1651,6 +1705,9 @@ struct TtEmbeddingForwardWorkspace {
     TtEmbeddingForwardFastDigits fast_digits = {};
     bool use_fast_digits = false;
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
+    // --stash (version 6): the lookups' prefixes P_1..P_{T-2} (tt_embedding.h's layout)
+    float* stash = nullptr;
+    int64_t stash_off[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, stash_floats = 0;
 };
 
 // Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
@@ -1700,7 +1757,8 @@ inline double tt_embedding_forward_naive_terms(const TtEmbeddingForwardShape& s)
 }
 
 // the precondition of each version on a shape, "" when it runs; version 6 (the default) runs every shape
-std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s, size_t max_smem) {
+std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingForwardShape& s, size_t max_smem, bool stash = false) {
+    if (stash && kernel_num != 6) return "--stash (training mode) is written by version 6, the default, only";
     if (kernel_num == 1 && (double)s.tables * s.B * s.D > (double)INT32_MAX * 64)
         return "its grid (a thread per output value, blocks of 64) would exceed 2^31 blocks";
     if (kernel_num == 1 && tt_embedding_forward_naive_terms(s) > (double)TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS)
@@ -1789,7 +1847,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1})
+                    (void*)ws.lookup_i1, (void*)ws.stash})
         cudaCheck(cudaFree(p));
 }
 
@@ -1799,6 +1857,7 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     poison(ws.acc, (size_t)s.tables * s.B * s.D * sizeof(float));
     if (ws.rowbuf) poison(ws.rowbuf, std::max<size_t>((size_t)s.nnz * s.D, 1) * sizeof(float));
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
+    if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
 }
 
 void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -1901,8 +1960,17 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
             const int k = tt_embedding_forward_runs6(s, ws.max_smem);
-            if (k == 3) tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size);
-            else tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, k);
+            const bool fused = ws.stash && k == TT_EMBEDDING_FORWARD_TILED && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
+            TtEmbeddingForwardCores c6 = cores;     // the column tiles on tensor cores write the stash as they go
+            c6.stash = fused ? ws.stash : nullptr;
+            if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
+            else tt_embedding_forward_grouped(out, indices, offsets, c6, s, ws, block_size, k);
+            for (int t = 1; ws.stash && !fused && t <= s.T - 2; t++) {
+                const int64_t total = s.nnz * s.Q[t] * s.R[t + 1];
+                if (total > 0)
+                    tt_embedding_forward_kernel_stash<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(total, 256), 1 << 20), 256>>>(
+                        ws.stash, indices, offsets, cores, s, t, ws.stash_off[t > 1 ? t - 1 : 1], ws.stash_off[t]);
+            }
             break;
         }
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
@@ -1935,6 +2003,7 @@ struct TtEmbeddingForwardBench {
     floatX* out = nullptr;
     TtEmbeddingForwardWorkspace ws;
     std::vector<float> ref;                                         // empty where nothing reads it
+    std::vector<float> stash_ref;                                   // --stash: every lookup's P_t (empty where unchecked)
     int fitted[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};          // --block N as each version runs it
     std::vector<floatX> first_out[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1];
     int first_block[TT_EMBEDDING_FORWARD_NUM_KERNELS + 1] = {};
@@ -1945,9 +2014,11 @@ inline double tt_embedding_forward_host_bytes(const TtEmbeddingForwardShape& s) 
 
 // the device memory checked against what is free (exit 2), the uploads, the workspace, the reference
 void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbeddingInputs& in, int chunk, const cudaDeviceProp& prop,
-                                      bool need_ref) {
+                                      bool need_ref, bool stash) {
     const TtEmbeddingForwardShape& s = b.s;
-    require_device_memory(tt_embedding_forward_device_bytes(s, chunk), "tt_embedding_forward (inputs, output, every version's workspace)");
+    const int64_t stash_floats = stash ? tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, b.ws.stash_off) : 0;
+    require_device_memory(tt_embedding_forward_device_bytes(s, chunk) + 4.0 * (double)stash_floats,
+                          "tt_embedding_forward (inputs, output, every version's workspace, the stash)");
     std::vector<const float*> core_ptrs(s.T);
     for (int t = 0; t < s.T; t++) {
         b.cores.c[t] = device_upload(in.cores[t]);
@@ -1957,15 +2028,21 @@ void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbedd
     b.offsets = device_upload(in.offsets);
     b.out = device_alloc<floatX>((size_t)s.tables * s.B * s.D);
     tt_embedding_forward_setup(b.ws, s, chunk, prop);
+    if (stash_floats) {
+        b.ws.stash_floats = stash_floats;
+        b.ws.stash = device_alloc<float>((size_t)stash_floats);
+    }
     if (!need_ref) return;
     b.ref.resize((size_t)s.tables * s.B * s.D);
-    tt_embedding_forward_cpu(b.ref.data(), core_ptrs.data(), in.indices.data(), in.offsets.data(), s);
+    b.stash_ref.resize((size_t)stash_floats);
+    tt_embedding_forward_cpu(b.ref.data(), core_ptrs.data(), in.indices.data(), in.offsets.data(), s, stash_floats ? b.stash_ref.data() : nullptr,
+                             b.ws.stash_off);
 }
 
 // --block N: the largest allowed size <= N for each version (whole warps, shared memory that fits), fitted here
 void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
     for (int k = 3; k <= TT_EMBEDDING_FORWARD_NUM_KERNELS && block; k++) {
-        std::vector<int> ok = tt_embedding_forward_skip_reason(k, b.s, b.ws.max_smem).empty() ? tt_embedding_forward_blocks(k, b.s, b.ws)
+        std::vector<int> ok = tt_embedding_forward_skip_reason(k, b.s, b.ws.max_smem, b.ws.stash).empty() ? tt_embedding_forward_blocks(k, b.s, b.ws)
                                                                                            : std::vector<int>();
         b.fitted[k] = ok.empty() ? 32 : ok[0];
         for (int x : ok) if (x <= block) b.fitted[k] = x;
@@ -1979,6 +2056,8 @@ void tt_embedding_forward_fit_blocks(TtEmbeddingForwardBench& b, int block) {
 bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
     const size_t n = (size_t)b.s.tables * b.s.B * b.s.D;
     bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
+    if (b.ws.stash)                                         // fp32 chains in both builds: fp32's tolerance
+        ok = validate_device("stash", b.ws.stash, b.stash_ref.data(), b.stash_ref.size(), 1e-4f, 1e-4f) && ok;
     if (k < 4 || (k == 6 && tt_embedding_forward_runs6(b.s, b.ws.max_smem) == 3)) return ok;
     std::vector<floatX> got = device_download(b.out, n);
     if (b.first_out[k].empty()) {
@@ -2035,6 +2114,7 @@ int main(int argc, char** argv) {
             "Tensor-train embedding bags, forward: each looked-up row is a chain of T core-slice products; SUM over each bag.",
             TT_EMBEDDING_FORWARD_NUM_KERNELS + 1, 6);
     tt_embedding_add_flags(cli, c, distinct);
+    tt_embedding_add_stash_flag(cli, c);
     cli.add_int("chunk", &chunk, "lookups per cuBLAS batch in version 2 (FBTT's batch_count)");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) + ";\n  tables*B*D < 2^38, tables*B*L*D < 2^40, Q_t R_{t+1} <= 2^24; --chunk 1..2^20";
     cli.parse(argc, argv);
@@ -2044,11 +2124,12 @@ int main(int argc, char** argv) {
     const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_forward", c, distinct, false, [&](const TtEmbeddingConfig& cc) {
         const std::string why = tt_embedding_forward_make_shape(b.s, cc);
         if (!why.empty()) fail_args("%s", why.c_str());
-        return tt_embedding_forward_host_bytes(b.s);
+        int64_t off[TT_EMBEDDING_FORWARD_MAX_CORES];
+        return tt_embedding_forward_host_bytes(b.s) + (cc.stash ? 4.0 * (double)tt_embedding_stash_layout(b.s.T, b.s.q, b.s.R, b.s.nnz, off) : 0.0);
     });
     const TtEmbeddingForwardShape& s = b.s;
     cudaDeviceProp prop = cuda_init();
-    tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check);
+    tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check, c.stash);
     const std::string shape = tt_embedding_shape_name(c);
     const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
     const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem);
@@ -2061,9 +2142,9 @@ int main(int argc, char** argv) {
     OpRunner r;
     r.op = "tt_embedding_forward";
     r.shape = shape;
-    r.bytes = tt_embedding_forward_bytes(s);
+    r.bytes = tt_embedding_forward_bytes(s) + 4.0 * (double)b.ws.stash_floats;   // (the stash: written)
     r.flops = flops_lookup * (double)s.nnz;
-    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, b.ws.max_smem); };
+    r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, b.ws.max_smem, c.stash); };
     r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, b.ws); };
     r.prepare_check = [&] {
         poison(b.out, (size_t)c.num_bags() * s.D * sizeof(floatX));
