@@ -109,10 +109,12 @@ struct TtEmbeddingForwardShape {
 };
 
 // the device pointers of the T cores (each [tables, p_t, slice_t]); stash: where the column-tile kernel writes P_1 (the
-// stash, tt_embedding.h) as it goes, null where it does not
+// stash, tt_embedding.h) as it goes, null where it does not; source: with it, each lookup's position in indices of
+// the lookup whose tile wrote its P_1 (its own, or that of an equal index), for the copy after the forward
 struct TtEmbeddingForwardCores {
     const float* c[TT_EMBEDDING_FORWARD_MAX_CORES];
     float* stash;
+    int64_t* source;
 };
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
@@ -766,10 +768,10 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
 //   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
-// after which the entries equal to another copy its row (and, with a stash, its P_1: T = 3). DIGITS: version 6's digit
-// scan and hash set.
+// after which the entries equal to another copy its row; with a stash (T = 3), every entry notes in source where its
+// P_1 is. DIGITS: version 6's digit scan and hash set.
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
-__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, float* __restrict__ stash,
+__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, int64_t* __restrict__ source,
                                                                    const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1,
                                                                    const int64_t* __restrict__ offsets, const TtEmbeddingForwardShape& s,
@@ -881,12 +883,10 @@ TT_EMBEDDING_FORWARD_UNROLL
         __syncthreads();                                    // the block's rows are written (visible to the block)
         for (int i = warp; i < m; i += W) {                 // copies for equal indices
             const int f = list.first[i];
+            const int64_t from = f == i ? list.pos[i] : f >= 0 ? list.pos[f] : list.keep_pos[-2 - f], to = list.pos[i];
+            if (source && lane == 0) source[to] = from;     // its P_1 (Q_1 R_2 floats, 32x a row): copied by the grid after
             if (f == i) continue;
-            const int64_t from = f >= 0 ? list.pos[f] : list.keep_pos[-2 - f], to = list.pos[i];
             for (int e = lane; e < s.D; e += 32) rowbuf[to * s.D + e] = rowbuf[from * s.D + e];
-            const int64_t w4 = stash ? (int64_t)s.Q[1] * s.R[2] / 4 : 0;   // (a stash is written where R_2 = 128)
-            float4* st = reinterpret_cast<float4*>(stash);
-            for (int64_t e = lane; e < w4; e += 32) st[to * w4 + e] = st[from * w4 + e];
         }
         __syncthreads();                                    // before the list is reused
     }
@@ -1614,7 +1614,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
     pdl_allow_next();
-    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
+    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
                                              on_ready, compute);
 }
 
@@ -1679,6 +1679,22 @@ __global__ void tt_embedding_forward_kernel_stash(float* __restrict__ stash, con
         stash[off_t + i] = tt_embedding_forward_stash_value(stash, indices, offsets, cores, s, t, off_prev, i);
 }
 
+// The column tiles write P_1 of the lookups they compute; a lookup whose index another lookup of its item computed (a
+// twin) gets a copy. Copied inside the item loop, one warp per twin, they cost 9x the forward at Zipf 1.15, L 1: one
+// item holds most lookups (the hot rows share i_1), so one block copied ~8 KB for each of them while the others idled;
+// listed there with a global atomic per twin, still 1.8x (the hot block's atomics in series). Each lookup's source
+// position, written where it is met (no list, no count), and this kernel, a warp per lookup over the whole grid, leave
+// a plain 2 x 4 B x Q_1 R_2 per twin.
+__global__ void tt_embedding_forward_kernel_stash_twins(float4* __restrict__ stash, const int64_t* __restrict__ source, int64_t nnz,
+                                                        int64_t w4) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t n = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; n < nnz; n += (int64_t)gridDim.x * blockDim.x / 32) {
+        const int64_t from = source[n];
+        if (from == n || from < 0) continue;                // its own tile wrote it (warp-uniform); < 0: unwritten (the check's poison)
+        for (int64_t e = lane; e < w4; e += 32) stash[n * w4 + e] = stash[from * w4 + e];
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // workspace (allocated once, outside timing), launchers, and what each version runs
 
@@ -1708,6 +1724,7 @@ struct TtEmbeddingForwardWorkspace {
     // --stash (version 6): the lookups' prefixes P_1..P_{T-2} (tt_embedding.h's layout)
     float* stash = nullptr;
     int64_t stash_off[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, stash_floats = 0;
+    int64_t* stash_source = nullptr;       // [nnz]: where each lookup's P_1 is (the column tiles on tensor cores)
 };
 
 // Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
@@ -1847,7 +1864,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1, (void*)ws.stash})
+                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source})
         cudaCheck(cudaFree(p));
 }
 
@@ -1858,6 +1875,7 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     if (ws.rowbuf) poison(ws.rowbuf, std::max<size_t>((size_t)s.nnz * s.D, 1) * sizeof(float));
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
     if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
+    if (ws.stash_source) poison(ws.stash_source, (size_t)s.nnz * sizeof(int64_t));      // -1: read as unwritten
 }
 
 void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -1947,6 +1965,9 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
                ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets, nbags, s.D);
+    if (cores.stash)                                        // the twins' P_1 (stream order: after the chain kernel)
+        tt_embedding_forward_kernel_stash_twins<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(s.nnz, 8), 16 * ws.num_sms), 256>>>(
+            reinterpret_cast<float4*>(cores.stash), cores.source, s.nnz, (int64_t)s.Q[1] * s.R[2] / 4);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
@@ -1963,6 +1984,7 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
             const bool fused = ws.stash && k == TT_EMBEDDING_FORWARD_TILED && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
             TtEmbeddingForwardCores c6 = cores;     // the column tiles on tensor cores write the stash as they go
             c6.stash = fused ? ws.stash : nullptr;
+            c6.source = ws.stash_source;
             if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
             else tt_embedding_forward_grouped(out, indices, offsets, c6, s, ws, block_size, k);
             for (int t = 1; ws.stash && !fused && t <= s.T - 2; t++) {
@@ -2017,8 +2039,8 @@ void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbedd
                                       bool need_ref, bool stash) {
     const TtEmbeddingForwardShape& s = b.s;
     const int64_t stash_floats = stash ? tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, b.ws.stash_off) : 0;
-    require_device_memory(tt_embedding_forward_device_bytes(s, chunk) + 4.0 * (double)stash_floats,
-                          "tt_embedding_forward (inputs, output, every version's workspace, the stash)");
+    require_device_memory(tt_embedding_forward_device_bytes(s, chunk) + (stash ? 4.0 * (double)stash_floats + 8.0 * (double)s.nnz : 0.0),
+                          "tt_embedding_forward (inputs, output, every version's workspace, the stash and its sources)");
     std::vector<const float*> core_ptrs(s.T);
     for (int t = 0; t < s.T; t++) {
         b.cores.c[t] = device_upload(in.cores[t]);
@@ -2031,6 +2053,7 @@ void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbedd
     if (stash_floats) {
         b.ws.stash_floats = stash_floats;
         b.ws.stash = device_alloc<float>((size_t)stash_floats);
+        b.ws.stash_source = device_alloc<int64_t>((size_t)s.nnz);
     }
     if (!need_ref) return;
     b.ref.resize((size_t)s.tables * s.B * s.D);
