@@ -35,16 +35,17 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      copied by cp.async into shared stages and multiplied on tensor cores (mma.sync m16n8k8,
      3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
-  Version 7 (routed to 9), 2026-12-02 (results/logs/2026-12-02_tt_final_e0b957a.log), EL-Rec (B 4096, ranks 128):
-  q 2,2,4 L 20 1.239 ms, L 1 0.146; q 4,4,4 L 20 4.109, L 1 0.341; ranks 64 0.282. Version 6 keeps q 8,4,4, ranks 16.
+  Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
+  2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
+  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.282 (2026-12-02). Version 6 keeps q 8,4,4, ranks 16.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
-      ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15    (version 7 routes by shape)
+      ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 routes by shape)
 Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
   first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
   + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-9 run twice, same bits.
 
-Lessons:
+Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.md):
   - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice. In 3xTF32
     the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
@@ -56,7 +57,6 @@ Lessons:
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
   - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
     version 9 summed wrong, with NaN, and reruns differed (results/logs/2026-12-01_tt_backward_v9_before_syncwarp.log).
-  - History, counters and tried-and-dropped steps: results/notes/tt_embedding_backward.md.
 */
 #include "tt_embedding.h"
 

@@ -37,11 +37,12 @@ Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and 
 q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
 column-tile kernel takes T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; every other shape runs version
 3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the default never
-skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise).
+skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise). --stash (training): 6
+keeps each lookup's P_1..P_{T-2} for the backward, EL-Rec q 4,4,4 L 1 0.119 ms (0.102), L 20 1.227 (1.094; 2026-12-04).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
-  ./tt_embedding_forward --p 200,220,250 --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15     (EL-Rec's shape)
+  ./tt_embedding_forward --p 200,220,250 --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (EL-Rec, training)
   make tt_embedding_forward_bf16 && ./tt_embedding_forward_bf16 all --check-only
 
 Lessons:
@@ -51,7 +52,8 @@ Lessons:
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
-  - A prediction from byte and FMA counts missed by 4x (a retired version): count latencies, not throughput.
+  - The stash's repeated indices, copied in their item, cost 9x at Zipf L 1 (one block held the hot item); listed
+    with an atomic each, 1.8x (in series); each lookup's source noted and a grid-wide copy after: 1.1x.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
     1.780 to 1.122. At L 1 the SM issues on 20% of its cycles (ncu): each warp's serial path rules, so a warp's rows
     loaded once instead of per a_1 won 15%, two a_1 at once won only at Zipf, columns over warps lost 17-108%.
