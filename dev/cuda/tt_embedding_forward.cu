@@ -1616,8 +1616,8 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
     pdl_allow_next();
-    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item, on_work,
-                                             on_ready, compute);
+    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast,
+                                             work, list, cap, on_item, on_work, on_ready, compute);
 }
 
 // the column-tile kernel for the shape's q_0 and a block of `warps` (TC: 12 takes the wide build), null where none is
@@ -1682,11 +1682,10 @@ __global__ void tt_embedding_forward_kernel_stash(float* __restrict__ stash, con
 }
 
 // The column tiles write P_1 of the lookups they compute; a lookup whose index another lookup of its item computed (a
-// twin) gets a copy. Copied inside the item loop, one warp per twin, they cost 9x the forward at Zipf 1.15, L 1: one
-// item holds most lookups (the hot rows share i_1), so one block copied ~8 KB for each of them while the others idled;
-// listed there with a global atomic per twin, still 1.8x (the hot block's atomics in series). Each lookup's source
-// position, written where it is met (no list, no count), and this kernel, a warp per lookup over the whole grid, leave
-// a plain 2 x 4 B x Q_1 R_2 per twin.
+// twin) gets a copy here, a warp per lookup over the whole grid. Not in the item loop: at Zipf one item holds most
+// lookups (the hot rows share i_1), and its block alone copying ~8 KB per twin made the forward 9x slower at L 1; nor
+// through a list with an atomic per twin (those atomics, in series on the same block, still cost 1.8x). The item loop
+// writes each lookup's source position (no list, no count), and a twin costs its 2 x 4 B x Q_1 R_2 of traffic.
 __global__ void tt_embedding_forward_kernel_stash_twins(float4* __restrict__ stash, const int64_t* __restrict__ source, int64_t nnz,
                                                         int64_t w4) {
     const int lane = threadIdx.x % 32;
