@@ -29,16 +29,17 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
      FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
      build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137
-     (2026-12-03; results/logs/2026-12-03_tt_forward_elrec_rows_held.log, the steps in 2026-12-03_tt_forward_*_ab.log)
+     (2026-12-03; results/logs/2026-12-03_tt_forward_elrec_rows_held.log, steps: 2026-12-03_tt_forward_*_ab.log)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
 q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
-column-tile kernel takes T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; every other shape runs version
-3's kernel (its per-warp buffers in global memory where they exceed a block's shared memory), so the default never
-skips. Versions 4-6 are deterministic at any block size (main compares the outputs bitwise). --stash (training): 6
-keeps each lookup's P_1..P_{T-2} for the backward, EL-Rec q 4,4,4 L 1 0.119 ms (0.102), L 20 1.227 (1.094; 2026-12-04).
+column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; other shapes run version 3's kernel
+(buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
+block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go
+by the column tiles on tensor cores and version 3's chain (else by a slow fallback kernel): EL-Rec q 4,4,4 L 1 0.119
+ms (0.102 without), L 20 1.227 (1.094); T 6 0.173 (0.135).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -52,8 +53,7 @@ Lessons:
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
-  - The stash's repeated indices, copied in their item, cost 9x at Zipf L 1 (one block held the hot item); listed
-    with an atomic each, 1.8x (in series); each lookup's source noted and a grid-wide copy after: 1.1x.
+  - The stash's copies for repeated indices, made in their item, cost 9x at Zipf L 1: one block held the hot item.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
     1.780 to 1.122. At L 1 the SM issues on 20% of its cycles (ncu): each warp's serial path rules, so a warp's rows
     loaded once instead of per a_1 won 15%, two a_1 at once won only at Zipf, columns over warps lost 17-108%.
@@ -478,16 +478,25 @@ __host__ __device__ __forceinline__ void tt_embedding_forward_chain_step(const T
 
 // The whole chain of one lookup by one warp: lane t (< T) holds the slice pointer of core t; every lane must
 // call this (full-mask shuffles). Step t writes M_t to buf0 (odd t) or buf1 (even t), the last step writes (or
-// adds to) the D-value row `last`. Ends with a __syncwarp, so `last` is visible to the whole warp.
+// adds to) the D-value row `last`. Ends with a __syncwarp, so `last` is visible to the whole warp. With a stash
+// (training mode, tt_embedding.h's layout), M_t = P_t of lookup n (its place in indices) is also stored there, t < T-1.
 __device__ __forceinline__ void tt_embedding_forward_warp_chain(const TtEmbeddingForwardShape& s, const float* g_lane, float* buf0,
-                                                                float* buf1, float* last, bool accumulate_last, int lane) {
+                                                                float* buf1, float* last, bool accumulate_last, int lane,
+                                                                float* stash = nullptr, int64_t n = 0) {
     auto core = [&](int t) { return reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(g_lane), t)); };
     const float* in = core(0);
+    int64_t off = 0;                                    // the stash's block of P_t: nnz x sum_{u<t} Q_u R_{u+1} before it
     for (int t = 1; t < s.T; t++) {
         const bool is_last = t == s.T - 1;
         float* out = is_last ? last : ((t & 1) ? buf0 : buf1);
         tt_embedding_forward_chain_step(s, t, out, in, core(t), is_last && accumulate_last, lane);
         __syncwarp();
+        if (stash && !is_last) {                        // Q_t rows of R_{t+1}, unpadded
+            const int r = s.R[t + 1], w = s.Q[t] * r;
+            float* dst = stash + off + n * w;
+            for (int e = lane; e < w; e += 32) dst[e] = out[(e / r) * s.ld[t] + e % r];
+            off += s.nnz * w;
+        }
         in = out;
     }
 }
@@ -503,7 +512,9 @@ inline size_t tt_embedding_forward_smem_bytes3(const TtEmbeddingForwardShape& s,
 // Per warp: buf_pad[0] + buf_pad[1] + D_pad floats, in shared memory; or (GLOBAL), where one warp's buffers exceed
 // a block's shared memory (ranks 128 with wide intermediates), in a global scratch area (blockDim / 32 warps' worth
 // per block). Two instantiations, not a pointer chosen at run time, which would compile to generic loads and stores.
-template <bool GLOBAL>
+// STASH (version 6 with --stash): each M_t also goes to the stash; an instantiation of its own leaves the plain
+// kernel's code as it was.
+template <bool GLOBAL, bool STASH = false>
 __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int64_t* __restrict__ indices,
                                              const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
                                              const __grid_constant__ TtEmbeddingForwardShape s, float* __restrict__ scratch) {
@@ -524,7 +535,7 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
             const int64_t idx = indices[n];
             const float* g = nullptr;
             if (lane < s.T) g = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, lane);
-            tt_embedding_forward_warp_chain(s, g, buf0, buf1, acc, true, lane);
+            tt_embedding_forward_warp_chain(s, g, buf0, buf1, acc, true, lane, STASH ? cores.stash : nullptr, n);
         }
         __syncthreads();
         for (int e = threadIdx.x; e < s.D; e += blockDim.x) {
@@ -1651,7 +1662,7 @@ inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardSha
 
 // ---- training mode (--stash): every lookup's prefixes P_t for the backward
 
-// Where the route's kernel does not write the stash as it goes (all but the column tiles on tensor cores): P_t of
+// Where the route's kernel does not write the stash as it goes (its compiled kernel, the column tiles in FP32): P_t of
 // every lookup after the forward, a thread per (lookup, element) and a launch per t = 1..T-2 (P_t reads P_{t-1}).
 // Element i = (lookup n, row (r, a_t), column c) = sum_k P_{t-1}[r][k] G_t[i_t][(k q_t + a_t) R_{t+1} + c], P_0 = G_0[i_0].
 // Host-callable (the CPU test compares it with the reference's prefixes).
@@ -1809,11 +1820,13 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     // no __launch_bounds__ on version 3's kernel (a bound of 512 made ptxas cap it at 64 registers and spill): the
     // largest block each compiled kernel accepts is read here
     cudaFuncAttributes attr;
-    cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel3<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
-    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3<false>));
-    ws.max_threads[3] = attr.maxThreadsPerBlock;
-    cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel3<true>));
-    ws.max_threads[3] = std::min(ws.max_threads[3], attr.maxThreadsPerBlock);
+    ws.max_threads[3] = 1024;
+    for (auto k3 : {tt_embedding_forward_kernel3<false, false>, tt_embedding_forward_kernel3<true, false>, tt_embedding_forward_kernel3<false, true>,
+                    tt_embedding_forward_kernel3<true, true>}) {
+        cudaCheck(cudaFuncSetAttribute(k3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        cudaCheck(cudaFuncGetAttributes(&attr, k3));
+        ws.max_threads[3] = std::min(ws.max_threads[3], attr.maxThreadsPerBlock);
+    }
     if (tt_embedding_forward_smem_bytes3(s, 1) > ws.max_smem) {     // at most 256 MB, at most 64 warps per SM
         const int64_t per_warp = tt_embedding_forward_smem_bytes3(s, 1);
         ws.chain_scratch_warps = std::max<int64_t>(32, std::min<int64_t>((int64_t)64 * ws.num_sms, ((int64_t)256 << 20) / per_warp));
@@ -1931,12 +1944,13 @@ void tt_embedding_forward3(floatX* out, const int64_t* indices, const int64_t* o
     const int64_t nbags = (int64_t)s.tables * s.B;
     if (ws.chain_scratch) {                                 // buffers in global memory: as many blocks as the scratch holds
         const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(nbags, ws.chain_scratch_warps / (block_size / 32)));
-        tt_embedding_forward_kernel3<true><<<(unsigned)grid, block_size, 0>>>(out, indices, offsets, cores, s, ws.chain_scratch);
+        (cores.stash ? tt_embedding_forward_kernel3<true, true> : tt_embedding_forward_kernel3<true, false>)<<<(unsigned)grid, block_size, 0>>>(
+            out, indices, offsets, cores, s, ws.chain_scratch);
         return;
     }
     const unsigned grid = (unsigned)std::min<int64_t>(nbags, INT32_MAX);
-    tt_embedding_forward_kernel3<false><<<grid, block_size, tt_embedding_forward_smem_bytes3(s, block_size / 32)>>>(
-        out, indices, offsets, cores, s, nullptr);
+    (cores.stash ? tt_embedding_forward_kernel3<false, true> : tt_embedding_forward_kernel3<false, false>)<<<grid, block_size,
+        tt_embedding_forward_smem_bytes3(s, block_size / 32)>>>(out, indices, offsets, cores, s, nullptr);
 }
 
 // Versions 4-6 (kernel: 4, 5, 6 or TT_EMBEDDING_FORWARD_TILED, version 6's column tiles): persistent blocks over the
@@ -1982,8 +1996,8 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
             const int k = tt_embedding_forward_runs6(s, ws.max_smem);
-            const bool fused = ws.stash && k == TT_EMBEDDING_FORWARD_TILED && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
-            TtEmbeddingForwardCores c6 = cores;     // the column tiles on tensor cores write the stash as they go
+            const bool fused = ws.stash && ((k == TT_EMBEDDING_FORWARD_TILED && tt_embedding_forward_tiled_tc(s.R[1], s.R[2])) || k == 3);
+            TtEmbeddingForwardCores c6 = cores;     // the column tiles on tensor cores and version 3's chain write it as they go
             c6.stash = fused ? ws.stash : nullptr;
             c6.source = ws.stash_source;
             if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
