@@ -47,8 +47,8 @@ Lessons:
 - More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap).
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
   kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
-- What bounds the uniform backward now: the chunk kernel's random 512-byte row read-modify-writes hold
-  DRAM at about 60% busy (108 us in ncu of the 155), and the sort runs on 32 of the 132 SMs.
+- The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy); the 24 us
+  sort is a latency chain per block (on 8x the blocks it took as long), and L2 row prefetches made it slower.
 - Profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md.
 
 Compile and run:
