@@ -48,7 +48,7 @@ Lessons:
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
   kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
 - The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy); the 24 us
-  sort is a latency chain per block (on 8x the blocks it took as long), and L2 row prefetches made it slower.
+  sort is a latency chain per block (on 8x the blocks it took as long; git show 6ff9214), L2 row prefetches lost.
 - Profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md.
 
 Compile and run:
