@@ -1074,6 +1074,7 @@ struct OpRunner {
     std::function<void(int kernel, int block)> launch;    // the version; no host sync, no allocation
     std::function<bool(int kernel, int block)> check;     // compare with the reference, print, pass?
     std::function<std::string(int kernel, int block, double ms)> extra;  // optional key=value fields
+    std::function<double(int kernel, int block)> flops_for, bytes_for;   // optional: a version's own counts
 };
 
 // The requested versions that can run, after the errors: a version named on the command line that cannot
@@ -1123,11 +1124,12 @@ inline int run_versions(const Cli& cli, OpRunner& r) {
             Result res;
             res.op = r.op; res.shape = r.shape; res.check = check; res.kernel = k; res.block = b;
             res.ms_median = t.median; res.ms_min = t.min; res.ms_max = t.max;
-            res.gbps = r.bytes / (t.median * 1e-3) / 1e9;
+            const double bytes = r.bytes_for ? r.bytes_for(k, b) : r.bytes, flops = r.flops_for ? r.flops_for(k, b) : r.flops;
+            res.gbps = bytes / (t.median * 1e-3) / 1e9;
             res.pct_copy = 100.0 * res.gbps / copy_peak_gbps();
-            if (r.flops > 0) {
+            if (flops > 0) {
                 char buf[96];
-                double gflops = r.flops / (t.median * 1e-3) / 1e9;
+                double gflops = flops / (t.median * 1e-3) / 1e9;
                 snprintf(buf, sizeof buf, "gflops=%.0f pct_fma=%.1f", gflops, 100.0 * gflops / fma_peak_gflops());
                 res.extra = buf;
             }
