@@ -38,8 +38,8 @@ q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/log
 column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; other shapes run version 3's kernel
 (buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
 block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go
-by the column tiles on tensor cores and version 3's chain (else by a slow fallback kernel): EL-Rec q 4,4,4 L 1 0.119
-ms (0.102 without), L 20 1.227 (1.094); T 6 0.173 (0.135).
+by the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
+(0.135), FBTT's shape 0.066 (0.035), ranks 64 0.203 (0.112; results/logs/2026-12-04_tt_forward_stash_route_ab.log).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -1662,36 +1662,6 @@ inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardSha
 
 // ---- training mode (--stash): every lookup's prefixes P_t for the backward
 
-// Where the route's kernel does not write the stash as it goes (its compiled kernel, the column tiles in FP32): P_t of
-// every lookup after the forward, a thread per (lookup, element) and a launch per t = 1..T-2 (P_t reads P_{t-1}).
-// Element i = (lookup n, row (r, a_t), column c) = sum_k P_{t-1}[r][k] G_t[i_t][(k q_t + a_t) R_{t+1} + c], P_0 = G_0[i_0].
-// Host-callable (the CPU test compares it with the reference's prefixes).
-__host__ __device__ inline float tt_embedding_forward_stash_value(const float* stash, const int64_t* indices, const int64_t* offsets,
-                                                                const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s, int t,
-                                                                int64_t off_prev, int64_t i) {
-    const int Rt = s.R[t], qt = s.q[t], Rn = s.R[t + 1], w = s.Q[t] * Rn;
-    const int64_t n = i / w;
-    const int e = (int)(i - n * w), row = e / Rn, c = e - row * Rn, r = row / qt, a = row - r * qt;
-    int tbl = 0;                                            // the last table whose first lookup is at or before n
-    for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
-        const int mid = (lo + hi) / 2;
-        if (offsets[(int64_t)mid * s.B] <= n) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
-    }
-    const int64_t idx = indices[n];
-    const float* A = (t == 1 ? tt_embedding_forward_slice_ptr(cores, s, tbl, idx, 0) : stash + off_prev + n * s.Q[t - 1] * Rt) + (int64_t)r * Rt;
-    const float* G = tt_embedding_forward_slice_ptr(cores, s, tbl, idx, t) + (int64_t)a * Rn + c;
-    float v = 0.0f;
-    for (int k = 0; k < Rt; k++) v = fmaf(A[k], G[(int64_t)k * qt * Rn], v);
-    return v;
-}
-__global__ void tt_embedding_forward_kernel_stash(float* __restrict__ stash, const int64_t* __restrict__ indices,
-                                                   const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
-                                                   const __grid_constant__ TtEmbeddingForwardShape s, int t, int64_t off_prev, int64_t off_t) {
-    const int64_t total = s.nnz * s.Q[t] * s.R[t + 1];
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        stash[off_t + i] = tt_embedding_forward_stash_value(stash, indices, offsets, cores, s, t, off_prev, i);
-}
-
 // The column tiles write P_1 of the lookups they compute; a lookup whose index another lookup of its item computed (a
 // twin) gets a copy here, a warp per lookup over the whole grid. Not in the item loop: at Zipf one item holds most
 // lookups (the hot rows share i_1), and its block alone copying ~8 KB per twin made the forward 9x slower at L 1; nor
@@ -1774,7 +1744,11 @@ inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, s
     return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
            tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty();
 }
-inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem) {
+// what version 6 runs. With --stash, only the kernels that write every lookup's prefixes as they make them: the column
+// tiles on tensor cores, else version 3's chain (the compiled kernel and the FP32 tiles keep no P_1 of their own; a
+// kernel after them making the stash from the cores cost 2-6x the forward: results/notes/tt_embedding_forward.md)
+inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem, bool stash = false) {
+    if (stash && !(tt_embedding_forward_route_tiled(s, max_smem) && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) return 3;
     return tt_embedding_forward_fast6(s, max_smem) ? 6 : tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
 }
 
@@ -1995,19 +1969,12 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 4:
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
         case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
-            const int k = tt_embedding_forward_runs6(s, ws.max_smem);
-            const bool fused = ws.stash && ((k == TT_EMBEDDING_FORWARD_TILED && tt_embedding_forward_tiled_tc(s.R[1], s.R[2])) || k == 3);
-            TtEmbeddingForwardCores c6 = cores;     // the column tiles on tensor cores and version 3's chain write it as they go
-            c6.stash = fused ? ws.stash : nullptr;
+            const int k = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
+            TtEmbeddingForwardCores c6 = cores;     // --stash: the routes that write it as they go
+            c6.stash = ws.stash;
             c6.source = ws.stash_source;
             if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
             else tt_embedding_forward_grouped(out, indices, offsets, c6, s, ws, block_size, k);
-            for (int t = 1; ws.stash && !fused && t <= s.T - 2; t++) {
-                const int64_t total = s.nnz * s.Q[t] * s.R[t + 1];
-                if (total > 0)
-                    tt_embedding_forward_kernel_stash<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(total, 256), 1 << 20), 256>>>(
-                        ws.stash, indices, offsets, cores, s, t, ws.stash_off[t > 1 ? t - 1 : 1], ws.stash_off[t]);
-            }
             break;
         }
         default: fail_args("tt_embedding_forward has no version %d", kernel_num);
@@ -2020,7 +1987,7 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
 std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws) {
     if (kernel_num == 1) return {64, 256};
     if (kernel_num == 2) return {256};
-    if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem);
+    if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
     std::vector<int> out;
     for (int b : {32, 64, 128, 256, 384, 512, 1024}) {
         if (b == 384 && (kernel_num != TT_EMBEDDING_FORWARD_TILED || !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) continue;   // 12 warps: step 1 on tensor cores
@@ -2096,7 +2063,7 @@ bool tt_embedding_forward_check(TtEmbeddingForwardBench& b, int k, int block) {
     bool ok = validate_device("out", b.out, b.ref.data(), n, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL);
     if (b.ws.stash)                                         // fp32 chains in both builds: fp32's tolerance
         ok = validate_device("stash", b.ws.stash, b.stash_ref.data(), b.stash_ref.size(), 1e-4f, 1e-4f) && ok;
-    if (k < 4 || (k == 6 && tt_embedding_forward_runs6(b.s, b.ws.max_smem) == 3)) return ok;
+    if (k < 4 || (k == 6 && tt_embedding_forward_runs6(b.s, b.ws.max_smem, b.ws.stash != nullptr) == 3)) return ok;
     std::vector<floatX> got = device_download(b.out, n);
     if (b.first_out[k].empty()) {
         b.first_out[k] = got;
@@ -2170,7 +2137,7 @@ int main(int argc, char** argv) {
     tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check, c.stash);
     const std::string shape = tt_embedding_shape_name(c);
     const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
-    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem);
+    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem, b.ws.stash != nullptr);
     printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
            "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
            (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
