@@ -63,7 +63,7 @@ Compile and run:
 #include <curand_kernel.h>
 
 // ----------------------------------------------------------------------------------------------
-// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-9 in a fixed order, version 1 in
+// Tolerances. The GPU sums a row's n gradient terms in fp32 (versions 2-8 in a fixed order, version 1 in
 // atomic order); the reference sums in double. A sum of n fp32 terms is off by at most (n-1) u sum|t_i|
 // (u = 2^-24) and in practice by about sqrt(n) u sum|t_i| or less (independent roundings; Higham's rule
 // of thumb). The check allows, per element,
@@ -80,7 +80,7 @@ enum class EmbeddingBagBackwardOpt { dense = 0, sgd = 1, rowwise_adagrad = 2, ad
 static const char* const EMBEDDING_BAG_BACKWARD_OPT_NAMES[] = {"dense", "sgd", "rowwise_adagrad", "adagrad"};
 
 static const int EMBEDDING_BAG_BACKWARD_LONG_RUN = 32;   // version 3: FBGEMM's max_segment_length_per_warp
-static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-9 hold a row in registers: D <= 1024
+static const int EMBEDDING_BAG_BACKWARD_MAX_D = 1024;     // versions 2-8 hold a row in registers: D <= 1024
 
 // ----------------------------------------------------------------------------------------------
 // inputs: the bags, layout and flags of embedding_bag.h (shared with the forward, so a seed gives both
@@ -399,7 +399,7 @@ inline double embedding_bag_backward_fbgemm_rw(const EmbeddingBagBackwardInputs&
 }
 
 // ----------------------------------------------------------------------------------------------
-// helpers shared by the host (tests) and the GPU kernels of versions 4-9: how the sorted lookups are cut
+// helpers shared by the host (tests) and the GPU kernels of versions 4-8: how the sorted lookups are cut
 // into chunks, pieces and runs
 
 // the number of bits the largest linear row id needs (at least 1): the sorts look at no others
@@ -637,7 +637,7 @@ __device__ __forceinline__ int embedding_bag_backward_table_of_value(const Embed
 }
 
 // ----------------------------------------------------------------------------------------------
-// the optimizer, shared by versions 2-9: a row is held by G lanes, lane l owning the 4-column vectors
+// the optimizer, shared by versions 2-8: a row is held by G lanes, lane l owning the 4-column vectors
 // l, l+G, l+2G, ... (VPL of them). Every lane of the warp calls update_row (rowwise Adagrad reduces over
 // the G lanes with shuffles); `on` says whether this group really updates a row.
 
@@ -972,7 +972,7 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
 }
 
 // ----------------------------------------------------------------------------------------------
-// Versions 4-9: fixed chunks of the sorted lookups.
+// Versions 4-8: fixed chunks of the sorted lookups.
 
 // one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b (nobag: the position l), and
 // for weighted bags the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
@@ -1044,191 +1044,15 @@ __global__ void __launch_bounds__(EMBEDDING_BAG_BACKWARD_SORT_THREADS)
 static const int EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS = 256;
 
 template <class VAL>
-void embedding_bag_backward_sort_big_tables(const EmbeddingBagBackwardArgs& a, int segments, void* temp, size_t& bytes, const uint32_t* keys,
+void embedding_bag_backward_sort_big_tables(const EmbeddingBagBackwardArgs& a, void* temp, size_t& bytes, const uint32_t* keys,
                                             uint32_t* keys_sorted, const VAL* vals, VAL* vals_sorted, const int* big_begin,
                                             const int* big_end, cudaStream_t stream) {   // temp == nullptr: the size query
-    if (segments <= EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS)
-        cudaCheck(cub::DeviceSegmentedSort::StableSortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, segments, big_begin,
+    if (a.T <= EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS)
+        cudaCheck(cub::DeviceSegmentedSort::StableSortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, a.T, big_begin,
                                                             big_end, stream));
     else
-        cudaCheck(cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, segments, big_begin,
+        cudaCheck(cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, keys, keys_sorted, vals, vals_sorted, (int)a.N, a.T, big_begin,
                                                            big_end, 0, std::min(a.key_bits, 32), stream));
-}
-
-// Version 9: version 8's sort spread over S blocks per table, each reading the indices itself. Block (t, s) owns
-// the rows [s E_t / S, (s+1) E_t / S) of table t. It reads the whole table's indices once, in tiles of IT rows of THREADS
-// lookups (coalesced, IT loads in flight a thread): it counts the lookups below its rows (so it knows where its
-// part of the sorted table begins) and gathers its own, in lookup order (a ballot per row of the tile and a scan
-// of the warps' counts give each its place), into shared memory as (row - lo, position). It sorts them by row with CUB's
-// block radix sort over the bits E_t / S rows need, in the smaller of two sizes that holds them, then writes
-// each row id with its value (the bag found by a binary search of the offsets, L1-resident): version 8's sorted
-// keys and values, bit for bit. What changes: T*S blocks of about N / (T S) lookups share the SMs where version 8
-// ran T blocks of N / T through its serial radix passes, and no linearize kernel writes keys and values for the
-// sort to read back. A part with more lookups than a block sorts (hot rows in its range) is written again in
-// lookup order to the unsorted arrays and left to the segmented sort, one segment per part.
-static const int EMBEDDING_BAG_BACKWARD_PART_THREADS = 256, EMBEDDING_BAG_BACKWARD_PART_IT = 8;   // lookups a thread loads per tile
-static const int EMBEDDING_BAG_BACKWARD_PART_ITEMS_SMALL = 6, EMBEDDING_BAG_BACKWARD_PART_ITEMS = 16;
-static const int EMBEDDING_BAG_BACKWARD_PART_CAPACITY = EMBEDDING_BAG_BACKWARD_PART_THREADS * EMBEDDING_BAG_BACKWARD_PART_ITEMS;
-static const int EMBEDDING_BAG_BACKWARD_MAX_SPLIT = 16;
-template <int ITEMS>
-using EmbeddingBagBackwardPartSort = cub::BlockRadixSort<uint32_t, EMBEDDING_BAG_BACKWARD_PART_THREADS, ITEMS, uint32_t, 5>;
-using EmbeddingBagBackwardPartSum = cub::BlockReduce<unsigned, EMBEDDING_BAG_BACKWARD_PART_THREADS>;
-
-// S, the blocks per table: two blocks per SM in all, parts of at most a third of a block's capacity on average,
-// and at most ONE_LAUNCH_SEGMENTS parts (the segmented sort's one-launch path). 0: the tables are too long for
-// S blocks (version 9 then sorts as version 7 does).
-inline int embedding_bag_backward_split(int64_t N, int T, int sms) {
-    if (T <= 0 || N == 0) return 0;
-    const int64_t avg = ceil_div<int64_t>(N, T), third = EMBEDDING_BAG_BACKWARD_PART_CAPACITY / 3;
-    const int64_t most = std::min<int64_t>(EMBEDDING_BAG_BACKWARD_MAX_SPLIT, EMBEDDING_BAG_BACKWARD_ONE_LAUNCH_SEGMENTS / T);
-    const int64_t S = std::min<int64_t>(most, std::max<int64_t>(ceil_div<int64_t>(2 * sms, T), ceil_div<int64_t>(avg, third)));
-    return S >= 1 && avg <= S * third ? (int)S : 0;
-}
-
-// the sorted value of lookup l (as version 8's linearize writes it): its bag t*B + b (nobag: l itself), and the
-// per-sample weight's bits in the high half when weighted
-template <class VAL>
-__device__ __forceinline__ VAL embedding_bag_backward_part_value(const EmbeddingBagBackwardArgs& a, int64_t bag0, int64_t l) {
-    int64_t bag = l;
-    if (!a.nobag) {                                          // the last b with offsets[bag0 + b] <= l
-        int64_t x = 0, y = a.B - 1;
-        while (x < y) {
-            const int64_t m = (x + y + 1) / 2;
-            if (a.offsets[bag0 + m] <= l) x = m;
-            else y = m - 1;
-        }
-        bag = bag0 + x;
-    }
-    VAL v = (VAL)bag;
-    if constexpr (sizeof(VAL) == 8) v |= (uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32;
-    return v;
-}
-
-template <int ITEMS, class VAL, class Smem>
-__device__ __forceinline__ void embedding_bag_backward_part_sort(const EmbeddingBagBackwardArgs& a, Smem& sm, int count, int bits,
-                                                                 int64_t bag0, int64_t begin, int64_t start, uint32_t first_key,
-                                                                 uint32_t* __restrict__ keys_out, VAL* __restrict__ vals_out) {
-    uint32_t k[ITEMS], pos[ITEMS];
-#pragma unroll
-    for (int i = 0; i < ITEMS; i++) {                        // blocked: ties keep lookup order, as in a stable sort
-        const int j = threadIdx.x * ITEMS + i;
-        k[i] = j < count ? sm.key[j] : 0xFFFFFFFFu;
-        pos[i] = j < count ? sm.pos[j] : 0u;
-    }
-    __syncthreads();                                         // the gathered rows' storage is the sort's
-    EmbeddingBagBackwardPartSort<ITEMS>(*reinterpret_cast<typename EmbeddingBagBackwardPartSort<ITEMS>::TempStorage*>(&sm.sort))
-        .SortBlockedToStriped(k, pos, 0, bits);
-#pragma unroll
-    for (int i = 0; i < ITEMS; i++) {                        // striped: coalesced stores
-        const int j = i * EMBEDDING_BAG_BACKWARD_PART_THREADS + threadIdx.x;
-        if (j < count) {
-            keys_out[start + j] = first_key + k[i];
-            vals_out[start + j] = embedding_bag_backward_part_value<VAL>(a, bag0, begin + pos[i]);
-        }
-    }
-}
-
-template <class VAL>
-__global__ void __launch_bounds__(EMBEDDING_BAG_BACKWARD_PART_THREADS)
-    embedding_bag_backward_sort_parts(EmbeddingBagBackwardArgs a, int S, uint32_t* __restrict__ keys, VAL* __restrict__ vals,
-                                      uint32_t* __restrict__ keys_out, VAL* __restrict__ vals_out, int* big_begin, int* big_end) {
-    constexpr int THREADS = EMBEDDING_BAG_BACKWARD_PART_THREADS, IT = EMBEDDING_BAG_BACKWARD_PART_IT;
-    constexpr int CAP = EMBEDDING_BAG_BACKWARD_PART_CAPACITY;
-    __shared__ struct {
-        union {
-            typename EmbeddingBagBackwardPartSort<EMBEDDING_BAG_BACKWARD_PART_ITEMS>::TempStorage sort;   // the larger of the two
-            uint32_t key[CAP];                               // the part's rows minus lo, gathered in lookup order
-        };
-        uint32_t pos[CAP];                                   // and their positions in the table
-        EmbeddingBagBackwardPartSum::TempStorage sum;
-        int cnt[64], base[64], tile_total;                  // a tile's (row of the tile, warp) counts, their scan, its total
-    } sm;
-    static_assert(sizeof(typename EmbeddingBagBackwardPartSort<EMBEDDING_BAG_BACKWARD_PART_ITEMS_SMALL>::TempStorage) <=
-                  sizeof(typename EmbeddingBagBackwardPartSort<EMBEDDING_BAG_BACKWARD_PART_ITEMS>::TempStorage), "the sort's storage");
-    const int t = blockIdx.x / S, s = blockIdx.x % S;
-    const int64_t hoff = a.hash_offsets[t], E = a.hash_offsets[t + 1] - hoff;
-    const int64_t lo = s * E / S, hi = (s + 1) * E / S;
-    const int64_t bag0 = (int64_t)t * a.B, begin = a.offsets[bag0], n = a.offsets[bag0 + a.B] - begin;
-    // walk(put): one pass over the table's lookups, put(index in the part, row, position) for each of the part's
-    // own in lookup order; returns how many there are (the same in every thread). The first pass also counts
-    // the lookups below the part's rows.
-    unsigned below = 0;
-    auto walk = [&](bool count_below, auto&& put) {
-        constexpr int WARPS = THREADS / 32;
-        static_assert(IT * WARPS == 64, "two counters a lane");
-        const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        int count = 0;
-        for (int64_t tile = 0; tile < n; tile += (int64_t)THREADS * IT) {
-            int64_t r[IT];
-#pragma unroll
-            for (int i = 0; i < IT; i++) {
-                const int64_t j = tile + (int64_t)i * THREADS + threadIdx.x;
-                r[i] = j < n ? a.indices[begin + j] : E;
-            }
-            unsigned ball[IT];
-#pragma unroll
-            for (int i = 0; i < IT; i++) {
-                if (count_below) below += r[i] < lo;
-                ball[i] = __ballot_sync(0xFFFFFFFFu, r[i] >= lo && r[i] < hi);
-            }
-            if (lane == 0)
-#pragma unroll
-                for (int i = 0; i < IT; i++) sm.cnt[i * WARPS + w] = __popc(ball[i]);
-            __syncthreads();
-            if (w == 0) {
-                const int c0 = sm.cnt[2 * lane], c1 = sm.cnt[2 * lane + 1];
-                int incl = c0 + c1;
-#pragma unroll
-                for (int d = 1; d < 32; d *= 2) {
-                    const int y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-                    if (lane >= d) incl += y;
-                }
-                const int excl = incl - c0 - c1;
-                sm.base[2 * lane] = excl;
-                sm.base[2 * lane + 1] = excl + c0;
-                if (lane == 31) sm.tile_total = incl;
-            }
-            __syncthreads();
-            const unsigned below_me = (1u << lane) - 1u;
-#pragma unroll
-            for (int i = 0; i < IT; i++)
-                if ((ball[i] >> lane) & 1u)
-                    put(count + sm.base[i * WARPS + w] + __popc(ball[i] & below_me), r[i], tile + (int64_t)i * THREADS + threadIdx.x);
-            count += sm.tile_total;
-            __syncthreads();                                 // the counters are reused by the next tile
-        }
-        return count;
-    };
-    const int count = walk(true, [&](int idx, int64_t r, int64_t j) {
-        if (idx < CAP) {
-            sm.key[idx] = (uint32_t)(r - lo);
-            sm.pos[idx] = (uint32_t)j;
-        }
-    });
-    __shared__ int64_t start_of;                             // where this part begins in the sorted table
-    const unsigned below_all = EmbeddingBagBackwardPartSum(sm.sum).Sum(below);   // valid in thread 0
-    if (threadIdx.x == 0) {
-        start_of = begin + below_all;
-        big_begin[blockIdx.x] = count > CAP ? (int)start_of : 0;   // the segmented sort's range for this part
-        big_end[blockIdx.x] = count > CAP ? (int)(start_of + count) : 0;
-    }
-    __syncthreads();
-    const int64_t start = start_of;
-    if (count > CAP) {                                       // the whole block: again, to the unsorted arrays
-        walk(false, [&](int idx, int64_t r, int64_t j) {
-            keys[start + idx] = (uint32_t)(hoff + r);
-            vals[start + idx] = embedding_bag_backward_part_value<VAL>(a, bag0, begin + j);
-        });
-        return;
-    }
-    if (count == 0) return;
-    const int bits = embedding_bag_backward_key_bits(hi - lo);
-    if (count <= THREADS * EMBEDDING_BAG_BACKWARD_PART_ITEMS_SMALL)
-        embedding_bag_backward_part_sort<EMBEDDING_BAG_BACKWARD_PART_ITEMS_SMALL, VAL>(a, sm, count, bits, bag0, begin, start,
-                                                                                     (uint32_t)(hoff + lo), keys_out, vals_out);
-    else
-        embedding_bag_backward_part_sort<EMBEDDING_BAG_BACKWARD_PART_ITEMS, VAL>(a, sm, count, bits, bag0, begin, start,
-                                                                               (uint32_t)(hoff + lo), keys_out, vals_out);
 }
 
 // the partial of an unfinished piece: slot 0 (HEAD) or 1 (TAIL) of the chunk, a row of max_D floats
@@ -1388,20 +1212,6 @@ __global__ void __launch_bounds__(256, 2) embedding_bag_backward_chunks_grouped(
     const bool is_bound = (bounds >> lane) & 1u;
     const unsigned long_ends = __ballot_sync(full, is_bound && lane - piece_begin(lane) + 1 >= EMBEDDING_BAG_BACKWARD_LONG_PIECE);
     const unsigned short_ends = bounds & ~long_ends;
-#if defined(CHUNK_PREFETCH)
-    if (o < N && (lane == 0 || ((starts >> lane) & 1u))) {   // every piece's first lane: its row (and state) to L2 now
-        const int D = a.D_offsets[tt + 1] - a.D_offsets[tt];
-        const int64_t wrow = a.weights_offsets[tt] + ((int64_t)key - a.hash_offsets[tt]) * D;
-        const char* p = (const char*)a.weights + wrow * (int64_t)sizeof(WT);
-#if CHUNK_PREFETCH == 2
-        const unsigned bytes = (unsigned)(D * sizeof(WT)) & ~15u;
-        if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-        for (int off = 0; off < D * (int)sizeof(WT); off += 128) embedding_bag_backward_prefetch_l2(p + off);
-#endif
-        if (a.opt == EmbeddingBagBackwardOpt::rowwise_adagrad) embedding_bag_backward_prefetch_l2(a.state + key);
-    }
-#endif
 
     // long pieces: version 4's layout (lane l of the warp owns the vectors l, l+32, ...), one piece at a time
     constexpr int VPLW = VPL >= 4 ? VPL / 4 : 1, UNRW = 8 / VPLW;
@@ -1479,7 +1289,7 @@ __device__ __forceinline__ void embedding_bag_backward_sum_partials(const Embedd
     }
 }
 
-// Versions 4-9, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
+// Versions 4-8, second kernel: the runs that cross chunks. One warp per chunk; a warp whose chunk owns such
 // a run (the run begins in it and goes on past it: embedding_bag_backward_is_owner) finds the run's last
 // chunk (32 probes per round) and so its S partials: partial 0 is the owner's TAIL, partial k >= 1 the
 // HEAD of chunk owner+k. Up to EMBEDDING_BAG_BACKWARD_WARP_SPAN partials the warp adds them itself, in
@@ -1521,7 +1331,7 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingB
     embedding_bag_backward_update_row<WT, VPL, 32>(a, true, D, wrow, lin, lane, acc, row);
 }
 
-// Versions 4-9, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
+// Versions 4-8, third kernel: the runs over more than EMBEDDING_BAG_BACKWARD_WARP_SPAN chunks (one giant
 // run in the one-row input). One block of 8 warps per run (blocks stride over the list): warp w adds the
 // w-th of 8 equal slices of the partials in order, then warp 0 adds the 8 slice sums in warp order and
 // updates the row. Fixed order: the same bits on every run.
@@ -1579,15 +1389,14 @@ struct EmbeddingBagBackwardWorkspace {
     uint32_t *bags = nullptr, *bags_sorted = nullptr;
     float *psw_sorted = nullptr, *go_mean = nullptr;
     int *run_lengths = nullptr, *run_starts = nullptr, *num_runs = nullptr, *long_ids = nullptr, *num_long = nullptr;
-    // versions 4-9 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
+    // versions 4-8 (vals: uint32_t bags, or uint64_t bag | weight << 32 when weighted)
     uint32_t *keys32 = nullptr, *keys32_sorted = nullptr;
     void *vals = nullptr, *vals_sorted = nullptr;
     float* partials = nullptr;
     int64_t *long_owners = nullptr, *long_spans = nullptr;
     unsigned* num_long_owners = nullptr;
-    // versions 8, 9: the segmented sort's ranges (a table's or a part's lookups, or empty when a block sorted them)
+    // version 8: the segmented sort's ranges (a table's lookups, or empty when its block sorted them)
     int *big_begin = nullptr, *big_end = nullptr;
-    int split = 0;                   // version 9: blocks per table (0: it sorts as version 7)
     // the buffers a version must write before it reads them: the check poisons them before every run
     std::vector<std::pair<void*, size_t>> scratch;
     std::vector<void*> owned;
@@ -1653,7 +1462,7 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, bytes, ws.run_lengths, ws.run_starts, (int)N));
         temp = std::max(temp, bytes);
     }
-    if (uses(4, 9) && a.num_rows <= ((int64_t)1 << 32)) {
+    if (uses(4, 8) && a.num_rows <= ((int64_t)1 << 32)) {
         ws.keys32 = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         ws.keys32_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         if (weighted) {
@@ -1668,23 +1477,16 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
                                                       (uint32_t*)ws.vals_sorted, (int)N, 0, std::min(a.key_bits, 32)));
         }
         temp = std::max(temp, bytes);
-        if (uses(8, 9)) {
-            int sms = 0;
-            cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-            if (uses(9, 9)) ws.split = embedding_bag_backward_split(N, a.T, sms);
-            const int segments = std::max(a.T, a.T * ws.split);
-            ws.big_begin = embedding_bag_backward_ws_alloc<int>(ws, (size_t)segments);
-            ws.big_end = embedding_bag_backward_ws_alloc<int>(ws, (size_t)segments);
-            for (int n : {a.T, a.T * ws.split}) {           // version 8's segments, version 9's
-                if (n == 0) continue;
-                if (weighted)
-                    embedding_bag_backward_sort_big_tables(a, n, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint64_t*)ws.vals,
-                                                           (uint64_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
-                else
-                    embedding_bag_backward_sort_big_tables(a, n, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint32_t*)ws.vals,
-                                                           (uint32_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
-                temp = std::max(temp, bytes);
-            }
+        if (uses(8, 8)) {
+            ws.big_begin = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
+            ws.big_end = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
+            if (weighted)
+                embedding_bag_backward_sort_big_tables(a, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint64_t*)ws.vals,
+                                                       (uint64_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
+            else
+                embedding_bag_backward_sort_big_tables(a, nullptr, bytes, ws.keys32, ws.keys32_sorted, (const uint32_t*)ws.vals,
+                                                       (uint32_t*)ws.vals_sorted, ws.big_begin, ws.big_end, 0);
+            temp = std::max(temp, bytes);
         }
         // two partial rows per chunk; the smallest chunk is version 6's group
         int C = 32;
@@ -1772,34 +1574,22 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
-// how versions 4-9 sort: CUB's device-wide radix sort (4-7), table by table (8), in parts of tables (9)
-enum class EmbeddingBagBackwardSort { device, tables, parts };
-
-// versions 4-9: linearize and sort (or version 9's parts), the chunk kernel (GROUPED: version 7's, G = 8 lanes
-// per row in chunks of 32 lookups), the combine kernels
-template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false,
-          EmbeddingBagBackwardSort SORT = EmbeddingBagBackwardSort::device>
+// versions 4-8: linearize, sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version 7's,
+// G = 8 lanes per row in chunks of 32 lookups), the combine kernels
+template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
     VAL* vals_sorted = (VAL*)ws.vals_sorted;
     size_t bytes = ws.temp_bytes;
-    if (SORT == EmbeddingBagBackwardSort::parts && ws.split > 0) {
-        embedding_bag_backward_sort_parts<VAL><<<a.T * ws.split, EMBEDDING_BAG_BACKWARD_PART_THREADS, 0, stream>>>(
-            a, ws.split, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end);
-        embedding_bag_backward_sort_big_tables(a, a.T * ws.split, ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, ws.big_begin,
-                                               ws.big_end, stream);
+    embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, vals);
+    if (TABLES && a.N <= (int64_t)a.T * EMBEDDING_BAG_BACKWARD_SORT_CAPACITY) {
+        embedding_bag_backward_sort_tables<VAL><<<a.T, EMBEDDING_BAG_BACKWARD_SORT_THREADS, 0, stream>>>(
+            a, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end);
+        embedding_bag_backward_sort_big_tables(a, ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, ws.big_begin, ws.big_end,
+                                               stream);
     } else {
-        embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32,
-                                                                                                                           vals);
-        if (SORT == EmbeddingBagBackwardSort::tables && a.N <= (int64_t)a.T * EMBEDDING_BAG_BACKWARD_SORT_CAPACITY) {
-            embedding_bag_backward_sort_tables<VAL><<<a.T, EMBEDDING_BAG_BACKWARD_SORT_THREADS, 0, stream>>>(
-                a, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end);
-            embedding_bag_backward_sort_big_tables(a, a.T, ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, ws.big_begin,
-                                                   ws.big_end, stream);
-        } else {
-            cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
-                                                      std::min(a.key_bits, 32), stream));
-        }
+        cudaCheck(cub::DeviceRadixSort::SortPairs(ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, (int)a.N, 0,
+                                                  std::min(a.key_bits, 32), stream));
     }
     constexpr int C = GROUPED ? 32 : G;                        // lookups per chunk
     const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, C);
@@ -1819,10 +1609,10 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
                                                                                   ws.long_owners, ws.long_spans, ws.num_long_owners);
 }
 
-template <class WT, int G, int VPL, bool PREFETCH, bool GROUPED = false, EmbeddingBagBackwardSort SORT = EmbeddingBagBackwardSort::device>
+template <class WT, int G, int VPL, bool PREFETCH, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked_vals(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint64_t, GROUPED, SORT>(a, ws, block, stream);
-    else embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint32_t, GROUPED, SORT>(a, ws, block, stream);
+    if (a.per_sample_weights != nullptr) embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint64_t, GROUPED, TABLES>(a, ws, block, stream);
+    else embedding_bag_backward_chunked<WT, G, VPL, PREFETCH, uint32_t, GROUPED, TABLES>(a, ws, block, stream);
 }
 
 // f(std::integral_constant<int, VPL>()) for the 4-column vectors per lane of a full warp that max_D needs
@@ -1875,15 +1665,15 @@ void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBack
 }
 
 // version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps.
-// Versions 8 and 9: the same with the table-by-table sort, and with the sort in parts of tables.
-template <class WT, EmbeddingBagBackwardSort SORT>
+// Version 8 (TABLES): the same with the table-by-table sort.
+template <class WT, bool TABLES>
 void embedding_bag_backward_grouped(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
     const int v = ceil_div(a.max_D, 32);       // 4-column vectors per lane of a group of 8
-    if (v <= 1) embedding_bag_backward_chunked_vals<WT, 8, 1, false, true, SORT>(a, ws, block, stream);
-    else if (v <= 2) embedding_bag_backward_chunked_vals<WT, 8, 2, false, true, SORT>(a, ws, block, stream);
-    else if (v <= 4) embedding_bag_backward_chunked_vals<WT, 8, 4, false, true, SORT>(a, ws, block, stream);
-    else if (v <= 8) embedding_bag_backward_chunked_vals<WT, 8, 8, false, true, SORT>(a, ws, block, stream);
+    if (v <= 1) embedding_bag_backward_chunked_vals<WT, 8, 1, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 2) embedding_bag_backward_chunked_vals<WT, 8, 2, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 4) embedding_bag_backward_chunked_vals<WT, 8, 4, false, true, TABLES>(a, ws, block, stream);
+    else if (v <= 8) embedding_bag_backward_chunked_vals<WT, 8, 8, false, true, TABLES>(a, ws, block, stream);
     else embedding_bag_backward_warp_chunks<WT, false>(a, ws, block, stream);
 }
 
@@ -1897,9 +1687,8 @@ void embedding_bag_backward_typed(int kernel_num, const EmbeddingBagBackwardArgs
         case 4: embedding_bag_backward4<WT>(a, ws, block, stream); break;
         case 5: embedding_bag_backward5<WT>(a, ws, block, stream); break;
         case 6: embedding_bag_backward6<WT>(a, ws, block, stream); break;
-        case 7: embedding_bag_backward_grouped<WT, EmbeddingBagBackwardSort::device>(a, ws, block, stream); break;
-        case 8: embedding_bag_backward_grouped<WT, EmbeddingBagBackwardSort::tables>(a, ws, block, stream); break;
-        case 9: embedding_bag_backward_grouped<WT, EmbeddingBagBackwardSort::parts>(a, ws, block, stream); break;
+        case 7: embedding_bag_backward_grouped<WT, false>(a, ws, block, stream); break;
+        case 8: embedding_bag_backward_grouped<WT, true>(a, ws, block, stream); break;
         default: fail_args("embedding_bag_backward has no version %d", kernel_num);
     }
 }
@@ -1931,15 +1720,15 @@ inline void embedding_bag_backward_setup_kernels() {
 // the precondition of each version on a shape, "" when it can run
 inline std::string embedding_bag_backward_skip_reason(int kernel_num, int max_D, int64_t num_rows) {
     if (kernel_num >= 2 && max_D > EMBEDDING_BAG_BACKWARD_MAX_D)
-        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-9 hold a row in registers (8 vectors per lane)";
+        return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-8 hold a row in registers (8 vectors per lane)";
     if (kernel_num >= 4 && num_rows > ((int64_t)1 << 32))
-        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-9 sort 32-bit row ids";
+        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-8 sort 32-bit row ids";
     if (kernel_num == 6 && embedding_bag_backward_group(max_D) == 32)
         return "max D = " + std::to_string(max_D) + " > 64: sub-warp rows are for D <= 64 (wider rows take the whole warp, as in version 5)";
     return "";
 }
 
-// versions 7-9: the chunk kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
+// versions 7 and 8: the chunk kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
 inline std::vector<int> embedding_bag_backward_blocks(int kernel_num) {
     if (kernel_num >= 7) return {64, 128, 256};
     return {64, 128, 256, 512};
@@ -2507,15 +2296,15 @@ int main(int argc, char** argv) {
     std::string optimizer = "rowwise_adagrad";
     Cli cli("embedding_bag_backward",
             "Embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 9, 8);
+            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 8, 8);
     embedding_bag_add_flags(cli, cfg, flags);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "rowwise_adagrad", "adagrad"}, "the fused optimizer (dense: write the gradient)");
     cli.add_double("lr", &prm.lr, "learning rate");
     cli.add_double("eps", &prm.eps, "Adagrad's epsilon");
     cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) + ",\n"
                       "  fewer than 2^31 lookups, eps > 0;\n"
-                      "  versions 2-9 need every D <= 1024, versions 4-9 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
-                      "  --block a power of two from 32 to 512 (at most 256 for versions 7-9)";
+                      "  versions 2-8 need every D <= 1024, versions 4-8 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
+                      "  --block a power of two from 32 to 512 (at most 256 for versions 7 and 8)";
     cli.parse(argc, argv);
     for (int i = 0; i < 4; i++)
         if (optimizer == EMBEDDING_BAG_BACKWARD_OPT_NAMES[i]) prm.opt = (EmbeddingBagBackwardOpt)i;
