@@ -1088,6 +1088,36 @@ static void test_v7_filter() {
         return tt_embedding_backward_route(sh, W_off, lim, block);
     };
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at FBTT's default");
+    {   // --stash: the default runs at every route and reads the stash (FLOPs without F) only where it routes to version 9;
+        // versions 1-6 refuse it
+        auto stash_args = [&](std::vector<int> p, std::vector<int> q, std::vector<int> r) {
+            TtEmbeddingBackwardArgs a{};
+            a.s = tt_embedding_backward_make_shape(p, q, r, 0, 1, 4096);
+            a.s.nnz = 4096 * 20;
+            const int pivot = tt_embedding_backward_pick_pivot(a.s);
+            for (int t = 0, wt = 0; t < a.s.T; t++) { a.W_off[t] = wt; if (t != pivot) wt += a.s.nnz * a.s.S[t]; }
+            a.smem_limit = lim;
+            a.stash = reinterpret_cast<float*>(16);          // only its presence is read here
+            return a;
+        };
+        std::string bad;
+        const std::vector<std::vector<std::vector<int>>> shapes = {{{200, 220, 250}, {4, 4, 4}, {32, 32}}, {{200, 220, 250}, {8, 4, 4}, {32, 32}},
+                                                                   {{200, 220, 250}, {4, 4, 4}, {16, 16}}, {{200, 220, 250}, {4, 4, 4}, {64, 64}},
+                                                                   {{40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}}};
+        for (const auto& c : shapes) {
+            const TtEmbeddingBackwardArgs a = stash_args(c[0], c[1], c[2]);
+            const bool nine = tt_embedding_backward_route(a.s, a.W_off, lim, TT_EMBEDDING_BACKWARD_TC_BLOCK) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA;
+            if (!tt_embedding_backward_skip_reason(7, a.s, a, lim, 0).empty()) bad += " 7 skips";
+            if (tt_embedding_backward_reads_stash(7, a, TT_EMBEDDING_BACKWARD_TC_BLOCK) != nine) bad += " 7 reads where it does not route to 9";
+            if (!tt_embedding_backward_reads_stash(9, a, TT_EMBEDDING_BACKWARD_SLICE_BLOCK)) bad += " 9 does not read";
+            if (tt_embedding_backward_skip_reason(6, a.s, a, lim, 0).find("--stash") == std::string::npos) bad += " 6 runs";
+            TtEmbeddingBackwardArgs plain = a;
+            plain.stash = nullptr;
+            if (tt_embedding_backward_reads_stash(7, plain, TT_EMBEDDING_BACKWARD_TC_BLOCK)) bad += " reads without a stash";
+        }
+        report(bad.empty(), "--stash: the default runs FBTT's shape, q 8,4,4, ranks 16, 64 and T = 4, reading the stash only on version 9's route",
+               bad);
+    }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
     report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 64");
     report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at q 8,4,4 ranks 32");

@@ -891,6 +891,11 @@ static void test_dispatch() {
         if (!tt_embedding_forward_skip_reason(6, s, smem).empty()) bad += " skipped";
         if (tt_embedding_forward_blocks(6, s, ws).empty()) bad += " no block";
         if (tt_embedding_forward_fast6(s, smem) != family) bad += " dispatch";
+        const int k6s = tt_embedding_forward_runs6(s, smem, true);  // --stash: only kernels that write it as they go
+        if (k6s == 6 || (k6s == TT_EMBEDDING_FORWARD_TILED && !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) bad += " stash route";
+        ws.stash = reinterpret_cast<float*>(16);                  // only its presence is read here
+        if (tt_embedding_forward_blocks(6, s, ws).empty()) bad += " no block with the stash";
+        ws.stash = nullptr;
         const std::string w5 = tt_embedding_forward_skip_reason(5, s, smem);
         if (!family && w5.find("version 6 runs every shape") == std::string::npos) bad += " version 5: " + w5;
         if (bad.size() > 200) break;
@@ -913,7 +918,7 @@ static void test_dispatch() {
         if (!why.empty() || !tt_embedding_forward_route_tiled(s, smem)) bad += " gpu case q" + std::to_string(c[1][0]) + std::to_string(c[1][1]) + " not tiled";
     }
     report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0,
-           "version 6 runs each of " + std::to_string(shapes) + " grid shapes (" + std::to_string(fast) + " on its compiled kernel, " +
+           "version 6 runs each of " + std::to_string(shapes) + " grid shapes, with --stash too (" + std::to_string(fast) + " on its compiled kernel, " +
                std::to_string(tiled) + " on its column tiles, " + std::to_string(global) + " with version 3's buffers in global memory)",
            bad.substr(0, 200));
 }
