@@ -1066,6 +1066,41 @@ static void test_v7_small_steps() {
     report(why.empty(), "version 7's input map and small steps (Y = g x G_2, L^T = G_0^T x g) match the formulas", why);
 }
 
+// Version 7 at q_0 = 4k runs its kernels on the lookups cut in k (tt_embedding_backward_tc_split_bag, emulated warp by
+// warp). The cut problem must have the same cores' floats, its reference gradient must be the original's (in double, up
+// to the order of the sums), and a step on it (version 6's emulation standing in for the tensor-core kernels, which
+// the CPU cannot run) must pass the original's check, dense and with each optimizer.
+static void test_v7_split(const Case& c, const std::vector<int>& opts) {
+    const Problem pr = make_problem(c);
+    const int k = tt_embedding_backward_tc_split(pr.s);
+    std::string why = k > 1 && tt_embedding_backward_tc_reason(pr.s).empty() ? "" : "version 7 does not cut this shape";
+    Problem cut = pr;
+    cut.s = tt_embedding_backward_tc_split_shape(pr.s, k > 1 ? k : 1);
+    cut.offsets.assign((size_t)cut.s.num_bags + 1, -7);
+    cut.indices.assign((size_t)cut.s.nnz, -7);
+    for (int64_t bag = 0; bag <= pr.s.num_bags; bag++)
+        for (int lane = 0; lane < 32; lane++)
+            tt_embedding_backward_tc_split_bag(pr.s, k, bag, lane, pr.offsets.data(), pr.indices.data(), cut.offsets.data(), cut.indices.data());
+    if (cut.s.core_off[3] != pr.s.core_off[3] || cut.s.D * k != pr.s.D) why += " the cut shape's cores or D differ";
+    for (int64_t j = 0; j < cut.s.nnz; j++)
+        if (cut.indices[j] < 0 || cut.indices[j] >= cut.s.E) { why += " a row not written or out of range"; break; }
+    for (int64_t b = 0; b < cut.s.num_bags; b++)
+        if (cut.offsets[b] < 0 || cut.offsets[b] > cut.offsets[b + 1]) { why += " offsets not written or not ascending"; break; }
+    if (cut.offsets.back() != (int64_t)k * pr.offsets.back()) why += " the end offset is not k nnz";
+    if (why.empty()) {
+        const TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+        const TtEmbeddingBackwardReference rc = tt_embedding_backward_reference(cut.s, cut.cores, cut.offsets, cut.indices, cut.dY);
+        double err = 0.0, top = 0.0;
+        for (size_t i = 0; i < ref.dG.size(); i++) { err = std::max(err, fabs(ref.dG[i] - rc.dG[i])); top = std::max(top, fabs(ref.dG[i])); }
+        if (!(top > 0.0) || !(err <= 1e-12 * top)) why += " the cut problem's reference gradient differs by " + std::to_string(err);
+        for (int opt : opts) {
+            const StepOut o = emulate6(cut, opt, 0.05f, 1e-8f, 256, false);
+            if (!check_step(pr, ref, opt, 0.05f, 1e-8f, o)) why += std::string(" the step on the cut lookups fails the check (") + opt_name(opt) + ")";
+        }
+    }
+    report(why.empty(), ("version 7 at q_0 = 4k: lookups cut in k, " + c.name).c_str(), why);
+}
+
 static void test_v7_filter() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     report(tt_embedding_backward_tc_reason(s).empty(), "version 7 runs FBTT's default");
@@ -1077,6 +1112,12 @@ static void test_v7_filter() {
     s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
     why = tt_embedding_backward_tc_reason(s);
     report(why.find("ranks 16,16") != std::string::npos, "version 7 refuses ranks 16,16 naming them", why);
+    s = tt_embedding_backward_make_shape({200, 220, 250}, {8, 4, 4}, {32, 32}, 0, 1, 512);
+    report(tt_embedding_backward_tc_reason(s).empty(), "version 7 runs q 8,4,4 (its lookups cut in 2)");
+    s = tt_embedding_backward_make_shape({200, 220, 250}, {16, 4, 4}, {32, 32}, 0, 1, 512);
+    s.nnz = 200000000;   // 4 x 3 x nnz >= 2^31: the cut lookups' keys would not fit 32 bits
+    why = tt_embedding_backward_tc_reason(s);
+    report(why.find("2^31") != std::string::npos, "version 7 refuses q 16,4,4 where the cut lookups' keys pass 2^31", why);
     // the default version's dispatcher (H200: 232,448 bytes per block, less the 1,024 reserved)
     const size_t lim = 232448 - 1024;
     auto route = [&](std::vector<int> p, std::vector<int> q, std::vector<int> r, int block) {
@@ -1120,7 +1161,10 @@ static void test_v7_filter() {
     }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at --block 128");
     report(route({200, 220, 250}, {4, 4, 4}, {64, 64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 64");
-    report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at q 8,4,4 ranks 32");
+    report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at q 8,4,4 ranks 32 (lookups cut in 2)");
+    report(route({20, 22, 25}, {16, 4, 4}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: tensor cores at q 16,4,4 ranks 32 (cut in 4)");
+    report(route({200, 220, 250}, {8, 4, 4}, {32, 32}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at q 8,4,4, --block 128");
+    report(route({200, 220, 250}, {6, 4, 4}, {32, 32}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_TENSOR, "default version: no tensor-core kernels at q 6,4,4");
     report(route({200, 220, 250}, {4, 4, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 4,4,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
@@ -1226,6 +1270,9 @@ int main() {
     test_v7(1);
     test_v7_small_steps();
     test_v7_filter();
+    test_v7_split({"q8_ragged_tables2", {5, 6, 7}, {8, 4, 4}, {32, 32}, 2, 9, 5, 0.0, true, 31}, {S, A, D});
+    test_v7_split({"q12_ragged", {3, 5, 4}, {12, 4, 4}, {32, 32}, 1, 11, 4, 0.0, true, 32}, {A});
+    test_v7_split({"q16_zipf", {3, 4, 5}, {16, 4, 4}, {32, 32}, 1, 7, 6, 1.2, false, 33}, {S});
 
     return test_summary();
 }

@@ -2048,18 +2048,25 @@ inline size_t tt_embedding_backward_tc_smem_bytes() {
            sizeof(int) * (TT_EMBEDDING_BACKWARD_TC_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD_TC_BUCKET);
 }
 
-// the shapes version 7 is compiled for; "" when it runs
+// the shapes version 7 runs: its compiled one, and q_0 = 4k (k <= 4) with each lookup cut in k (below); "" when it runs
 inline std::string tt_embedding_backward_tc_reason(const TtEmbeddingBackwardShape& s) {
-    char buf[256];
-    if (s.T != 3 || s.q[0] != 4 || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != 32 || s.R[2] != 32) {
-        snprintf(buf, sizeof buf, "version 7 is compiled for T = 3, q = 4,4,4 and ranks 32,32 (FBTT's default family); this shape has T = %d",
-                 s.T);
+    char buf[320];
+    if (s.T != 3 || s.q[0] % 4 != 0 || s.q[0] > 16 || s.q[1] != 4 || s.q[2] != 4 || s.R[1] != 32 || s.R[2] != 32) {
+        snprintf(buf, sizeof buf, "version 7 is compiled for T = 3, q = 4,4,4 and ranks 32,32 (FBTT's default family; also q_0 = 8, 12, "
+                 "16); this shape has T = %d", s.T);
         std::string r = buf;
         if (s.T == 3) {
             snprintf(buf, sizeof buf, ", q = %d,%d,%d, ranks %d,%d", s.q[0], s.q[1], s.q[2], s.R[1], s.R[2]);
             r += buf;
         }
         return r;
+    }
+    const int64_t k = s.q[0] / 4;
+    if (k > 1 && ((double)k * s.nnz * s.T >= 2147483647.0 || (double)k * s.num_bags >= 2147483647.0 ||
+                  (double)s.tables * ((double)k * s.p[0] + s.p[1] + s.p[2]) >= 2147483647.0)) {
+        snprintf(buf, sizeof buf, "version 7 cuts each lookup in q_0 / 4 = %d: T q_0/4 nnz, q_0/4 bags and tables (q_0/4 p_0 + p_1 + p_2) "
+                 "must stay below 2^31", (int)k);
+        return buf;
     }
     return "";
 }
@@ -2580,6 +2587,56 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
     }
     if (slot == 0) tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, s.core_off[t] + (int64_t)k * S + c, total);
 #endif
+}
+
+// ---- version 7 at q_0 = 4k: one lookup as k lookups of a four-row core 0 ----
+
+// The kernels above are compiled for q_0 = 4. A shape with q_0 = 4k (q 8,4,4: D = 128; 12,4,4; 16,4,4), the rest as
+// compiled, runs on them unchanged once each lookup is cut in k. Row a_0 = 4h + a (h < k) of G_0[i_0] is row a of
+// a four-row slice k i_0 + h: core 0 viewed as [tables, k p_0, 4 R_1] is the same memory. And a_0 is the row's most
+// significant digit, so the elements d of half h are the contiguous D / k floats at h D / k of the dY row: dY viewed
+// as [tables, k B, D / k] is the same memory. So lookup (bag b, row i_0, i_1, i_2) becomes k lookups, one per
+// h, of bag k b + h, row (k i_0 + h, i_1, i_2), and the step is version 7's on that shape. The gradients sum right:
+// core 0's slice k i_0 + h gets exactly half h's rows, G_1 and G_2 the sum over h. The cost is one small kernel and
+// (III) run on each part's L instead of their sum (a third more pivot products); what it saves: version 6 at q 8,4,4.
+inline int tt_embedding_backward_tc_split(const TtEmbeddingBackwardShape& s) { return s.q[0] % TT_EMBEDDING_BACKWARD_TC_Q == 0 ? s.q[0] / TT_EMBEDDING_BACKWARD_TC_Q : 0; }
+
+// the shape version 7's kernels run for a shape of split k (nnz, bags, core 0's slices: k times; the same core floats)
+TtEmbeddingBackwardShape tt_embedding_backward_tc_split_shape(const TtEmbeddingBackwardShape& s, int k) {
+    TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0] * k, s.p[1], s.p[2]}, {TT_EMBEDDING_BACKWARD_TC_Q, s.q[1], s.q[2]},
+                                                                  {s.R[1], s.R[2]}, 0, s.tables, s.B * k);
+    v.nnz = s.nnz * k;
+    return v;
+}
+
+// the new row of part h of a lookup of row `row`
+__host__ __device__ inline int64_t tt_embedding_backward_tc_split_row(const TtEmbeddingBackwardShape& s, int k, int64_t row, int h) {
+    const int64_t i0 = row / s.Lrad[0];
+    return (i0 * k + h) * s.Lrad[0] + (row - i0 * s.Lrad[0]);
+}
+
+// bag b's lane `lane` of 32: the offsets of bags k b .. k b + k - 1 (part h of a bag of n lookups at k j0 + h n) and
+// their rows; bag num_bags writes the end (k offsets[num_bags]: the cut shape's device-side count, if any)
+__host__ __device__ inline void tt_embedding_backward_tc_split_bag(const TtEmbeddingBackwardShape& s, int k, int64_t bag, int lane,
+                                                                   const int64_t* offsets, const int64_t* indices, int64_t* split_offsets,
+                                                                   int64_t* split_indices) {
+    const int64_t j0 = offsets[bag];
+    if (bag == s.num_bags) {
+        if (lane == 0) split_offsets[(int64_t)k * bag] = (int64_t)k * j0;
+        return;
+    }
+    const int64_t n = offsets[bag + 1] - j0;
+    if (lane < k) split_offsets[(int64_t)k * bag + lane] = (int64_t)k * j0 + lane * n;
+    for (int64_t r = lane; r < n; r += 32) {
+        const int64_t row = indices[j0 + r];
+        for (int h = 0; h < k; h++) split_indices[(int64_t)k * j0 + h * n + r] = tt_embedding_backward_tc_split_row(s, k, row, h);
+    }
+}
+__global__ void tt_embedding_backward_tc_split_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int k, const int64_t* __restrict__ offsets,
+                                                      const int64_t* __restrict__ indices, int64_t* __restrict__ split_offsets,
+                                                      int64_t* __restrict__ split_indices) {
+    const int64_t bag = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // one warp per bag
+    if (bag <= s.num_bags) tt_embedding_backward_tc_split_bag(s, k, bag, threadIdx.x & 31, offsets, indices, split_offsets, split_indices);
 }
 
 // ---- version 9: every product as a GEMM over the lookups of one slice, on tensor cores (any T, q and rank) ----
@@ -3294,6 +3351,14 @@ __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant_
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
+// version 7 at q_0 = 4k (k > 1): the cut lookups' bags and rows, and the workspace of the shape they make
+struct TtEmbeddingBackwardTcSplit {
+    int64_t *offsets, *indices;
+    TtEmbeddingBackwardWorkspace ws;   // keys, bag_of, zeroed (counts | done | the slice counters), partial
+    float* W;
+    int* bucket;
+};
+
 struct TtEmbeddingBackwardArgs {
     TtEmbeddingBackwardShape s;
     int opt;
@@ -3321,6 +3386,7 @@ struct TtEmbeddingBackwardArgs {
     // --stash: the forward's P_t of every lookup (tt_embedding.h's layout), which version 9 reads instead of running F
     float* stash;
     int64_t stash_floats;
+    TtEmbeddingBackwardTcSplit split;    // version 7 where q_0 = 4k, k > 1
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
 
@@ -3459,6 +3525,23 @@ void tt_embedding_backward6(const TtEmbeddingBackwardArgs& a, int block_size) {
 // version 7 on its compiled shapes: (dense: a memset of dG) four kernels, the last three launched with PDL
 void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
     const TtEmbeddingBackwardShape& s = a.s;
+    const int k = tt_embedding_backward_tc_split(s);
+    if (k > 1) {   // q_0 = 4k: the lookups cut in k, then the step on the shape they make (same cores, dY, state, dG)
+        TtEmbeddingBackwardArgs v = a;
+        v.s = tt_embedding_backward_tc_split_shape(s, k);
+        v.offsets = a.split.offsets;
+        v.indices = a.split.indices;
+        v.s.nnz_dev = s.nnz_dev ? a.split.offsets + v.s.num_bags : nullptr;
+        v.ws = a.split.ws;
+        v.W = a.split.W;
+        v.bucket = a.split.bucket;
+        v.W_off[0] = 0;
+        v.W_off[2] = (int64_t)v.s.nnz * v.s.S[0];
+        tt_embedding_backward_tc_split_kernel<<<(unsigned)ceil_div<int64_t>(((int64_t)s.num_bags + 1) * 32, 256), 256>>>(
+            s, k, a.offsets, a.indices, a.split.offsets, a.split.indices);
+        tt_embedding_backward_tc_tensor(v);
+        return;
+    }
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
     if (s.nnz == 0) return;
     const TtEmbeddingBackwardWorkspace& w = a.ws;
@@ -3652,6 +3735,21 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&a.slice_first, 4 * K);
     buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 4);
     buf(&a.slice_multi, 4 * K);
+    const int k = tt_embedding_backward_tc_split(s);                             // version 7 at q_0 = 4k
+    if (k > 1 && tt_embedding_backward_tc_reason(s).empty()) {
+        const TtEmbeddingBackwardShape v = tt_embedding_backward_tc_split_shape(s, k);
+        TtEmbeddingBackwardTcSplit& x = a.split;
+        const size_t Kv = (size_t)v.key_base[v.T], nv = (size_t)std::max(v.nnz, 1), Kc = (size_t)v.tables * v.p[1];
+        const size_t items = (size_t)ceil_div<int64_t>(v.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + Kc;
+        buf(&x.offsets, 8 * ((size_t)v.num_bags + 1));
+        buf(&x.indices, 8 * nv);
+        buf(&x.ws.keys, 4 * (size_t)v.T * tt_embedding_backward_round4((int64_t)nv));
+        buf(&x.ws.bag_of, 4 * nv);
+        buf(&x.ws.zeroed, x.ws.zeroed_bytes = 4 * (Kv + 1 + Kc));
+        buf(&x.ws.partial, 4 * items * TT_EMBEDDING_BACKWARD_TC_S1);
+        buf(&x.W, 4 * nv * (size_t)(v.S[0] + v.S[2]));
+        buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_TC_BUCKET);
+    }
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
@@ -3673,6 +3771,11 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
         if (t != P.h) W_total += (int64_t)a.s.nnz * a.s.S[t];
     }
     a.ws.W = a.W;
+    a.split.ws.counts = a.split.ws.zeroed;
+    if (a.split.ws.zeroed) {
+        a.split.ws.done = a.split.ws.zeroed + tt_embedding_backward_tc_split_shape(a.s, tt_embedding_backward_tc_split(a.s)).key_base[a.s.T];
+        a.split.ws.ctr = a.split.ws.done + 1;
+    }
     cublasCheck(cublasCreate(&a.blas));
     cublasCheck(cublasSetMathMode(a.blas, CUBLAS_DEFAULT_MATH));   // fp32 FMA, no TF32
     // kernels whose shared memory may pass 48 KB: up to what the block can have
