@@ -27,8 +27,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
      (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
-     where compiled (T = 3, q 4,4,4, ranks 32,32); elsewhere a dispatcher: version 6 where its
-     block fits in 110 KB and ranks are below 32 (or 32 at T = 3, D < 256), else version 9   0.0656 29.2%
+     where compiled (T = 3, q 4,4,4, ranks 32,32; q_0 = 4k as k lookups of four rows); else version 6
+     where its block fits 110 KB and ranks are below 32 (32 at T = 3, D < 256), else version 9   0.0656 29.2%
   8  retired: per-slice GEMMs on 64 x 64 fp32 tiles (0.333, 5.8%; rank 64 0.471, EL-Rec q 4,4,4 L 20
      8.191): slower than version 9 at every shape (its code: git show 39c3510:<this file>)
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
@@ -37,7 +37,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
-  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.282 (2026-12-02). Version 6 keeps q 8,4,4, ranks 16.
+  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.282 (2026-12-02); q 8,4,4, cut in 2, 0.118 (version 6 0.204;
+  results/logs/2026-12-04_tt_backward_q0_split.log). Version 6 keeps ranks 16.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -49,9 +50,8 @@ Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.m
   - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice. In 3xTF32
     the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
-  - Registers decide residency: float4 operand loads took version 9's products from 63-80 registers to 64 or fewer,
-    4 blocks per SM instead of 3, and the step 7-13% faster; a per-fragment branch (106-121 registers) lost 3-7%.
-    Then cp.async into tiles laid out as memory holds them (no staging registers, no transposes) took 5-12% more,
+  - Registers decide residency: float4 operand loads took version 9's products to 64 registers or fewer (4 blocks per
+    SM, 7-13% faster; a per-fragment branch lost 3-7%); cp.async into tiles laid out as memory holds them won 5-12% more,
     and a warp per lookup in the last core's D with G's parts as long as S_t where slices split anyway 2-17% more.
   - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
     GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
@@ -2004,7 +2004,8 @@ tt_embedding_backward_group_final_kernel(const TtEmbeddingBackwardShape shape, c
 //   - kernel 0 zeroes the counters, and kernels 1-3 are launched with programmatic dependent launch
 //     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
-// default family: any p, tables, bags); the dispatcher (version 7's launcher) runs every other shape elsewhere.
+// default family: any p, tables, bags) and, with each lookup cut in k, q = (4k, 4, 4) (the end of this section); the
+// dispatcher (version 7's launcher) runs every other shape elsewhere.
 // How it got here, step by step with the time of each: results/notes/tt_embedding_backward.md.
 // The per-lookup segment region (floats): Y [4][YS] | L^T [4][YS] | G_0 [4][G0S] | g [64] | G_2 [128], LS apart.
 // Strides are chosen so that every fragment load of every mma is free of bank conflicts: YS = G0S = 8 (mod 32)
@@ -3890,8 +3891,9 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
         tt_embedding_backward_stash_cpu(s, b.cores.data(), in.offsets.data(), in.indices.data(), stash_off, st.data());
         upload(a.stash, st);
     }
-    printf("version 7 (the default) at this shape%s: %s\n", cli.block ? " and block" : "",
-           tt_embedding_backward_route_name(tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK)));
+    const int route = tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
+    printf("version 7 (the default) at this shape%s: %s%s\n", cli.block ? " and block" : "", tt_embedding_backward_route_name(route),
+           route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR && s.q[0] > TT_EMBEDDING_BACKWARD_TC_Q ? ", each lookup cut in q_0 / 4" : "");
     for (int k : cli.kernels) {
         const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
         if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
