@@ -1101,6 +1101,31 @@ static void test_v7_split(const Case& c, const std::vector<int>& opts) {
     report(why.empty(), ("version 7 at q_0 = 4k: lookups cut in k, " + c.name).c_str(), why);
 }
 
+// Version 7's grids: kernel 2 launches ceil(nnz / PART) + tables p_1 blocks for the parts of core 1's slices, the
+// side kernel tc_side_items for the parts of core 0's and core 2's (each lookup counts in both). A block past the
+// last item exits; an item without a block would leave its slice's gradient unsummed. Counted on real bags.
+static void test_v7_grids(const Case& c) {
+    const Problem pr = make_problem(c);
+    const TtEmbeddingBackwardShape& s = pr.s;
+    std::vector<int> n((size_t)s.key_base[s.T], 0);
+    for (int bag = 0; bag < s.num_bags; bag++)
+        for (int64_t j = pr.offsets[bag]; j < pr.offsets[bag + 1]; j++) {
+            int idx[TT_EMBEDDING_BACKWARD_MAX_T];
+            tt_embedding_backward_decode_row(s, pr.indices[j], idx);
+            for (int t = 0; t < s.T; t++) n[(size_t)s.key_base[t] + (bag / s.B) * s.p[t] + idx[t]]++;
+        }
+    int64_t chain = 0, side = 0;
+    for (int k = s.key_base[1]; k < s.key_base[2]; k++) chain += tt_embedding_backward_tc_parts(n[k]);
+    for (int k = 0; k < s.key_base[1]; k++) side += tt_embedding_backward_tc_side_parts(n[k]);
+    for (int k = s.key_base[2]; k < s.key_base[3]; k++) side += tt_embedding_backward_tc_side_parts(n[k]);
+    const int64_t chain_grid = ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + (int64_t)s.tables * s.p[1];
+    char why[160];
+    snprintf(why, sizeof why, "items: chain %lld of grid %lld, side %lld of grid %lld", (long long)chain, (long long)chain_grid, (long long)side,
+             (long long)tt_embedding_backward_tc_side_items(s));
+    report(chain <= chain_grid && side <= tt_embedding_backward_tc_side_items(s) && side > s.tables * (s.p[0] + s.p[2]),
+           ("version 7's grids cover every part, " + c.name).c_str(), why);
+}
+
 static void test_v7_filter() {
     TtEmbeddingBackwardShape s = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {32, 32}, 0, 1, 512);
     report(tt_embedding_backward_tc_reason(s).empty(), "version 7 runs FBTT's default");
@@ -1270,6 +1295,9 @@ int main() {
     test_v7(1);
     test_v7_small_steps();
     test_v7_filter();
+    test_v7_grids({"side_parts_p2_300_3", {2, 300, 3}, {4, 4, 4}, {32, 32}, 1, 33, 17, 1.3, false, 7});
+    test_v7_grids({"side_parts_uniform", {5, 300, 7}, {4, 4, 4}, {32, 32}, 1, 100, 20, 0.0, false, 537});
+    test_v7_grids({"side_parts_ragged_tables2", {3, 50, 4}, {4, 4, 4}, {32, 32}, 2, 70, 9, 0.0, true, 538});
     test_v7_split({"q8_ragged_tables2", {5, 6, 7}, {8, 4, 4}, {32, 32}, 2, 9, 5, 0.0, true, 31}, {S, A, D});
     test_v7_split({"q12_ragged", {3, 5, 4}, {12, 4, 4}, {32, 32}, 1, 11, 4, 0.0, true, 32}, {A});
     test_v7_split({"q16_zipf", {3, 4, 5}, {16, 4, 4}, {32, 32}, 1, 7, 6, 1.2, false, 33}, {S});

@@ -1165,6 +1165,7 @@ struct TtEmbeddingBackwardWorkspace {
     float* W;          // per-lookup gradients of the other cores (plan.W_off)
     float* partial;    // [max_chunks][S_h]: pivot gradients of chunks of slices with more than one chunk
     float* partial3;   // [max_items][CW]: parts of long slices in the final kernel
+    float* side;       // version 7's side kernel: [items][S_0] sums of the parts of long slices of cores 0 and 2
     size_t zeroed_bytes;
 };
 
@@ -2018,7 +2019,7 @@ static const int TT_EMBEDDING_BACKWARD_TC_PART = 64;          // lookups per ite
 static const int TT_EMBEDDING_BACKWARD_TC_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK = 256;   // side kernel
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
-static const int TT_EMBEDDING_BACKWARD_TC_SIDE_CAP = 1024;    // side kernel: list entries per pass (a multiple of RG)
+static const int TT_EMBEDDING_BACKWARD_TC_SIDE_PART = 128;    // side kernel: lookups per item (longer slices split evenly into parts)
 static const int TT_EMBEDDING_BACKWARD_TC_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
     TT_EMBEDDING_BACKWARD_TC_R = 32,
@@ -2042,7 +2043,7 @@ static_assert(TT_EMBEDDING_BACKWARD_TC_LT >= 4 * TT_EMBEDDING_BACKWARD_TC_YS &&
                   TT_EMBEDDING_BACKWARD_TC_G >= TT_EMBEDDING_BACKWARD_TC_G0 + 4 * TT_EMBEDDING_BACKWARD_TC_G0S &&
                   TT_EMBEDDING_BACKWARD_TC_G2 >= TT_EMBEDDING_BACKWARD_TC_G + 64 && TT_EMBEDDING_BACKWARD_TC_LS >= TT_EMBEDDING_BACKWARD_TC_G2 + 128,
               "segment regions overlap");
-static_assert(TT_EMBEDDING_BACKWARD_TC_SIDE_CAP % TT_EMBEDDING_BACKWARD_TC_SIDE_RG == 0, "side groups must not straddle passes");
+static_assert(TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK == 2 * TT_EMBEDDING_BACKWARD_TC_S0, "side kernel: two row groups at a time, a thread per column");
 // chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
 inline size_t tt_embedding_backward_tc_smem_bytes() {
     return sizeof(float) * (TT_EMBEDDING_BACKWARD_TC_G1F + TT_EMBEDDING_BACKWARD_TC_SEG) +
@@ -2542,51 +2543,80 @@ tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwar
 #endif
 }
 
-// Kernel 3, one block per slice of core 0 or 2: its lookups in lookup order (tt_embedding_backward_tc_lookups, CAP per pass), their W rows added per
-// column in groups of RG rows (each group in order, the groups in order: the same bits at any block size), then the optimizer. Untouched slices are
+// the side kernel's items: a slice of core 0 or 2 with n lookups takes ceil(n / SIDE_PART) of them
+__host__ __device__ inline int tt_embedding_backward_tc_side_parts(int n) { return (n + TT_EMBEDDING_BACKWARD_TC_SIDE_PART - 1) / TT_EMBEDDING_BACKWARD_TC_SIDE_PART; }
+// the grid: at most this many (every lookup is in one slice of core 0 and one of core 2: 2 nnz in all)
+inline int64_t tt_embedding_backward_tc_side_items(const TtEmbeddingBackwardShape& s) {
+    return ceil_div<int64_t>(2 * (int64_t)s.nnz, TT_EMBEDDING_BACKWARD_TC_SIDE_PART) + (int64_t)s.tables * (s.p[0] + s.p[2]);
+}
+
+// Kernel 3, one block per item: a slice of core 0 or 2, or an even part of one (<= SIDE_PART lookups; a Zipf-hot
+// slice of thousands of lookups would otherwise be one block's serial work). The item from the counts by a block
+// scan, as kernel 2 finds its own; the part's lookups in lookup order (tt_embedding_backward_tc_lookups); their
+// W rows added per column in groups of RG rows (two groups at a time, the groups in order). A one-part slice applies
+// the optimizer; the parts of a longer one write their sums, and the last to finish (an int counter per slice) adds
+// them in part order and applies it. The bits depend on neither the block size nor the timing. Untouched slices are
 // left alone.
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK)
 tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                    const int* __restrict__ counts, const int* __restrict__ bucket, const float* __restrict__ W0,
-                                   const float* __restrict__ W2, const __grid_constant__ TtEmbeddingBackwardIo io) {
+                                   const float* __restrict__ W2, int* __restrict__ ctr, float* __restrict__ partial,
+                                   const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
-    __shared__ int list[TT_EMBEDDING_BACKWARD_TC_SIDE_CAP], stage[TT_EMBEDDING_BACKWARD_TC_BUCKET];
-    __shared__ int warp_sums[8];
+    __shared__ int list[TT_EMBEDDING_BACKWARD_TC_SIDE_PART], stage[TT_EMBEDDING_BACKWARD_TC_BUCKET];
+    __shared__ int warp_sums[8], info[4];
     __shared__ float part[TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK];
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
-    // it only after their own griddepcontrol.wait), so the first scan runs under kernel 2's tail; the W rows
-    // are read only after this kernel's wait.
-    const int K0 = s.tables * s.p[0];
-    const int t = (int)blockIdx.x < K0 ? 0 : 2, k = t == 0 ? blockIdx.x : blockIdx.x - K0;
-    const int n = __ldcg(counts + s.key_base[t] + k);
-    if (n == 0) return;
-    bool waited = false;
-    const float* W = t == 0 ? W0 : W2;
-    const int S = TT_EMBEDDING_BACKWARD_TC_S0, slots = blockDim.x / S, c = threadIdx.x % S, slot = threadIdx.x / S;
-    float total = 0.0f;
-    for (int lo = 0; lo < n; lo += TT_EMBEDDING_BACKWARD_TC_SIDE_CAP) {
-        const int hi = min(n, lo + TT_EMBEDDING_BACKWARD_TC_SIDE_CAP), rows = hi - lo,
-                  groups = (rows + TT_EMBEDDING_BACKWARD_TC_SIDE_RG - 1) / TT_EMBEDDING_BACKWARD_TC_SIDE_RG;
-        tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + (int64_t)t * key_stride,
-                                       key_stride, k, lo, hi, list, stage, warp_sums);
-        if (!waited) pdl_wait_prior();      // kernel 2's W rows
-        waited = true;
-        for (int g0 = 0; g0 < groups; g0 += slots) {
-            const int gi = g0 + slot;
-            float sum = 0.0f;
-            if (slot < slots && gi < groups) {
-                const int r1 = min(rows, (gi + 1) * TT_EMBEDDING_BACKWARD_TC_SIDE_RG);
-#pragma unroll 8
-                for (int r = gi * TT_EMBEDDING_BACKWARD_TC_SIDE_RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
-            }
-            part[threadIdx.x] = sum;
-            __syncthreads();
-            if (slot == 0)
-                for (int q = 0; q < slots && g0 + q < groups; q++) total += part[q * S + c];
-            __syncthreads();
-        }
+    // it only after their own griddepcontrol.wait), so the item and the list are made under kernel 2's tail; the
+    // W rows are read only after this kernel's wait.
+    const int K0 = s.tables * s.p[0], Ks = K0 + s.tables * s.p[2], item = blockIdx.x, tid = threadIdx.x;
+    if (tid == 0) info[0] = -1;
+    int base = 0;
+    for (int k0 = 0; k0 < Ks; k0 += blockDim.x) {
+        const int k = k0 + tid, n = k < Ks ? __ldcg(counts + (k < K0 ? s.key_base[0] + k : s.key_base[2] + k - K0)) : 0;
+        const int np = tt_embedding_backward_tc_side_parts(n);
+        int total;
+        const int incl = base + tt_embedding_backward_tc_block_scan(np, warp_sums, total);
+        if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
+        base += total;
+        if (item < base) break;                 // the same in every thread
     }
-    if (slot == 0) tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, s.core_off[t] + (int64_t)k * S + c, total);
+    __syncthreads();
+    const int ks = info[0];
+    if (ks < 0) return;                         // past the last item
+    const int pi = info[1], np = info[2], n = info[3], t = ks < K0 ? 0 : 2, k = t == 0 ? ks : ks - K0;
+    const int lo = (int)((int64_t)pi * n / np), rows = (int)((int64_t)(pi + 1) * n / np) - lo;
+    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + (int64_t)t * key_stride,
+                                   key_stride, k, lo, lo + rows, list, stage, warp_sums);
+    pdl_wait_prior();                           // kernel 2's W rows
+    const float* W = t == 0 ? W0 : W2;
+    const int S = TT_EMBEDDING_BACKWARD_TC_S0, c = tid % S, slot = tid / S, RG = TT_EMBEDDING_BACKWARD_TC_SIDE_RG;
+    float total = 0.0f;
+    for (int g0 = 0; g0 * RG < rows; g0 += 2) {
+        const int gi = g0 + slot, r1 = min(rows, (gi + 1) * RG);
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int r = gi * RG; r < r1; r++) sum += __ldcg(W + (int64_t)list[r] * S + c);
+        part[tid] = sum;
+        __syncthreads();
+        if (slot == 0) { total += part[c]; total += part[S + c]; }
+        __syncthreads();
+    }
+    const int64_t at = s.core_off[t] + (int64_t)k * S + c;
+    if (np == 1) {
+        if (slot == 0) tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, at, total);
+        return;
+    }
+    if (slot == 0) partial[(int64_t)item * S + c] = total;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) info[0] = atomicAdd(ctr + ks, 1) == np - 1;
+    __syncthreads();
+    if (!info[0] || slot) return;
+    __threadfence();
+    float sum = 0.0f;
+    for (int q = 0; q < np; q++) sum += __ldcg(partial + (int64_t)(item - pi + q) * S + c);   // part order
+    tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, at, sum);
 #endif
 }
 
@@ -3355,7 +3385,7 @@ __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant_
 // version 7 at q_0 = 4k (k > 1): the cut lookups' bags and rows, and the workspace of the shape they make
 struct TtEmbeddingBackwardTcSplit {
     int64_t *offsets, *indices;
-    TtEmbeddingBackwardWorkspace ws;   // keys, bag_of, zeroed (counts | done | the slice counters), partial
+    TtEmbeddingBackwardWorkspace ws;   // keys, bag_of, zeroed (counts | done | the slice counters), partial, side
     float* W;
     int* bucket;
 };
@@ -3559,9 +3589,9 @@ void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
     launch_pdl(tt_embedding_backward_tc_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD_TC_BLOCK, tt_embedding_backward_tc_smem_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
                                      W0, W2, io);
-    launch_pdl(tt_embedding_backward_tc_side_kernel, (unsigned)(s.tables * (s.p[0] + s.p[2])), (unsigned)TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK,
+    launch_pdl(tt_embedding_backward_tc_side_kernel, (unsigned)tt_embedding_backward_tc_side_items(s), (unsigned)TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK,
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
-                                     (const float*)W2, io);
+                                     (const float*)W2, w.ctr + s.tables * s.p[1], w.side, io);
 }
 // version 9: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping; the prep's last block
 // lists the items), the F launches (none with a stash), a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
@@ -3718,7 +3748,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     TtEmbeddingBackwardWorkspace& w = a.ws;
     buf(&w.keys, 4 * (size_t)s.T * P.key_stride);
     buf(&w.bag_of, 4 * nnz1);
-    buf(&w.zeroed, w.zeroed_bytes = 4 * (K + 1 + P.max_items));
+    buf(&w.zeroed, w.zeroed_bytes = 4 * (K + 1 + std::max<size_t>(P.max_items, K)));   // (version 7: a counter per slice)
     buf(&w.chunk_desc, 16 * (size_t)P.max_chunks);
     buf(&w.choff, 4 * ((size_t)s.tables * s.p[P.h] + 1));
     buf(&w.totals, 8);
@@ -3727,6 +3757,8 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.list, 4 * (size_t)s.T * nnz1);
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
     buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
+    const bool tc = tt_embedding_backward_tc_reason(s).empty();                  // version 7 (below: its cut shape's)
+    buf(&w.side, tc && tt_embedding_backward_tc_split(s) == 1 ? 4 * (size_t)tt_embedding_backward_tc_side_items(s) * TT_EMBEDDING_BACKWARD_TC_S0 : 4);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_TC_BUCKET);
     TtEmbeddingBackwardSlicePlan P8;                                                 // version 9 (none where it skips)
     if (!tt_embedding_backward_slice_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
@@ -3737,7 +3769,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 4);
     buf(&a.slice_multi, 4 * K);
     const int k = tt_embedding_backward_tc_split(s);                             // version 7 at q_0 = 4k
-    if (k > 1 && tt_embedding_backward_tc_reason(s).empty()) {
+    if (k > 1 && tc) {
         const TtEmbeddingBackwardShape v = tt_embedding_backward_tc_split_shape(s, k);
         TtEmbeddingBackwardTcSplit& x = a.split;
         const size_t Kv = (size_t)v.key_base[v.T], nv = (size_t)std::max(v.nnz, 1), Kc = (size_t)v.tables * v.p[1];
@@ -3746,8 +3778,9 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         buf(&x.indices, 8 * nv);
         buf(&x.ws.keys, 4 * (size_t)v.T * tt_embedding_backward_round4((int64_t)nv));
         buf(&x.ws.bag_of, 4 * nv);
-        buf(&x.ws.zeroed, x.ws.zeroed_bytes = 4 * (Kv + 1 + Kc));
+        buf(&x.ws.zeroed, x.ws.zeroed_bytes = 4 * (Kv + 1 + Kv));                   // counts | done | a counter per slice
         buf(&x.ws.partial, 4 * items * TT_EMBEDDING_BACKWARD_TC_S1);
+        buf(&x.ws.side, 4 * (size_t)tt_embedding_backward_tc_side_items(v) * TT_EMBEDDING_BACKWARD_TC_S0);
         buf(&x.W, 4 * nv * (size_t)(v.S[0] + v.S[2]));
         buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_TC_BUCKET);
     }
