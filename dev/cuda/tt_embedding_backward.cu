@@ -2530,14 +2530,22 @@ tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwar
     if (!info[0]) return;
     __threadfence();
     float sum[2][2][4] = {};
-    for (int q = 0; q < np; q++) {              // part order: the same bits whichever part finishes last
-        const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q) * TT_EMBEDDING_BACKWARD_TC_S1) + 4 * tid;
+    for (int q0 = 0; q0 < np; q0 += 4) {        // part order: the same bits whichever part finishes last
+        float4 v[4][4];                         // (four parts' loads in flight before their adds: a hot slice has dozens)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const float4 v = __ldcg(src + c);
-            float* d = sum[c >> 1][c & 1];
-            d[0] += v.x; d[1] += v.y; d[2] += v.z; d[3] += v.w;
+        for (int q = 0; q < 4; q++) {
+            const float4* src = reinterpret_cast<const float4*>(partial + (int64_t)(item - part + q0 + q) * TT_EMBEDDING_BACKWARD_TC_S1) + 4 * tid;
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[q][c] = q0 + q < np ? __ldcg(src + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (q0 + q < np) {
+                    float* d = sum[c >> 1][c & 1];
+                    d[0] += v[q][c].x; d[1] += v[q][c].y; d[2] += v[q][c].z; d[3] += v[q][c].w;
+                }
     }
     apply_all(sum);
 #endif
@@ -2615,6 +2623,7 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
     if (!info[0] || slot) return;
     __threadfence();
     float sum = 0.0f;
+#pragma unroll 8
     for (int q = 0; q < np; q++) sum += __ldcg(partial + (int64_t)(item - pi + q) * S + c);   // part order
     tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, at, sum);
 #endif
