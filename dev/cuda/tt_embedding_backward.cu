@@ -1998,10 +1998,10 @@ tt_embedding_backward_group_final_kernel(const TtEmbeddingBackwardShape shape, c
 //     ordered scan of the keys past BUCKET lookups); inputs loaded a segment ahead; the parts of a long
 //     slice add their dG_1 partials in part order (the last to finish, by an int counter); a one-part slice
 //     applies the optimizer from its registers;
-//   - core 0's and core 2's per-lookup gradients go to W (1 KB per lookup); kernel 3, one block per slice,
-//     lists its lookups the same way (under kernel 2's tail: before its griddepcontrol.wait), adds their W
-//     rows in lookup order (groups of RG rows, groups in order: the bits do not depend on the block size) and
-//     applies the optimizer;
+//   - core 0's and core 2's per-lookup gradients go to W (1 KB per lookup); kernel 3, one block per slice or
+//     part of one (<= SIDE_PART lookups: a Zipf-hot slice is spread), lists its lookups the same way (under
+//     kernel 2's tail: before its griddepcontrol.wait), adds their W rows in lookup order (groups of RG rows,
+//     groups in order, parts in order: the bits do not depend on the block size) and applies the optimizer;
 //   - kernel 0 zeroes the counters, and kernels 1-3 are launched with programmatic dependent launch
 //     (kernel 1 decodes its lookups under kernel 0; kernels 2 and 3 start under their predecessors' tails).
 // No float atomics: bitwise the same run after run. Compiled for T = 3, q = (4, 4, 4), ranks (32, 32) (FBTT's
