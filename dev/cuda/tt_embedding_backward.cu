@@ -2204,6 +2204,24 @@ __device__ __forceinline__ int tt_embedding_backward_tc_block_scan(int v, int* w
     return before + x;
 }
 
+// This block's item, items numbered slice by slice, a slice of n lookups taking ceil(n / part) (count(k): slice k's n,
+// k < nk): a block scan of the parts per slice. info = {slice, part, parts, n}; slice -1 past the last item.
+template <class Count>
+__device__ __forceinline__ void tt_embedding_backward_tc_find_item(int nk, int part, Count&& count, int* warp_sums, int* info) {
+    const int item = blockIdx.x, tid = threadIdx.x;
+    if (tid == 0) info[0] = -1;
+    int base = 0;
+    for (int k0 = 0; k0 < nk; k0 += blockDim.x) {
+        const int k = k0 + tid, n = k < nk ? count(k) : 0, np = (n + part - 1) / part;
+        int total;
+        const int incl = base + tt_embedding_backward_tc_block_scan(np, warp_sums, total);
+        if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
+        base += total;
+        if (item < base) break;                 // the same in every thread
+    }
+    __syncthreads();
+}
+
 // The positions j (increasing) with keys[j] == key whose rank among them is in [lo, hi), to list[rank - lo]:
 // per tile, every thread counts the matches among its 16 contiguous keys (four 16-byte loads in flight), a
 // block scan gives its first rank. Stops once hi matches are behind. keys: len ints, len % 4 == 0, -1 pads;
@@ -2403,18 +2421,9 @@ tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwar
     pdl_wait_prior();                       // kernel 1's keys and counts
     pdl_allow_next();
     // the item: a block scan of the parts per slice
-    const int Kc = s.tables * s.p[1], item = blockIdx.x;
-    if (tid == 0) info[0] = -1;
-    int base = 0;
-    for (int k0 = 0; k0 < Kc; k0 += blockDim.x) {
-        const int k = k0 + tid, n = k < Kc ? counts[s.key_base[1] + k] : 0, np = tt_embedding_backward_tc_parts(n);
-        int total;
-        const int incl = base + tt_embedding_backward_tc_block_scan(np, warp_sums, total);
-        if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
-        base += total;
-        if (item < base) break;                 // the same in every thread
-    }
-    __syncthreads();
+    const int item = blockIdx.x;
+    tt_embedding_backward_tc_find_item(s.tables * s.p[1], TT_EMBEDDING_BACKWARD_TC_PART, [&](int k) { return counts[s.key_base[1] + k]; },
+                                       warp_sums, info);
     const int k = info[0];
     if (k < 0) return;                          // past the last item
     const int part = info[1], np = info[2], n = info[3];
@@ -2577,19 +2586,9 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
     // it only after their own griddepcontrol.wait), so the item and the list are made under kernel 2's tail; the
     // W rows are read only after this kernel's wait.
-    const int K0 = s.tables * s.p[0], Ks = K0 + s.tables * s.p[2], item = blockIdx.x, tid = threadIdx.x;
-    if (tid == 0) info[0] = -1;
-    int base = 0;
-    for (int k0 = 0; k0 < Ks; k0 += blockDim.x) {
-        const int k = k0 + tid, n = k < Ks ? __ldcg(counts + (k < K0 ? s.key_base[0] + k : s.key_base[2] + k - K0)) : 0;
-        const int np = tt_embedding_backward_tc_side_parts(n);
-        int total;
-        const int incl = base + tt_embedding_backward_tc_block_scan(np, warp_sums, total);
-        if (np && item >= incl - np && item < incl) { info[0] = k; info[1] = item - (incl - np); info[2] = np; info[3] = n; }
-        base += total;
-        if (item < base) break;                 // the same in every thread
-    }
-    __syncthreads();
+    const int K0 = s.tables * s.p[0], item = blockIdx.x, tid = threadIdx.x;
+    tt_embedding_backward_tc_find_item(K0 + s.tables * s.p[2], TT_EMBEDDING_BACKWARD_TC_SIDE_PART,
+                                       [&](int k) { return __ldcg(counts + (k < K0 ? s.key_base[0] + k : s.key_base[2] + k - K0)); }, warp_sums, info);
     const int ks = info[0];
     if (ks < 0) return;                         // past the last item
     const int pi = info[1], np = info[2], n = info[3], t = ks < K0 ? 0 : 2, k = t == 0 ? ks : ks - K0;
