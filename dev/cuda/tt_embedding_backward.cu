@@ -3392,6 +3392,7 @@ __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant_
 
 // version 7 at q_0 = 4k (k > 1): the cut lookups' bags and rows, and the workspace of the shape they make
 struct TtEmbeddingBackwardTcSplit {
+    TtEmbeddingBackwardShape s;        // the cut shape (made once, at allocation: no host work in the step)
     int64_t *offsets, *indices;
     TtEmbeddingBackwardWorkspace ws;   // keys, bag_of, zeroed (counts | done | the slice counters), partial, side
     float* W;
@@ -3567,7 +3568,7 @@ void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
     const int k = tt_embedding_backward_tc_split(s);
     if (k > 1) {   // q_0 = 4k: the lookups cut in k, then the step on the shape they make (same cores, dY, state, dG)
         TtEmbeddingBackwardArgs v = a;
-        v.s = tt_embedding_backward_tc_split_shape(s, k);
+        v.s = a.split.s;
         v.offsets = a.split.offsets;
         v.indices = a.split.indices;
         v.s.nnz_dev = s.nnz_dev ? a.split.offsets + v.s.num_bags : nullptr;
@@ -3815,7 +3816,8 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
     a.ws.W = a.W;
     a.split.ws.counts = a.split.ws.zeroed;
     if (a.split.ws.zeroed) {
-        a.split.ws.done = a.split.ws.zeroed + tt_embedding_backward_tc_split_shape(a.s, tt_embedding_backward_tc_split(a.s)).key_base[a.s.T];
+        a.split.s = tt_embedding_backward_tc_split_shape(a.s, tt_embedding_backward_tc_split(a.s));
+        a.split.ws.done = a.split.ws.zeroed + a.split.s.key_base[a.s.T];
         a.split.ws.ctr = a.split.ws.done + 1;
     }
     cublasCheck(cublasCreate(&a.blas));
