@@ -16,6 +16,7 @@
 #include "../dev/cuda/tt_embedding_backward.cu"
 
 #include <fcntl.h>
+#include <random>
 #include <unistd.h>
 
 // run f with stdout silenced (the op's check prints a line per array)
@@ -339,10 +340,12 @@ struct Grouping6 {
 };
 
 // version 6's kernel 1 (prep, and the plan of its last block: version 6's, or plan(ex) where given: version 9's) and list
-// kernel, emulated (versions 6 and 9 group by them; list_nt: the list kernel's threads)
+// kernel (version 6's block per slice, or list(ex, g, scan, stage, cap) where given: version 9's), emulated (versions 6 and 9
+// group by them; list_nt: the list kernel's threads; bucket: where the prep also fills the slices' buckets, version 9)
+using ListBlock = std::function<void(HostExec6&, int, int*, int*, int)>;
 static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupPlan& P, const TtEmbeddingBackwardWorkspace& ws, bool reverse,
                               int tile, const std::function<void(HostExec6&)>& plan = nullptr,
-                              int list_nt = TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK) {
+                              int list_nt = TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, int* bucket = nullptr, const ListBlock& list = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     const int K_total = s.key_base[s.T];
     const int nblk1 = ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
@@ -350,7 +353,8 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupP
     for (int b = 0; b < nblk1; b++) {
         for (int th = 0; th < TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK; th++) {
             const int j = b * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK + th;
-            tt_embedding_backward_group_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts);
+            tt_embedding_backward_group_prep_lookup(s, P.key_stride, j, pr.offsets.data(), pr.indices.data(), ws.keys, ws.bag_of, ws.counts,
+                                                    bucket);
         }
         if (tt_embedding_backward_group_atomic_inc(ws.done, 1) == nblk1 - 1) {
             HostExec6 ex{TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK, reverse};
@@ -365,8 +369,26 @@ static void emulate6_grouping(const Problem& pr, const TtEmbeddingBackwardGroupP
         const int g = reverse ? K_total - 1 - gi : gi;
         std::fill(stageL.begin(), stageL.end(), -7);
         HostExec6 ex{list_nt, reverse};
-        tt_embedding_backward_group_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
+        if (list) list(ex, g, scanL.data(), stageL.data(), (int)stageL.size());
+        else tt_embedding_backward_group_list_block(ex, s, P, g, ws, scanL.data(), stageL.data(), (int)stageL.size());
     }
+}
+
+// every slice's list holds exactly its lookups, in increasing order (checked by a plain loop)
+static bool lists_in_order(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P, const TtEmbeddingBackwardWorkspace& ws) {
+    const int K_total = s.key_base[s.T];
+    bool lists = ws.start[0] == 0 && ws.start[K_total] == s.T * s.nnz;
+    for (int g = 0; g < K_total && lists; g++) {
+        const int t = tt_embedding_backward_key_core(s, g), k = g - s.key_base[t];
+        int expect = 0;
+        for (int j = 0, pos = ws.start[g]; j < s.nnz && lists; j++) {
+            if (ws.keys[(int64_t)t * P.key_stride + j] != k) continue;
+            lists = pos < ws.start[g + 1] && ws.list[pos++] == j;
+            expect++;
+        }
+        lists = lists && ws.start[g + 1] - ws.start[g] == expect;
+    }
+    return lists;
 }
 
 // tile > 0: the list kernel's key scans in tiles of that many keys (a multiple of 4), so that small
@@ -384,7 +406,7 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
         if (t != pivot) W_total += (int64_t)s.nnz * s.S[t];
     }
     const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, nt);
-    const int K_total = s.key_base[s.T], h = P.h, Kc = s.tables * s.p[h];
+    const int h = P.h, Kc = s.tables * s.p[h];
     Grouping6 gr(s, P);
     Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     TtEmbeddingBackwardWorkspace& ws = gr.ws;
@@ -445,20 +467,7 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
             if (ws.choff[k + 1] - ws.choff[k] > 1) info->multi_chunk_slices++;
         }
         info->chunks_cover = cover && covered == s.nnz;
-        bool lists = ws.start[0] == 0 && ws.start[K_total] == s.T * s.nnz;
-        for (int g = 0; g < K_total && lists; g++) {
-            int t = 0;
-            while (g >= s.key_base[t + 1]) t++;
-            const int k = g - s.key_base[t];
-            int expect = 0;   // the lookups of slice g, in order, by a plain loop
-            for (int j = 0, pos = ws.start[g]; j < s.nnz && lists; j++) {
-                if (ws.keys[(int64_t)t * P.key_stride + j] != k) continue;
-                lists = pos < ws.start[g + 1] && ws.list[pos++] == j;
-                expect++;
-            }
-            lists = lists && ws.start[g + 1] - ws.start[g] == expect;
-        }
-        info->lists_ok = lists;
+        info->lists_ok = lists_in_order(s, P, ws);
         for (int i = 0; i < nitems; i++) info->multi_part_items += ws.item_desc[(int64_t)i * 4 + 3] > 1;
     }
     return o;
@@ -508,8 +517,29 @@ static void test_v6(const Case& c, const std::vector<int>& opts, const std::vect
 struct EmuSliceInfo {
     TtEmbeddingBackwardSlicePlan plan;
     int tiles = 0, parts = 0, multi_part_slices = 0, one_part_slices = 0;   // (one part: the optimizer in G's epilogue)
+    int bucket_slices = 0, scan_slices = 0;   // slices listed from their bucket / by the ordered scan
     bool within_bounds = false;   // the real item counts within the plan's grid bounds
+    bool lists_ok = false;        // every slice's list: its lookups in increasing order
+    bool items_ok = false;        // the work lists: core by core, slice by slice, (g, 0 ..) for its tiles and its parts
 };
+
+// version 9's work lists as a plain loop makes them
+static bool slice_items_in_order(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P, const TtEmbeddingBackwardSliceIo& io,
+                                 const int* counts) {
+    bool ok = io.totals[0] == 0 && io.totals[s.T + 1] == 0;
+    int rt = 0, pt = 0;
+    for (int t = 0; t < s.T && ok; t++) {
+        ok = io.totals[t] == rt && io.totals[s.T + 1 + t] == pt;
+        for (int g = s.key_base[t]; g < s.key_base[t + 1] && ok; g++) {
+            ok = io.first_rt[g] == rt && io.first_part[g] == pt;
+            for (int i = 0; i < tt_embedding_backward_slice_tiles(P, t, counts[g]) && ok; i++, rt++)
+                ok = io.rt_items[2 * rt] == g && io.rt_items[2 * rt + 1] == i;
+            for (int i = 0; i < tt_embedding_backward_slice_parts(P, t, counts[g]) && ok; i++, pt++)
+                ok = io.pt_items[2 * pt] == g && io.pt_items[2 * pt + 1] == i;
+        }
+    }
+    return ok && io.totals[s.T] == rt && io.totals[2 * s.T + 1] == pt;
+}
 
 // the 16 register accumulators of every emulated thread
 struct HostAccSlice {
@@ -533,14 +563,27 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
     const int K_total = s.key_base[s.T];
     Grouping6 gr(s, P6);
     const TtEmbeddingBackwardWorkspace& ws = gr.ws;
-    Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(K_total),
+    Poisoned X(P.X_floats), partial(P.partial_floats), items(2 * ((size_t)P.rt_total + P.pt_total)), first(2 * K_total),
         totals(2 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 1), multi(K_total);
     const TtEmbeddingBackwardIo oi = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     const TtEmbeddingBackwardSliceIo io = {o.cores.data(), pr.dY.data(), X.f(), stash ? stash : X.f(), partial.f(), ws.keys, ws.bag_of, ws.start, ws.list,
-                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), totals.i(), multi.i(), oi};
-    std::vector<int> scan9(9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK);
+                                       P6.key_stride, items.i(), items.i() + 2 * (int64_t)P.rt_total, first.i(), first.i() + K_total, totals.i(),
+                                       multi.i(), oi};
+    std::vector<int> scan9(9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), bucket((size_t)K_total * TT_EMBEDDING_BACKWARD_BUCKET, -5);
+    int bucket_slices = 0, scan_slices = 0;
+    // the list kernel's block per slice, its bucket first shuffled (on the GPU the slots follow the atomics' order)
+    auto list = [&](HostExec6& ex, int g, int* scan, int* stage, int cap) {
+        const int n = ws.counts[g];
+        if (n > TT_EMBEDDING_BACKWARD_BUCKET) scan_slices++;
+        else if (n > 0) bucket_slices++;
+        int* b = bucket.data() + (size_t)g * TT_EMBEDDING_BACKWARD_BUCKET;
+        std::mt19937 rng(7 + g);
+        std::shuffle(b, b + std::min(n, TT_EMBEDDING_BACKWARD_BUCKET), rng);
+        tt_embedding_backward_slice_list_block(ex, s, P6, P, io, ws, bucket.data(), g, scan, stage, cap);
+    };
     emulate6_grouping(pr, P6, ws, reverse, 0, [&](HostExec6& ex) {
-        tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan9.data()); }, tt_embedding_backward_group_list_threads(P6));
+        tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan9.data()); }, tt_embedding_backward_group_list_threads(P6),
+        bucket.data(), list);
     const int nt = TT_EMBEDDING_BACKWARD_SLICE_BLOCK, BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN;
     std::vector<float> accbuf((size_t)nt * 16);
     HostAccSlice acc{accbuf.data()};
@@ -598,6 +641,10 @@ static StepOut emulate9(const Problem& pr, int opt, float lr, float eps, bool re
             }
         }
         info->within_bounds = within && nm == info->multi_part_slices;
+        info->bucket_slices = bucket_slices;
+        info->scan_slices = scan_slices;
+        info->lists_ok = lists_in_order(s, P6, ws);
+        info->items_ok = slice_items_in_order(s, P, io, ws.counts);
     }
     return o;
 }
@@ -616,14 +663,17 @@ static void test_v9(const Case& c, const std::vector<int>& opts, bool expect_mul
         const bool same = same_bits(o, o2);
         int vec_cores = 0;
         for (int t = 0; t < pr.s.T; t++) vec_cores += tt_embedding_backward_slice_vec(pr.s, t);
-        const bool multi = !expect_multi_part || info.multi_part_slices > 0, one = pr.s.nnz == 0 || expect_multi_part || info.one_part_slices > 0;
-        char name[160], why[360];
+        // (expect_multi_part: a problem with slices of both list paths, too)
+        const bool multi = !expect_multi_part || (info.multi_part_slices > 0 && info.bucket_slices > 0 && info.scan_slices > 0);
+        const bool one = pr.s.nnz == 0 || expect_multi_part || info.one_part_slices > 0;
+        char name[160], why[480];
         snprintf(name, sizeof name, "emulate_v9_%s_%s", c.name.c_str(), opt_name(opt));
         snprintf(why, sizeof why, "check %d, bitwise same in reverse order with scalar loads %d (float4 loads at %d of %d cores), lists "
                  "within the grid bounds %d, %d row tiles, %d parts, %d slices in several parts (expected some: %d), %d in one (expected "
-                 "some unless several)", (int)ok, (int)same, vec_cores, pr.s.T, (int)(info.within_bounds || pr.s.nnz == 0), info.tiles, info.parts,
-                 info.multi_part_slices, (int)expect_multi_part, info.one_part_slices);
-        report(ok && same && (info.within_bounds || pr.s.nnz == 0) && multi && one, name, why);
+                 "some unless several), slices listed from buckets %d, by the scan %d, lists in order %d, work lists %d", (int)ok, (int)same,
+                 vec_cores, pr.s.T, (int)(info.within_bounds || pr.s.nnz == 0), info.tiles, info.parts, info.multi_part_slices,
+                 (int)expect_multi_part, info.one_part_slices, info.bucket_slices, info.scan_slices, (int)info.lists_ok, (int)info.items_ok);
+        report(ok && same && ((info.within_bounds && info.lists_ok && info.items_ok) || pr.s.nnz == 0) && multi && one, name, why);
         if (ok && same) printf("     (%s)\n", why);
     }
 }

@@ -107,6 +107,12 @@ struct TtEmbeddingBackwardShape {
 __host__ __device__ inline int tt_embedding_backward_count(const TtEmbeddingBackwardShape& s) { return s.nnz_dev ? (int)*s.nnz_dev : s.nnz; }
 
 inline int64_t tt_embedding_backward_core_elems(const TtEmbeddingBackwardShape& s, int t) { return (int64_t)s.tables * s.p[t] * s.S[t]; }
+// the core of slice key g (keys: core after core, key_base[t] + tbl p_t + i_t)
+__host__ __device__ inline int tt_embedding_backward_key_core(const TtEmbeddingBackwardShape& s, int g) {
+    int t = 0;
+    while (g >= s.key_base[t + 1]) t++;
+    return t;
+}
 
 // The backward's own limits on a config that tt_embedding_check_config accepted: 32-bit sort keys over all slices
 // and all (core, lookup) pairs, eps > 0 (Adagrad divides by sqrt(s) + eps). "" when fine, else the broken one.
@@ -1023,6 +1029,7 @@ static const int TT_EMBEDDING_BACKWARD_GROUP_MAX_ACC2_BLOCK = 256;          // t
 static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK = 512;              // list kernel
 static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE = 10240;            // list kernel: keys staged per tile (dynamic shared memory)
 static const int TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID = 8192;              // list kernel: grid-stride over the slices
+static const int TT_EMBEDDING_BACKWARD_BUCKET = 128;  // versions 7 and 9: a slice's prep slots; slices of at most this many lookups skip the scan
 
 // what every kernel of version 6 needs to know besides the shape (host-built per block size)
 struct TtEmbeddingBackwardGroupPlan {
@@ -1288,11 +1295,29 @@ __host__ __device__ inline void tt_embedding_backward_group_collect(Exec& ex, co
     }
 }
 
+// A slice's n <= BUCKET lookups in lookup order (versions 7 and 9): the prep kernel wrote each into the slice's bucket
+// at the slot its atomic count returned (arrival order, which depends on timing); an entry's rank is the number of
+// entries smaller than it (O(n^2) compares over the block). found(rank, lookup) for each: the ordered scan's list.
+template <class Exec, class Found>
+__host__ __device__ inline void tt_embedding_backward_bucket_order(Exec& ex, const int* bucket, int n, int* stage, Found&& found) {
+    ex.phase([&](int tid) {
+        for (int i = tid; i < n; i += ex.nt) stage[i] = tt_embedding_backward_group_ldcg(bucket + i);
+    });
+    ex.phase([&](int tid) {
+        for (int i = tid; i < n; i += ex.nt) {
+            const int v = stage[i];
+            int r = 0;
+            for (int m = 0; m < n; m++) r += stage[m] < v;
+            found(r, v);
+        }
+    });
+}
+
 // ---- version 6, kernel 1: per lookup, its bag, slice rows and the slice counts ----
 
 __host__ __device__ inline void tt_embedding_backward_group_prep_lookup(const TtEmbeddingBackwardShape& s, int key_stride, int j,
                                                                   const int64_t* offsets, const int64_t* indices, int* keys,
-                                                                  int* bag_of, int* counts) {
+                                                                  int* bag_of, int* counts, int* bucket = nullptr) {
     if (j >= tt_embedding_backward_count(s)) {             // the pad of every key row
         if (j < key_stride)
             for (int t = 0; t < s.T; t++) keys[(int64_t)t * key_stride + j] = -1;
@@ -1307,7 +1332,8 @@ TT_EMBEDDING_BACKWARD_UNROLL
         if (t >= s.T) break;
         const int row = tbl * s.p[t] + idx[t];
         keys[(int64_t)t * key_stride + j] = row;
-        tt_embedding_backward_group_atomic_inc(counts + s.key_base[t] + row, 1);
+        const int key = s.key_base[t] + row, slot = tt_embedding_backward_group_atomic_inc(counts + key, 1);
+        if (bucket && slot < TT_EMBEDDING_BACKWARD_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD_BUCKET + slot] = j;
     }
 }
 
@@ -1354,11 +1380,7 @@ __host__ __device__ inline void tt_embedding_backward_group_plan_block(Exec& ex,
         const int rows = tt_embedding_backward_group_final_rows(s, P, g, tt_embedding_backward_group_ldcg(counts + g));
         return (rows + TT_EMBEDDING_BACKWARD_GROUP_RC - 1) / TT_EMBEDDING_BACKWARD_GROUP_RC;
     };
-    auto ncol_of = [&](int g) {
-        int t = 0;
-        while (g >= s.key_base[t + 1]) t++;
-        return P.ncol[t];
-    };
+    auto ncol_of = [&](int g) { return P.ncol[tt_embedding_backward_key_core(s, g)]; };
     tt_embedding_backward_group_place(ex, K_total, scan, [&](int g) { return parts_of(g) * ncol_of(g); }, [&](int g, int off, int) {
         const int parts = parts_of(g), ncol = ncol_of(g);
         for (int cc = 0; cc < ncol; cc++)
@@ -1374,9 +1396,10 @@ __host__ __device__ inline void tt_embedding_backward_group_plan_block(Exec& ex,
 
 // The prep kernel's per-lookup part (a thread per lookup); true in the block that arrives last, which then sees every count
 __device__ inline bool tt_embedding_backward_group_prep_then_last(const TtEmbeddingBackwardShape& s, int key_stride, const int64_t* offsets,
-                                                            const int64_t* indices, const TtEmbeddingBackwardWorkspace& ws) {
+                                                            const int64_t* indices, const TtEmbeddingBackwardWorkspace& ws, int* bucket = nullptr) {
     __shared__ int last;
-    tt_embedding_backward_group_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts);
+    tt_embedding_backward_group_prep_lookup(s, key_stride, blockIdx.x * blockDim.x + threadIdx.x, offsets, indices, ws.keys, ws.bag_of, ws.counts,
+                                            bucket);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(ws.done, 1) == (int)gridDim.x - 1;
@@ -1404,8 +1427,7 @@ __host__ __device__ inline void tt_embedding_backward_group_list_block(Exec& ex,
                                                                  int g, const TtEmbeddingBackwardWorkspace& ws, int* scan, int* stage, int cap) {
     const int n = ws.counts[g];
     if (n == 0) return;
-    int t = 0;
-    while (g >= s.key_base[t + 1]) t++;
+    const int t = tt_embedding_backward_key_core(s, g);
     int* dst = ws.list + ws.start[g];
     tt_embedding_backward_group_collect(ex, ws.keys + (int64_t)t * P.key_stride, P.key_stride, g - s.key_base[t], 0, n, scan, stage, cap,
                                    [](int) {}, [&](int i, int id) { dst[i] = id; });
@@ -1414,8 +1436,6 @@ __host__ __device__ inline void tt_embedding_backward_group_list_block(Exec& ex,
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, 2)
 tt_embedding_backward_group_lists_kernel(const TtEmbeddingBackwardShape shape, const TtEmbeddingBackwardGroupPlan plan,
                                     const __grid_constant__ TtEmbeddingBackwardWorkspace ws) {
-    pdl_wait_prior();   // (version 9 launches it with PDL; a no-op in version 6's plain launch)
-    pdl_allow_next();
     __shared__ TtEmbeddingBackwardShape s;
     __shared__ TtEmbeddingBackwardGroupPlan P;
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK];
@@ -1905,8 +1925,7 @@ __host__ __device__ void tt_embedding_backward_group_final_item(Exec& ex, const 
     const int nt = ex.nt;
     const int* d = ws.item_desc + (int64_t)item * 4;
     const int g = d[0], cc = d[1], p = d[2], parts = d[3];
-    int t = 0;
-    while (g >= s.key_base[t + 1]) t++;
+    const int t = tt_embedding_backward_key_core(s, g);
     const int k = g - s.key_base[t], S = s.S[t], c0 = cc * TT_EMBEDDING_BACKWARD_GROUP_CW, cw = min(TT_EMBEDDING_BACKWARD_GROUP_CW, S - c0);
     const bool piv = t == P.h;
     const int n = piv ? ws.choff[k + 1] - ws.choff[k] : ws.counts[g];
@@ -2020,7 +2039,6 @@ static const int TT_EMBEDDING_BACKWARD_TC_NB = 16;            // lookups per seg
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK = 256;   // side kernel
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_PART = 128;    // side kernel: lookups per item (longer slices split evenly into parts)
-static const int TT_EMBEDDING_BACKWARD_TC_BUCKET = 128;       // kernel 1's slots per slice: slices with at most this many lookups skip the scan
 enum : int {
     TT_EMBEDDING_BACKWARD_TC_R = 32,
     TT_EMBEDDING_BACKWARD_TC_Q = 4,
@@ -2047,7 +2065,7 @@ static_assert(TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK == 2 * TT_EMBEDDING_BACKWARD_T
 // chain kernel's dynamic shared memory: G_1 copy, segment, list [PART], meta [PART][3], scan [8], item [4], stage [BUCKET]
 inline size_t tt_embedding_backward_tc_smem_bytes() {
     return sizeof(float) * (TT_EMBEDDING_BACKWARD_TC_G1F + TT_EMBEDDING_BACKWARD_TC_SEG) +
-           sizeof(int) * (TT_EMBEDDING_BACKWARD_TC_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD_TC_BUCKET);
+           sizeof(int) * (TT_EMBEDDING_BACKWARD_TC_PART * 4 + 8 + 4 + TT_EMBEDDING_BACKWARD_BUCKET);
 }
 
 // the shapes version 7 runs: its compiled one, and q_0 = 4k (k <= 4) with each lookup cut in k (below); "" when it runs
@@ -2255,24 +2273,18 @@ __device__ void tt_embedding_backward_tc_collect(const int* __restrict__ keys, i
 
 // The lookups of a slice with n lookups whose rank (place in lookup order) is in [lo, hi), to list[rank - lo].
 // Kernel 1 wrote each lookup into its slice's bucket at the slot its atomic count returned (arrival order,
-// which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting (each
-// entry's rank = the entries smaller than it: O(n^2) compares, n <= 128), a longer one by the ordered scan of
-// its core's keys. Either way the list is the same.
+// which depends on timing); a slice with at most BUCKET lookups is put in lookup order by rank counting
+// (tt_embedding_backward_bucket_order), a longer one by the ordered scan of its core's keys. Either way the list is the same.
 __device__ void tt_embedding_backward_tc_lookups(const int* __restrict__ bucket, int n, const int* __restrict__ keys, int key_stride, int row, int lo, int hi,
                                 int* list, int* stage, int* warp_sums) {
-    if (n > TT_EMBEDDING_BACKWARD_TC_BUCKET) {
+    if (n > TT_EMBEDDING_BACKWARD_BUCKET) {
         tt_embedding_backward_tc_collect(keys, key_stride, row, lo, hi, list, warp_sums);
         return;
     }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) stage[i] = __ldcg(bucket + i);
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int v = stage[i];
-        int r = 0;
-        for (int m = 0; m < n; m++) r += stage[m] < v;
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    tt_embedding_backward_bucket_order(ex, bucket, n, stage, [&](int r, int v) {
         if (r >= lo && r < hi) list[r - lo] = v;
-    }
-    __syncthreads();
+    });
 }
 
 
@@ -2394,7 +2406,7 @@ tt_embedding_backward_tc_prep_kernel(const __grid_constant__ TtEmbeddingBackward
         if (mine)
             for (int t = 0; t < s.T; t++) {
                 const int key = s.key_base[t] + row[t], slot = atomicAdd(counts + key, 1);
-                if (slot < TT_EMBEDDING_BACKWARD_TC_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD_TC_BUCKET + slot] = (int)j;
+                if (slot < TT_EMBEDDING_BACKWARD_BUCKET) bucket[(int64_t)key * TT_EMBEDDING_BACKWARD_BUCKET + slot] = (int)j;
             }
     }
 }
@@ -2435,7 +2447,7 @@ tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwar
     float4 g1v[G1PER];
 #pragma unroll
     for (int q = 0; q < G1PER; q++) g1v[q] = __ldg(reinterpret_cast<const float4*>(g1) + tid + q * TT_EMBEDDING_BACKWARD_TC_BLOCK);
-    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
+    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[1] + k) * TT_EMBEDDING_BACKWARD_BUCKET, n, keys + key_stride, key_stride, k, lo, hi,
                                    list, stage, warp_sums);
     for (int e = tid; e < cnt; e += blockDim.x) {
         const int j = list[e];
@@ -2580,7 +2592,7 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
                                    const float* __restrict__ W2, int* __restrict__ ctr, float* __restrict__ partial,
                                    const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
-    __shared__ int list[TT_EMBEDDING_BACKWARD_TC_SIDE_PART], stage[TT_EMBEDDING_BACKWARD_TC_BUCKET];
+    __shared__ int list[TT_EMBEDDING_BACKWARD_TC_SIDE_PART], stage[TT_EMBEDDING_BACKWARD_BUCKET];
     __shared__ int warp_sums[8], info[4];
     __shared__ float part[TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK];
     // Kernel 1's keys and counts are complete before any block of this kernel starts (kernel 2's blocks allow
@@ -2593,7 +2605,7 @@ tt_embedding_backward_tc_side_kernel(const __grid_constant__ TtEmbeddingBackward
     if (ks < 0) return;                         // past the last item
     const int pi = info[1], np = info[2], n = info[3], t = ks < K0 ? 0 : 2, k = t == 0 ? ks : ks - K0;
     const int lo = (int)((int64_t)pi * n / np), rows = (int)((int64_t)(pi + 1) * n / np) - lo;
-    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD_TC_BUCKET, n, keys + (int64_t)t * key_stride,
+    tt_embedding_backward_tc_lookups(bucket + (int64_t)(s.key_base[t] + k) * TT_EMBEDDING_BACKWARD_BUCKET, n, keys + (int64_t)t * key_stride,
                                    key_stride, k, lo, lo + rows, list, stage, warp_sums);
     pdl_wait_prior();                           // kernel 2's W rows
     const float* W = t == 0 ? W0 : W2;
@@ -2692,8 +2704,9 @@ __global__ void tt_embedding_backward_tc_split_kernel(const __grid_constant__ Tt
 // core, whose rows are q <= 16 long; core 0's one row is a plain sum) and splits a slice's K into parts of S_t / 4 or
 // S_t rows (64 to 1024; the plan), each part written once (no float atomics). P_t and dM_t stay in global memory
 // between the launches ([nnz, m_t R_{t+1}] each). A slice of one part gets the optimizer in G's epilogue; a last kernel sums the
-// parts of the others in order and applies it. The grouping is version 6's (its prep and list kernels: every slice's
-// lookups in lookup order, no sort); the prep's last block also lists the products' row tiles and parts.
+// parts of the others in order and applies it. The grouping is version 6's (its prep kernel, and a list of every slice's
+// lookups in lookup order, no sort: from the prep's buckets, or version 6's ordered scan); the list kernel also lists the
+// products' row tiles and parts, whose places the prep's last block plans.
 static const int TT_EMBEDDING_BACKWARD_SLICE_BM = 64, TT_EMBEDDING_BACKWARD_SLICE_BN = 64, TT_EMBEDDING_BACKWARD_SLICE_BK = 32;
 static const int TT_EMBEDDING_BACKWARD_SLICE_BLOCK = 256;          // 8 warps, each a 32 x 16 piece of the tile (the tiling assumes it)
 static const int TT_EMBEDDING_BACKWARD_SLICE_KPART = 1024;         // G: stacked rows (lookups x mp) per part, at most
@@ -2766,7 +2779,8 @@ struct TtEmbeddingBackwardSliceIo {
     float *X, *P, *partial;                 // P: where P_t live, X or the forward's stash (then F does not run)
     const int *keys, *bag_of, *start, *list;
     int key_stride;
-    int *rt_items, *pt_items, *first_part;   // (key, tile) and (key, part) in key order; slice g's first part
+    int *rt_items, *pt_items;               // (key, tile) and (key, part) in key order
+    int *first_part, *first_rt;             // slice g's first part and first row tile in them
     int* totals;                            // [T+1]: core t's first row tile, then [T+1]: its first part (entry T: all),
                                             // then the number of slices of several parts
     int* multi;                             // those slices' keys (in no particular order: each is reduced on its own)
@@ -2808,48 +2822,72 @@ __host__ __device__ inline void tt_embedding_backward_slice_place3(Exec& ex, int
     });
 }
 
+// core t's F/D row tiles (none at t = 0: core 0 has no D) and G parts of a slice of c lookups, in 32 bits (the plan
+// keeps nnz m_{t-1} below 2^31): the reduce kernel counts a slice's parts per element, and divided in 64 bits it ran
+// 3x slower at T 6
+__host__ __device__ inline int tt_embedding_backward_slice_tiles(const TtEmbeddingBackwardSlicePlan& P, int t, int c) {
+    const int rows = c * P.mp[t];
+    return t == 0 ? 0 : rows / TT_EMBEDDING_BACKWARD_SLICE_BM + (rows % TT_EMBEDDING_BACKWARD_SLICE_BM != 0);
+}
+__host__ __device__ inline int tt_embedding_backward_slice_parts(const TtEmbeddingBackwardSlicePlan& P, int t, int c) {
+    return c / P.lpp[t] + (c % P.lpp[t] != 0);
+}
+
 // The prep kernel's last block: from the counts, in one block scan over every slice key g (all cores, key order), where
-// each slice's lookups start in the list (start), the F/D row tiles (g, tile) and the G parts (g, part). Core t's
-// tiles and parts are contiguous from totals[t] and totals[T+1+t] on; first_part[g] is slice g's first part, and the
-// slices of several parts (the reduce kernel's work) are listed in multi.
+// each slice's lookups start in the list (start) and where its F/D row tiles and G parts start in the work lists
+// (first_rt, first_part; core t's are contiguous from totals[t] and totals[T+1+t] on). The slices of several parts (the
+// reduce kernel's work) are listed in multi. The items themselves are written by the list kernel, a block per slice:
+// written here, by the thread that owns the slice, they took this one block 10-33 us at T 4 and 6 (3 us per 1,000 items).
 template <class Exec>
 __host__ __device__ inline void tt_embedding_backward_slice_plan_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
                                                                   const int* counts, const TtEmbeddingBackwardSliceIo& io, int* start, int* buf) {
     const int K = s.key_base[s.T];
-    auto core_of = [&](int g) {
-        int t = 0;
-        while (g >= s.key_base[t + 1]) t++;
-        return t;
-    };
     auto n_of = [&](int g, int j) {   // lookups, row tiles, parts
-        const int t = core_of(g);
-        const int64_t c = tt_embedding_backward_group_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
-        if (j == 0) return (int)c;
-        if (j == 1) return t == 0 ? 0 : (int)((c * P.mp[t] + TT_EMBEDDING_BACKWARD_SLICE_BM - 1) / TT_EMBEDDING_BACKWARD_SLICE_BM);
-        return (int)((c + P.lpp[t] - 1) / P.lpp[t]);
+        const int t = tt_embedding_backward_key_core(s, g);
+        const int c = tt_embedding_backward_group_ldcg(counts + g);   // (in the prep kernel: other blocks' atomics)
+        return j == 0 ? c : j == 1 ? tt_embedding_backward_slice_tiles(P, t, c) : tt_embedding_backward_slice_parts(P, t, c);
     };
     int* nmulti = io.totals + 2 * (s.T + 1);
     ex.phase([&](int tid) { if (tid == 0) *nmulti = 0; });
     tt_embedding_backward_slice_place3(ex, K, buf, n_of, [&](int g, const int* off, const int* n) {
-        const int t = core_of(g);
+        const int t = tt_embedding_backward_key_core(s, g);
         start[g] = off[0];
         if (g == s.key_base[t]) { io.totals[t] = off[1]; io.totals[s.T + 1 + t] = off[2]; }
+        io.first_rt[g] = off[1];
         io.first_part[g] = off[2];
         if (n[2] > 1) io.multi[tt_embedding_backward_group_atomic_inc(nmulti, 1)] = g;
-        for (int i = 0; i < n[1]; i++) {
-            io.rt_items[2 * (int64_t)(off[1] + i)] = g;
-            io.rt_items[2 * (int64_t)(off[1] + i) + 1] = i;
-        }
-        for (int i = 0; i < n[2]; i++) {
-            io.pt_items[2 * (int64_t)(off[2] + i)] = g;
-            io.pt_items[2 * (int64_t)(off[2] + i) + 1] = i;
-        }
     }, [&](const int* total) {
         start[K] = total[0];
         io.totals[s.T] = total[1];
         io.totals[2 * s.T + 1] = total[2];
         io.X[0] = 1.0f;   // P_{-1}
     });
+}
+
+// The list kernel's block for slice key g: g's row tiles and parts into the work lists, then its lookups into the list
+// in lookup order, from its bucket where it has at most BUCKET of them (EL-Rec's and FBTT's p: every slice), else by
+// version 6's ordered scan of its core's keys (O(nnz) a slice: T 4 and 6, whose p are small).
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward_slice_list_block(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardGroupPlan& P6,
+                                                                  const TtEmbeddingBackwardSlicePlan& P, const TtEmbeddingBackwardSliceIo& io,
+                                                                  const TtEmbeddingBackwardWorkspace& ws, const int* bucket, int g, int* scan,
+                                                                  int* stage, int cap) {
+    const int n = ws.counts[g], t = tt_embedding_backward_key_core(s, g);
+    const int tiles = tt_embedding_backward_slice_tiles(P, t, n), parts = tt_embedding_backward_slice_parts(P, t, n);
+    ex.phase([&](int tid) {
+        for (int i = tid; i < tiles + parts; i += ex.nt) {
+            const bool tile = i < tiles;
+            int* d = tile ? io.rt_items + 2 * ((int64_t)io.first_rt[g] + i) : io.pt_items + 2 * ((int64_t)io.first_part[g] + i - tiles);
+            d[0] = g;
+            d[1] = tile ? i : i - tiles;
+        }
+    });
+    if (n > TT_EMBEDDING_BACKWARD_BUCKET) {
+        tt_embedding_backward_group_list_block(ex, s, P6, g, ws, scan, stage, cap);
+        return;
+    }
+    int* dst = ws.list + ws.start[g];
+    tt_embedding_backward_bucket_order(ex, bucket + (int64_t)g * TT_EMBEDDING_BACKWARD_BUCKET, n, stage, [&](int r, int v) { dst[r] = v; });
 }
 
 // A block's shared memory: a ring of STAGES K-steps, each an A and a B tile stored as global memory holds them, so
@@ -3284,10 +3322,9 @@ inline bool tt_embedding_backward_slice_last_d_v4(const TtEmbeddingBackwardShape
 __host__ __device__ inline void tt_embedding_backward_slice_reduce(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardSlicePlan& P,
                                                               const TtEmbeddingBackwardSliceIo& io, const TtEmbeddingBackwardIo& o, int g,
                                                               int e, int counts_g) {
-    int t = 0;
-    while (g >= s.key_base[t + 1]) t++;
+    const int t = tt_embedding_backward_key_core(s, g);
     if (counts_g == 0 || e >= s.S[t]) return;
-    const int np = (counts_g + P.lpp[t] - 1) / P.lpp[t], fp = io.first_part[g] - io.totals[s.T + 1 + t];
+    const int np = tt_embedding_backward_slice_parts(P, t, counts_g), fp = io.first_part[g] - io.totals[s.T + 1 + t];
     if (np == 1) return;   // G applied the optimizer
     const float* src = io.partial + P.part_off[t] + (int64_t)fp * s.S[t] + e;
     float sum = src[0];
@@ -3295,16 +3332,32 @@ __host__ __device__ inline void tt_embedding_backward_slice_reduce(const TtEmbed
     tt_embedding_backward_apply(o.opt, o.lr, o.eps, o.cores, o.state, o.dG, s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e, sum);
 }
 
-// Version 6's prep kernel with version 9's last block (the list starts, row tiles and parts in one block scan).
+// Version 6's prep kernel, each lookup also into its slices' buckets, with version 9's last block (the places of the
+// list starts, row tiles and parts in one block scan).
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK)
 tt_embedding_backward_slice_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardGroupPlan P6,
                                    const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const int64_t* offsets, const int64_t* indices,
-                                   const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardSliceIo io) {
+                                   const __grid_constant__ TtEmbeddingBackwardWorkspace ws, const __grid_constant__ TtEmbeddingBackwardSliceIo io,
+                                   int* bucket) {
     __shared__ int scan[9 * TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK];
     pdl_allow_next();   // the list kernel may start its blocks (it waits for this grid)
-    if (!tt_embedding_backward_group_prep_then_last(s, P6.key_stride, offsets, indices, ws)) return;
+    if (!tt_embedding_backward_group_prep_then_last(s, P6.key_stride, offsets, indices, ws, bucket)) return;
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     tt_embedding_backward_slice_plan_block(ex, s, P, ws.counts, io, ws.start, scan);
+}
+
+// Version 9's list kernel: a block per slice (grid-stride), tt_embedding_backward_slice_list_block.
+__global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK, 2)
+tt_embedding_backward_slice_lists_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardGroupPlan P6,
+                                    const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardWorkspace ws,
+                                    const __grid_constant__ TtEmbeddingBackwardSliceIo io, const int* bucket) {
+    pdl_wait_prior();
+    pdl_allow_next();
+    __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK];
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    for (int g = blockIdx.x; g < s.key_base[s.T]; g += gridDim.x)
+        tt_embedding_backward_slice_list_block(ex, s, P6, P, io, ws, bucket, g, scan, (int*)tt_embedding_backward_smem,
+                                               tt_embedding_backward_group_list_stage(P6));
 }
 
 // VEC: the 16-byte cp.async copies, in at most 64 registers (4 blocks per SM; with register staging the kernels took
@@ -3379,8 +3432,7 @@ __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant_
     const int nm = io.totals[2 * (s.T + 1)], CW = TT_EMBEDDING_BACKWARD_SLICE_RED_CW;   // (none: every block returns here)
     for (int64_t b = blockIdx.x; b < (int64_t)nm * P.max_red_y; b += gridDim.x) {
         const int g = io.multi[b % nm], y = (int)(b / nm);
-        int t = 0;
-        while (g >= s.key_base[t + 1]) t++;
+        const int t = tt_embedding_backward_key_core(s, g);
         if ((int64_t)y * CW >= s.S[t]) continue;
         const int cg = counts[g];
         for (int e = y * CW + threadIdx.x; e < (y + 1) * CW; e += blockDim.x) tt_embedding_backward_slice_reduce(s, P, io, o, g, e, cg);
@@ -3602,8 +3654,8 @@ void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, w.ctr + s.tables * s.p[1], w.side, io);
 }
-// version 9: (dense: a memset of dG) version 6's memset, prep and list kernels (the grouping; the prep's last block
-// lists the items), the F launches (none with a stash), a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
+// version 9: (dense: a memset of dG) version 6's memset, the prep and list kernels (the grouping, and the work lists
+// of the products), the F launches (none with a stash), a D (the last core: direct where q <= 4) and a G launch per core from the last, G of core 0, reduce
 void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     const TtEmbeddingBackwardShape& s = a.s;
     if (a.opt == TT_EMBEDDING_BACKWARD_DENSE) cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
@@ -3614,12 +3666,14 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
     cudaCheck(cudaMemsetAsync(a.ws.zeroed, 0, a.ws.zeroed_bytes));
     const TtEmbeddingBackwardIo o = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
     const TtEmbeddingBackwardSliceIo io = {a.cores, a.dY, a.slice_X, a.stash ? a.stash : a.slice_X, a.slice_partial, a.ws.keys, a.ws.bag_of, a.ws.start, a.ws.list, P6.key_stride,
-                                       a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_totals, a.slice_multi, o};
+                                       a.slice_items, a.slice_items + 2 * (int64_t)P.rt_total, a.slice_first, a.slice_first + s.key_base[s.T],
+                                       a.slice_totals, a.slice_multi, o};
     tt_embedding_backward_slice_prep_kernel<<<ceil_div(s.nnz, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK), TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK>>>(
-        s, P6, P, a.offsets, a.indices, a.ws, io);
+        s, P6, P, a.offsets, a.indices, a.ws, io, a.bucket);
     // every launch after the first with PDL: its blocks start under the tail of the one before (each waits for it)
-    launch_pdl(tt_embedding_backward_group_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID),
-               (unsigned)tt_embedding_backward_group_list_threads(P6), tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, a.ws);
+    launch_pdl(tt_embedding_backward_slice_lists_kernel, (unsigned)std::min(s.key_base[s.T], TT_EMBEDDING_BACKWARD_GROUP_LIST_GRID),
+               (unsigned)tt_embedding_backward_group_list_threads(P6), tt_embedding_backward_group_list_stage(P6) * sizeof(int), s, P6, P, a.ws, io,
+               (const int*)a.bucket);
     const int BM = TT_EMBEDDING_BACKWARD_SLICE_BM, BN = TT_EMBEDDING_BACKWARD_SLICE_BN, nb = TT_EMBEDDING_BACKWARD_SLICE_BLOCK;
     auto gemm = [&](auto kind, dim3 grid, int t) {   // float4 loads where the rows are aligned
         constexpr int K = decltype(kind)::value;
@@ -3768,13 +3822,13 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     const bool tc = tt_embedding_backward_tc_reason(s).empty();                  // version 7 (below: its cut shape's)
     buf(&w.side, tc && tt_embedding_backward_tc_split(s) == 1 ? 4 * (size_t)tt_embedding_backward_tc_side_items(s) * TT_EMBEDDING_BACKWARD_TC_S0 : 4);
-    buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_TC_BUCKET);
+    buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_BUCKET);
     TtEmbeddingBackwardSlicePlan P8;                                                 // version 9 (none where it skips)
     if (!tt_embedding_backward_slice_make_plan(s, P8).empty()) memset(&P8, 0, sizeof P8);
     buf(&a.slice_X, 4 * (size_t)P8.X_floats);
     buf(&a.slice_partial, 4 * (size_t)P8.partial_floats);
     buf(&a.slice_items, 8 * ((size_t)P8.rt_total + P8.pt_total));
-    buf(&a.slice_first, 4 * K);
+    buf(&a.slice_first, 8 * K);
     buf(&a.slice_totals, 8 * (TT_EMBEDDING_BACKWARD_MAX_T + 1) + 4);
     buf(&a.slice_multi, 4 * K);
     const int k = tt_embedding_backward_tc_split(s);                             // version 7 at q_0 = 4k
@@ -3791,7 +3845,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         buf(&x.ws.partial, 4 * items * TT_EMBEDDING_BACKWARD_TC_S1);
         buf(&x.ws.side, 4 * (size_t)tt_embedding_backward_tc_side_items(v) * TT_EMBEDDING_BACKWARD_TC_S0);
         buf(&x.W, 4 * nv * (size_t)(v.S[0] + v.S[2]));
-        buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_TC_BUCKET);
+        buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_BUCKET);
     }
 }
 
