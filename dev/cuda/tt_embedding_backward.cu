@@ -37,8 +37,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
-  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.282 (2026-12-02); q 8,4,4, cut in 2, 0.118 (version 6 0.204;
-  results/logs/2026-12-04_tt_backward_q0_split.log). Version 6 keeps ranks 16.
+  (results/logs/2026-12-04_tt_elrec_bench.log; 2026-12-05 without: 4.10 / 0.360); ranks 64 0.266, T 4 0.345, T 6 0.530
+  (2026-12-05_tt_backward_list_kernel_ab.log); q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
