@@ -3352,12 +3352,14 @@ tt_embedding_backward_slice_lists_kernel(const __grid_constant__ TtEmbeddingBack
                                     const __grid_constant__ TtEmbeddingBackwardSlicePlan P, const __grid_constant__ TtEmbeddingBackwardWorkspace ws,
                                     const __grid_constant__ TtEmbeddingBackwardSliceIo io, const int* bucket) {
     pdl_wait_prior();
-    pdl_allow_next();
     __shared__ int scan[3 * TT_EMBEDDING_BACKWARD_GROUP_LIST_BLOCK];
     TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
     for (int g = blockIdx.x; g < s.key_base[s.T]; g += gridDim.x)
         tt_embedding_backward_slice_list_block(ex, s, P6, P, io, ws, bucket, g, scan, (int*)tt_embedding_backward_smem,
                                                tt_embedding_backward_group_list_stage(P6));
+    // the next launch is let in only now: started early, its blocks waited on SMs this kernel's last blocks needed
+    // (EL-Rec q 4,4,4, ranks 128, L 1: 0.374 -> 0.341 ms on an H100; the notes)
+    pdl_allow_next();
 }
 
 // VEC: the 16-byte cp.async copies, in at most 64 registers (4 blocks per SM; with register staging the kernels took
