@@ -144,12 +144,67 @@ def write_markdown(path, gpu, rows, peaks):
                 lines.append(f"| {r['impl']} | `{r['shape']}` | {fnum(r['ms_median'])} | {fnum(r['ms_min'])} | "
                              f"{fnum(r['ms_max'])} | {r['extra']} | {r['date']} |")
             lines.append("")
+        if op == "tt_embedding_backward":
+            lines += tt_step_table(rows)
     notes = os.path.join(os.path.dirname(path), f"{gpu}_notes.md")   # hand-written notes, appended as they are
     if os.path.exists(notes):
         with open(notes) as f:
             lines += ["", f.read()]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def default_versions():
+    """{op: the version it runs when none is named}, read from each op's `Cli cli("<op>", about, versions, default)`."""
+    out = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "dev", "cuda"))):
+        if name.endswith(".cu"):
+            with open(os.path.join(ROOT, "dev", "cuda", name)) as f:
+                m = re.search(r'Cli cli\("(\w+)",.*?,\s*(\d+)\);', f.read(), re.S)
+            if m:
+                out[m.group(1)] = m.group(2)
+    return out
+
+
+def tt_step_table(rows):
+    """The TT training step per shape: the default forward + the default backward with SGD (the same shape string),
+    beside FBTT's pipeline (forward version 2) and the PyTorch composite's forward + backward on the same inputs.
+    The measured column shows whether the parts come from one run (one date)."""
+    fwd, bwd = "tt_embedding_forward", "tt_embedding_backward"
+    dv = default_versions()
+    if fwd not in dv or bwd not in dv:
+        return []
+
+    def best(op, kernel, shape):
+        res = [r for r in rows if r["kind"] == "RESULT" and r["op"] == op and r["kernel"] == kernel
+               and r["dtype"] == "fp32" and r["shape"] == shape]
+        return min(res, key=lambda r: float(r["ms_median"])) if res else None
+
+    out = []
+    shapes = [r["shape"] for r in rows if r["kind"] == "RESULT" and r["op"] == bwd and r["kernel"] == dv[bwd]
+              and r["dtype"] == "fp32"]
+    for shape in dict.fromkeys(shapes):
+        f, b = best(fwd, dv[fwd], shape), best(bwd, dv[bwd], shape)
+        if not f or not b:
+            continue
+        peer_shape = shape[:-len(",stash")] if shape.endswith(",stash") else shape
+        f2 = best(fwd, "2", peer_shape)
+        pt = [r for r in rows if r["kind"] == "PEER" and (r["op"], r["impl"], r["shape"]) == (bwd, "pytorch_bmm_chain_fwd_bwd", peer_shape)]
+        step = float(f["ms_median"]) + float(b["ms_median"])
+        mark = lambda r: "" if r["check"] == "pass" else f" ({r['check']})"
+        cells = [f"`{shape}`", fnum(f["ms_median"]) + mark(f)]
+        cells += [fnum(f2["ms_median"]), f"{float(f2['ms_median']) / float(f['ms_median']):.1f}x"] if f2 else ["", ""]
+        cells += [fnum(b["ms_median"]) + mark(b), f"{step:.4f}"]
+        cells += [fnum(pt[0]["ms_median"]), f"{float(pt[0]['ms_median']) / step:.1f}x"] if pt else ["", ""]
+        dates = {f["date"], b["date"]} | {r["date"] for r in ([f2] if f2 else []) + pt[:1]}
+        out.append("| " + " | ".join(cells + [", ".join(sorted(dates))]) + " |")
+    if not out:
+        return []
+    return [f"The training step per shape: forward {dv[fwd]} + backward {dv[bwd]} with SGD (the defaults, best block each), "
+            "against FBTT's cuBLAS pipeline (forward 2) and the PyTorch composite's forward + backward "
+            "(`pytorch_bmm_chain_fwd_bwd`) on the same inputs; one date in the last column: one run.", "",
+            f"| shape | forward {dv[fwd]} | forward 2 | 2 / {dv[fwd]} | backward {dv[bwd]} + SGD | step | PyTorch fwd + bwd | "
+            "step vs PyTorch | measured |", "|---|---|---|---|---|---|---|---|---|"] + out + [""]
 
 
 # The README's headline table: one row per (op, dtype, bench shape) with the fastest version there, and
