@@ -8,8 +8,18 @@
 #      where torch imports with CUDA; elsewhere reports the GPU part skipped
 # Ends with `N passed, M failed[, K skipped]` and exits 1 if anything failed.
 #   bash scripts/test.sh --gpu-only    steps 1 and 4 alone (on a GPU machine, when 2 and 3 passed elsewhere)
+#   bash scripts/test.sh --gpu-only --no-torch
+#                                      the same without scripts/torch_check.py, to run it as a command of its
+#                                      own (together they take over 10 minutes on a 16-core H100 machine)
 set -u
-GPU_ONLY=0; [ "${1:-}" = "--gpu-only" ] && GPU_ONLY=1
+GPU_ONLY=0; TORCH=1
+for a in "$@"; do
+    case "$a" in
+        --gpu-only) GPU_ONLY=1;;
+        --no-torch) TORCH=0;;
+        *) echo "scripts/test.sh: unknown option $a (--gpu-only, --no-torch)"; exit 2;;
+    esac
+done
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -98,7 +108,9 @@ if [ $has_gpu -eq 1 ]; then
         else bad "gpu '$line' exited $rc"; grep -E "FAIL|error|skipped" "build/gpu_cases/case$n.log" | head -12; fi
     done < build/gpu_cases/list.txt
     echo "== PyTorch cross-checks (scripts/torch_check.py)"
-    if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+    if [ $TORCH -eq 0 ]; then
+        echo "SKIP torch cross-checks: --no-torch (run python3 scripts/torch_check.py)"; skip=$((skip + 1))
+    elif python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
         out=$(python3 scripts/torch_check.py 2>&1); rc=$?
         echo "$out" | grep -E "^(PASS|FAIL|SKIP|PEER)" | sed 's/^/  /'
         np=$(echo "$out" | grep -c "^PASS"); nf=$(echo "$out" | grep -c "^FAIL"); ns=$(echo "$out" | grep -c "^SKIP")
