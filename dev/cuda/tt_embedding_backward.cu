@@ -48,15 +48,15 @@ Checks: every version at every block size against a double CPU reference, dG and
 
 Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.md):
   - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
-  - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice. In 3xTF32
-    the fp32 tolerance holds; split x = hi + lo by masking (2 integer instructions; cvt.rna costs more).
-  - Registers decide residency: float4 operand loads took version 9's products to 64 registers or fewer (4 blocks per
-    SM, 7-13% faster; a per-fragment branch lost 3-7%); cp.async into tiles laid out as memory holds them won 5-12% more,
-    and a warp per lookup in the last core's D with G's parts as long as S_t where slices split anyway 2-17% more.
-  - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory. Stacking a slice's lookups into one
-    GEMM per product (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
-  - mma.sync needs a converged warp, and a barrier after a branch does not promise one: without a __syncwarp()
-    version 9 summed wrong, with NaN, and reruns differed (results/logs/2026-12-01_tt_backward_v9_before_syncwarp.log).
+  - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice; in 3xTF32
+    the fp32 tolerance holds (split x = hi + lo by masking: 2 integer instructions; cvt.rna costs more).
+  - Registers decide residency: float4 operand loads kept version 9's products at 64 registers or fewer (4 blocks per
+    SM, 7-13% faster); cp.async into tiles laid out as memory holds them won 5-12% more.
+  - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory; one GEMM per product over a slice's
+    lookups (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
+  - mma.sync needs a converged warp: without a __syncwarp() after a branch, version 9 summed wrong and reruns differed.
+  - PDL: a kernel whose last blocks still have work lets the next launch in at its end, not its start (let in early,
+    the next kernel's waiting blocks seem to hold SMs; the list kernel: EL-Rec q 4,4,4 L 1 0.374 -> 0.342 ms, H100).
 */
 #include "tt_embedding.h"
 
