@@ -202,7 +202,8 @@ def tt_step_table(rows):
         return []
     return [f"The training step per shape: forward {dv[fwd]} + backward {dv[bwd]} with SGD (the defaults, best block each), "
             "against FBTT's cuBLAS pipeline (forward 2) and the PyTorch composite's forward + backward "
-            "(`pytorch_bmm_chain_fwd_bwd`) on the same inputs; one date in the last column: one run.", "",
+            "(`pytorch_bmm_chain_fwd_bwd`) on the same inputs (a `stash` row against the same inputs' forward 2 and PyTorch, "
+            "which keep no stash); one date in the last column: one run.", "",
             f"| shape | forward {dv[fwd]} | forward 2 | 2 / {dv[fwd]} | backward {dv[bwd]} + SGD | step | PyTorch fwd + bwd | "
             "step vs PyTorch | measured |", "|---|---|---|---|---|---|---|---|---|"] + out + [""]
 
