@@ -2289,14 +2289,10 @@ inline void embedding_bag_backward_describe(const EmbeddingBagConfig& cfg, const
 }
 
 #ifndef NO_MAIN
-int main(int argc, char** argv) {
-    EmbeddingBagConfig cfg;
-    EmbeddingBagFlags flags;
-    EmbeddingBagBackwardParams prm;
+// the flags and their constraints; exits 2 naming a broken one
+void embedding_bag_backward_parse(Cli& cli, EmbeddingBagConfig& cfg, EmbeddingBagFlags& flags, EmbeddingBagBackwardParams& prm,
+                                  int argc, char** argv) {
     std::string optimizer = "rowwise_adagrad";
-    Cli cli("embedding_bag_backward",
-            "Embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 8, 8);
     embedding_bag_add_flags(cli, cfg, flags);
     cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "rowwise_adagrad", "adagrad"}, "the fused optimizer (dense: write the gradient)");
     cli.add_double("lr", &prm.lr, "learning rate");
@@ -2312,6 +2308,16 @@ int main(int argc, char** argv) {
     require(cli.block == 0 || (cli.block >= 32 && cli.block <= 512 && (cli.block & (cli.block - 1)) == 0),
             "--block (%d) must be a power of two from 32 to 512", cli.block);
     for (int k : cli.kernels) require(!(k >= 7 && cli.block > 256), "--block (%d) must be at most 256 for version %d", cli.block, k);
+}
+
+int main(int argc, char** argv) {
+    EmbeddingBagConfig cfg;
+    EmbeddingBagFlags flags;
+    EmbeddingBagBackwardParams prm;
+    Cli cli("embedding_bag_backward",
+            "Embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
+            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 8, 8);
+    embedding_bag_backward_parse(cli, cfg, flags, prm, argc, argv);
     EmbeddingBagBackwardInputs in = embedding_bag_backward_inputs(cli, cfg, flags);
     embedding_bag_set_precision(cfg, flags);
     prm.weights = cfg.weights; prm.stochastic = cfg.stochastic; prm.seed = cli.seed;

@@ -780,6 +780,50 @@ inline void embedding_bag_forward_dump(const std::string& dir, const EmbeddingBa
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
+// the flags and their constraints; exits 2 naming a broken one
+void embedding_bag_forward_parse(Cli& cli, EmbeddingBagConfig& cfg, EmbeddingBagFlags& flags, int argc, char** argv) {
+    embedding_bag_add_flags(cli, cfg, flags);
+    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) +
+                      ";\n  E < 2^31 per table; --block a multiple of 32 (at most 512 for versions 4-7); version 7 only with --pooling none";
+    cli.parse(argc, argv);
+    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-7 give bags and rows whole warps)", cli.block);
+}
+
+// one line: the shape, where the bags came from, the pooling, the tables' size and element type
+void embedding_bag_forward_describe(const EmbeddingBagConfig& cfg, const EmbeddingBagInputs& in, int wbytes) {
+    printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB of %s\n", in.T, in.B, in.total_D(), in.max_D(),
+           in.indices.size(), !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")),
+           embedding_bag_pooling_name(in.mean, in.nobag), cfg.weighted ? ", weighted" : "", (double)in.num_weights * wbytes / 1e9,
+           EMBEDDING_BAG_WEIGHTS_NAMES[(int)cfg.weights]);
+}
+
+// the inputs on the device, the output (n_out floats, not set) and the tables' classes: what every version reads
+EmbeddingBagForwardArgs embedding_bag_forward_device_args(const EmbeddingBagInputs& in, const std::vector<float>& weights,
+                                                          EmbeddingBagWeights wtype, size_t n_out) {
+    EmbeddingBagForwardArgs a;
+    a.weights = embedding_bag_forward_upload_weights(weights, wtype);
+    a.wtype = wtype;
+    a.weights_offsets = device_upload(in.weights_offsets);
+    a.D_offsets = device_upload(in.D_offsets);
+    a.indices = device_upload(in.indices);
+    a.offsets = device_upload(in.offsets);
+    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
+    a.out = device_alloc<float>(n_out);
+    const EmbeddingBagForwardPlan plan = embedding_bag_forward_plan(in.D_offsets);
+    a.table_order = device_upload(plan.table_order);
+    std::copy(plan.class_begin, plan.class_begin + EMBEDDING_BAG_FORWARD_CLASSES + 1, a.class_begin);
+    a.T = in.T; a.B = in.B; a.total_D = in.total_D(); a.max_D = in.max_D(); a.mean = in.mean;
+    a.max_lookups = 0;
+    for (int t = 0; t < in.T; t++) a.max_lookups = std::max(a.max_lookups, in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B]);
+    return a;
+}
+
+void embedding_bag_forward_free_args(const EmbeddingBagForwardArgs& a) {
+    for (const void* p : {(const void*)a.weights, (const void*)a.weights_offsets, (const void*)a.D_offsets, (const void*)a.indices,
+                          (const void*)a.offsets, (const void*)a.per_sample_weights, (const void*)a.out, (const void*)a.table_order})
+        if (p) cudaCheck(cudaFree(const_cast<void*>(p)));
+}
+
 int main(int argc, char** argv) {
     EmbeddingBagConfig cfg;
     EmbeddingBagFlags flags;
@@ -787,11 +831,7 @@ int main(int argc, char** argv) {
             "Embedding bags, forward (FBGEMM split TBE layout): T tables, B bags each, SUM or MEAN of the looked-up rows, or "
             "(--pooling none) one row per lookup.",
             7, embedding_bag_default_version(argc, argv, 6, 7));
-    embedding_bag_add_flags(cli, cfg, flags);
-    cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) +
-                      ";\n  E < 2^31 per table; --block a multiple of 32 (at most 512 for versions 4-7); version 7 only with --pooling none";
-    cli.parse(argc, argv);
-    require(cli.block % 32 == 0, "--block (%d) must be a multiple of 32 (versions 2-7 give bags and rows whole warps)", cli.block);
+    embedding_bag_forward_parse(cli, cfg, flags, argc, argv);
     bool nobag = flags.pooling == "none";    // a --load says it again below
     auto skip = [&](int k) { return embedding_bag_forward_skip_reason(k, nobag, cli.block); };
     select_versions(cli, skip, false);
@@ -803,35 +843,14 @@ int main(int argc, char** argv) {
 
     cuda_init();
     require_device_memory(embedding_bag_forward_device_bytes(in, wbytes), "embedding_bag_forward", !cli.check_only);
-    const int total_D = in.total_D(), max_D = in.max_D();
-    printf("T=%d B=%d total_D=%d max_D=%d lookups=%zu (%s, %s%s), tables %.2f GB of %s\n", in.T, in.B, total_D, max_D, in.indices.size(),
-           !cfg.loaded.empty() ? "loaded" : (cfg.one_row ? "one row" : (cfg.alpha > 1.0 ? "Zipf" : "uniform")),
-           embedding_bag_pooling_name(in.mean, in.nobag),
-           cfg.weighted ? ", weighted" : "", (double)in.num_weights * wbytes / 1e9, EMBEDDING_BAG_WEIGHTS_NAMES[(int)cfg.weights]);
-
+    embedding_bag_forward_describe(cfg, in, wbytes);
     std::vector<float> weights = embedding_bag_forward_weights(cli, in);
     embedding_bag_forward_round_weights(weights, cfg.weights);
     const size_t n_out = (size_t)(in.out_rows() * in.out_cols());
     std::vector<float> ref(n_out);
     embedding_bag_forward_cpu(ref.data(), in, weights.data());
+    EmbeddingBagForwardArgs a = embedding_bag_forward_device_args(in, weights, cfg.weights, n_out);
 
-    EmbeddingBagForwardArgs a;
-    a.weights = embedding_bag_forward_upload_weights(weights, cfg.weights);
-    a.wtype = cfg.weights;
-    a.weights_offsets = device_upload(in.weights_offsets);
-    a.D_offsets = device_upload(in.D_offsets);
-    a.indices = device_upload(in.indices);
-    a.offsets = device_upload(in.offsets);
-    a.per_sample_weights = in.per_sample_weights.empty() ? nullptr : device_upload(in.per_sample_weights);
-    a.out = device_alloc<float>(n_out);
-    const EmbeddingBagForwardPlan plan = embedding_bag_forward_plan(in.D_offsets);
-    a.table_order = device_upload(plan.table_order);
-    std::copy(plan.class_begin, plan.class_begin + EMBEDDING_BAG_FORWARD_CLASSES + 1, a.class_begin);
-    a.T = in.T; a.B = in.B; a.total_D = total_D; a.max_D = max_D; a.mean = in.mean;
-    a.max_lookups = 0;
-    for (int t = 0; t < in.T; t++) a.max_lookups = std::max(a.max_lookups, in.offsets[(int64_t)(t + 1) * in.B] - in.offsets[(int64_t)t * in.B]);
-
-    const double fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L, wbytes);
     OpRunner r;
     r.op = "embedding_bag_forward";
     r.shape = embedding_bag_shape(cfg);
@@ -844,20 +863,15 @@ int main(int argc, char** argv) {
         if (n_out == 0) { printf("out: no lookups (nobag, every bag empty): nothing to compare\n"); return true; }
         return validate_device("out", a.out, ref.data(), n_out, EMBEDDING_BAG_FORWARD_ATOL, EMBEDDING_BAG_FORWARD_RTOL);
     };
-    r.extra = [&](int, int, double ms) {
+    r.extra = [fbgemm_bytes = embedding_bag_forward_fbgemm_bytes(in, cfg.L, wbytes)](int, int, double ms) {
         char buf[64];
         snprintf(buf, sizeof buf, "fbgemm_gbps=%.0f", fbgemm_bytes / (ms * 1e-3) / 1e9);
         return std::string(buf);
     };
     int rc = run_versions(cli, r);
 
-    if (!cli.dump_dir.empty()) {
-        std::vector<float> got = device_download(a.out, n_out);
-        embedding_bag_forward_dump(cli.dump_dir, cfg, in, weights, ref.data(), got.data(), r.shape);
-    }
-    for (const void* p : {(const void*)a.weights, (const void*)a.weights_offsets, (const void*)a.D_offsets, (const void*)a.indices,
-                          (const void*)a.offsets, (const void*)a.per_sample_weights, (const void*)a.out, (const void*)a.table_order})
-        if (p) cudaCheck(cudaFree(const_cast<void*>(p)));
+    if (!cli.dump_dir.empty()) embedding_bag_forward_dump(cli.dump_dir, cfg, in, weights, ref.data(), device_download(a.out, n_out).data(), r.shape);
+    embedding_bag_forward_free_args(a);
     return rc;
 }
 #endif

@@ -320,100 +320,130 @@ void lfu_count(int kernel_num, const int64_t* idx, int64_t n, const LfuCountDevi
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
-int main(int argc, char** argv) {
-    int64_t E = 200LL * 220 * 250, H = -1;
+// the bench: its inputs, the device table, and the check's expectations
+struct LfuCountRun {
+    int64_t E = 200LL * 220 * 250, H = -1;      // H = -1: H = E (FBTT's default)
     int B = 512, L = 20, steps = 1;
     double alpha = 1.15;
-    Cli cli("lfu_count", "LFU cache frequency counting: every lookup inserted into a GPU hash table (3-slot linear probing).", 3, 1);
-    cli.add_int64("E", &E, "rows of the embedding table (row ids are in [0, E))");
-    cli.add_int("B", &B, "bags per step");
-    cli.add_int("L", &L, "lookups per bag");
-    cli.add_int64("H", &H, "hash-table slots; -1: H = E (FBTT's default)");
-    cli.add_double("alpha", &alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
-    cli.add_int("steps", &steps, "batches counted one after another into the same table (one timed sample)");
+    int64_t n = 0, total = 0, distinct = 0;     // lookups a step, in all steps; distinct keys summed over steps
+    std::vector<int64_t> idx;
+    std::unordered_map<int64_t, int64_t> occ;   // each key's occurrences (empty with --no-check)
+    int64_t* d_idx = nullptr;
+    LfuCountDeviceTable t{};
+    LfuCountWorkspace w;
+};
+
+// the flags and their constraints (exit 2 naming the broken one), then the host memory the check needs
+void lfu_count_parse(LfuCountRun& r, Cli& cli, int argc, char** argv) {
+    cli.add_int64("E", &r.E, "rows of the embedding table (row ids are in [0, E))");
+    cli.add_int("B", &r.B, "bags per step");
+    cli.add_int("L", &r.L, "lookups per bag");
+    cli.add_int64("H", &r.H, "hash-table slots; -1: H = E (FBTT's default)");
+    cli.add_double("alpha", &r.alpha, "Zipf exponent of the row ids (FBGEMM's recipe); <= 1 gives uniform ids");
+    cli.add_int("steps", &r.steps, "batches counted one after another into the same table (one timed sample)");
     cli.constraints = "  E, B, L, steps >= 1; B*L*steps < 2^31; 1 <= H <= 2^32 (the slot function scales a 32-bit hash);\n"
                       "  a bag repeats rows where E < L; a key's probe window is its home slot and the next two";
     cli.parse(argc, argv);
-    if (H == -1) H = E;
-    require(E >= 1 && B >= 1 && L >= 1 && steps >= 1, "E, B, L, steps must be >= 1 (got %lld, %d, %d, %d)", (long long)E, B, L, steps);
-    require(H >= 1 && H <= (1LL << 32), "H (%lld) must be 1..2^32 (or -1 for H = E)", (long long)H);
-    const int64_t n = (int64_t)B * L, total = n * steps;
-    require(total < INT32_MAX, "steps*B*L (%lld) must be < 2^31", (long long)total);
+    if (r.H == -1) r.H = r.E;
+    require(r.E >= 1 && r.B >= 1 && r.L >= 1 && r.steps >= 1, "E, B, L, steps must be >= 1 (got %lld, %d, %d, %d)", (long long)r.E, r.B,
+            r.L, r.steps);
+    require(r.H >= 1 && r.H <= (1LL << 32), "H (%lld) must be 1..2^32 (or -1 for H = E)", (long long)r.H);
+    r.n = (int64_t)r.B * r.L;
+    r.total = r.n * r.steps;
+    require(r.total < INT32_MAX, "steps*B*L (%lld) must be < 2^31", (long long)r.total);
     const double host_bytes = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
-    require(cli.no_check || 32.0 * H < 0.8 * host_bytes, "the check keeps two host copies of the table (32 B x H = %.1f GB): more than 80%% of this host's %.1f GB (use --no-check)",
-            32.0 * H / 1e9, host_bytes / 1e9);
+    require(cli.no_check || 32.0 * r.H < 0.8 * host_bytes,
+            "the check keeps two host copies of the table (32 B x H = %.1f GB): more than 80%% of this host's %.1f GB (use --no-check)",
+            32.0 * r.H / 1e9, host_bytes / 1e9);
+}
 
-    Rng rng(cli.seed);
-    std::vector<int64_t> idx = make_bag_indices((int64_t)steps * B, L, E, alpha, rng);  // one Zipf map for all steps
-    std::string bad = lfu_count_validate_keys(idx.data(), total, E);
+// every step's row ids (one Zipf map for all steps), validated, and the distinct keys of each step
+void lfu_count_make_inputs(LfuCountRun& r, uint64_t seed) {
+    Rng rng(seed);
+    r.idx = make_bag_indices((int64_t)r.steps * r.B, r.L, r.E, r.alpha, rng);
+    std::string bad = lfu_count_validate_keys(r.idx.data(), r.total, r.E);
     require(bad.empty(), "%s", bad.c_str());
-    int64_t distinct = 0;   // summed over steps, for the byte count
-    for (int s = 0; s < steps; s++) distinct += (int64_t)std::unordered_set<int64_t>(idx.begin() + s * n, idx.begin() + (s + 1) * n).size();
+    for (int s = 0; s < r.steps; s++)
+        r.distinct += (int64_t)std::unordered_set<int64_t>(r.idx.begin() + s * r.n, r.idx.begin() + (s + 1) * r.n).size();
+}
 
-    cuda_init();
+// the device memory it needs against what is free (exit 2 if not), then the table, the row ids and version 2's buffers
+void lfu_count_setup_device(LfuCountRun& r) {
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    const double need = 16.0 * H + 8.0 * total + 30.0 * n + (3ull << 30);   // table, ids, version 2, the bench's own 3 GB
+    const double need = 16.0 * r.H + 8.0 * r.total + 30.0 * r.n + (3ull << 30);   // table, ids, version 2, the bench's own 3 GB
     require(need < (double)free_b, "the table (16 B x H = %.2f GB) with the inputs and the bench's buffers needs %.2f GB; the device has %.2f GB free",
-            16.0 * H / 1e9, need / 1e9, free_b / 1e9);
-    int64_t* d_idx = device_upload(idx);
-    LfuCountDeviceTable t{device_alloc<int64_t>(H), device_alloc<int64_t>(H), (uint64_t)H, device_alloc<unsigned long long>(1)};
-    LfuCountWorkspace w = lfu_count_workspace(n, E);
-    auto reset = [&] {
-        cudaCheck(cudaMemsetAsync(t.keys, 0xFF, (size_t)H * sizeof(int64_t)));   // -1: empty
-        cudaCheck(cudaMemsetAsync(t.counts, 0, (size_t)H * sizeof(int64_t)));
-        cudaCheck(cudaMemsetAsync(t.dropped, 0, sizeof(unsigned long long)));
-    };
+            16.0 * r.H / 1e9, need / 1e9, free_b / 1e9);
+    r.d_idx = device_upload(r.idx);
+    r.t = {device_alloc<int64_t>(r.H), device_alloc<int64_t>(r.H), (uint64_t)r.H, device_alloc<unsigned long long>(1)};
+    r.w = lfu_count_workspace(r.n, r.E);
+}
 
-    std::unordered_map<int64_t, int64_t> occ;
+// the table emptied: every key -1, every count and `dropped` 0
+void lfu_count_reset(const LfuCountRun& r) {
+    cudaCheck(cudaMemsetAsync(r.t.keys, 0xFF, (size_t)r.H * sizeof(int64_t)));
+    cudaCheck(cudaMemsetAsync(r.t.counts, 0, (size_t)r.H * sizeof(int64_t)));
+    cudaCheck(cudaMemsetAsync(r.t.dropped, 0, sizeof(unsigned long long)));
+}
+
+// the device table against what every insertion order must give (the header's Check); prints one line
+bool lfu_count_check(const LfuCountRun& r) {
+    std::vector<int64_t> keys = device_download(r.t.keys, r.H), counts = device_download(r.t.counts, r.H);
+    int64_t dropped = (int64_t)device_download(r.t.dropped, 1)[0], kept = 0;
+    std::string why = lfu_count_check_table(keys.data(), counts.data(), (uint64_t)r.H, dropped, r.occ, &kept);
+    if (why.empty()) printf("  table            ok    (%lld keys kept with their counts, %lld accesses dropped)\n", (long long)kept, (long long)dropped);
+    else printf("  table            FAIL  %s\n", why.c_str());
+    return why.empty();
+}
+
+void lfu_count_dump(const LfuCountRun& r, const std::string& dir) {
+    write_npy(dir, "lfu_count_idx", r.idx.data(), {r.steps, r.n});
+    write_npy(dir, "lfu_count_keys", device_download(r.t.keys, r.H).data(), {r.H});
+    write_npy(dir, "lfu_count_counts", device_download(r.t.counts, r.H).data(), {r.H});
+    printf("dumped lfu_count_{idx,keys,counts}.npy to %s\n", dir.c_str());
+}
+
+int main(int argc, char** argv) {
+    LfuCountRun r;
+    Cli cli("lfu_count", "LFU cache frequency counting: every lookup inserted into a GPU hash table (3-slot linear probing).", 3, 1);
+    lfu_count_parse(r, cli, argc, argv);
+    lfu_count_make_inputs(r, cli.seed);
+    cuda_init();
+    lfu_count_setup_device(r);
     if (!cli.no_check) {
-        LfuCountHostTable ref((uint64_t)H);
-        lfu_count_cpu(ref, idx.data(), total);
-        occ = lfu_count_occurrences(idx.data(), total);
+        LfuCountHostTable ref((uint64_t)r.H);
+        lfu_count_cpu(ref, r.idx.data(), r.total);
+        r.occ = lfu_count_occurrences(r.idx.data(), r.total);
         printf("%lld lookups (%d steps), %zu distinct keys; sequential CPU reference: %lld accesses dropped\n",
-               (long long)total, steps, occ.size(), (long long)ref.dropped);
+               (long long)r.total, r.steps, r.occ.size(), (long long)ref.dropped);
     }
     char shape[160];
-    snprintf(shape, sizeof shape, "E%lld,B%d,L%d,H%lld,alpha%g,steps%d", (long long)E, B, L, (long long)H, alpha > 1.0 ? alpha : 0.0, steps);
+    snprintf(shape, sizeof shape, "E%lld,B%d,L%d,H%lld,alpha%g,steps%d", (long long)r.E, r.B, r.L, (long long)r.H, r.alpha > 1.0 ? r.alpha : 0.0, r.steps);
     double v1_ms = 0.0;
-    OpRunner r;
-    r.op = "lfu_count";
-    r.shape = shape;
-    r.bytes = 8.0 * total + 32.0 * distinct;
-    r.prepare_check = [&] {
-        reset();
-        poison(w.sorted, n * sizeof(int64_t));   // version 2's scratch: stale contents must not help
-        poison(w.unique, n * sizeof(int64_t));
-        poison(w.run_lengths, n * sizeof(int));
-        poison(w.num_runs, sizeof(int));
+    OpRunner op;
+    op.op = "lfu_count";
+    op.shape = shape;
+    op.bytes = 8.0 * r.total + 32.0 * r.distinct;
+    op.prepare_check = [&] {
+        lfu_count_reset(r);   // and version 2's scratch poisoned: stale contents must not help
+        for (void* p : {(void*)r.w.sorted, (void*)r.w.unique}) poison(p, r.n * sizeof(int64_t));
+        poison(r.w.run_lengths, r.n * sizeof(int));
+        poison(r.w.num_runs, sizeof(int));
     };
-    r.prepare_timing = reset;
-    r.launch = [&](int k, int block) { for (int s = 0; s < steps; s++) lfu_count(k, d_idx + s * n, n, t, w, block); };
-    r.check = [&](int, int) {
-        std::vector<int64_t> keys = device_download(t.keys, H), counts = device_download(t.counts, H);
-        int64_t dropped = (int64_t)device_download(t.dropped, 1)[0], kept = 0;
-        std::string why = lfu_count_check_table(keys.data(), counts.data(), (uint64_t)H, dropped, occ, &kept);
-        if (why.empty()) printf("  table            ok    (%lld keys kept with their counts, %lld accesses dropped)\n", (long long)kept, (long long)dropped);
-        else printf("  table            FAIL  %s\n", why.c_str());
-        return why.empty();
-    };
-    r.extra = [&](int k, int, double ms) {
+    op.prepare_timing = [&] { lfu_count_reset(r); };
+    op.launch = [&](int k, int block) { for (int s = 0; s < r.steps; s++) lfu_count(k, r.d_idx + s * r.n, r.n, r.t, r.w, block); };
+    op.check = [&](int, int) { return lfu_count_check(r); };
+    op.extra = [&](int k, int, double ms) {
         if (k == 1 && (v1_ms == 0.0 || ms < v1_ms)) v1_ms = ms;
         char buf[96];
-        int len = snprintf(buf, sizeof buf, "minserts_per_s=%.1f", total / (ms * 1e-3) / 1e6);
+        int len = snprintf(buf, sizeof buf, "minserts_per_s=%.1f", r.total / (ms * 1e-3) / 1e6);
         if (k != 1 && v1_ms > 0.0) snprintf(buf + len, sizeof buf - len, " speedup_vs_v1=%.2f", v1_ms / ms);
         return std::string(buf);
     };
-    int rc = run_versions(cli, r);
-
-    if (!cli.dump_dir.empty()) {
-        write_npy(cli.dump_dir, "lfu_count_idx", idx.data(), {steps, n});
-        write_npy(cli.dump_dir, "lfu_count_keys", device_download(t.keys, H).data(), {H});
-        write_npy(cli.dump_dir, "lfu_count_counts", device_download(t.counts, H).data(), {H});
-        printf("dumped lfu_count_{idx,keys,counts}.npy to %s\n", cli.dump_dir.c_str());
-    }
-    lfu_count_free(w);
-    for (void* p : {(void*)d_idx, (void*)t.keys, (void*)t.counts, (void*)t.dropped}) cudaCheck(cudaFree(p));
+    int rc = run_versions(cli, op);
+    if (!cli.dump_dir.empty()) lfu_count_dump(r, cli.dump_dir);
+    lfu_count_free(r.w);
+    for (void* p : {(void*)r.d_idx, (void*)r.t.keys, (void*)r.t.counts, (void*)r.t.dropped}) cudaCheck(cudaFree(p));
     return rc;
 }
 #endif

@@ -4051,19 +4051,20 @@ inline double tt_embedding_backward_bytes(const TtEmbeddingBackwardBench& b, int
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
-int main(int argc, char** argv) {
-    TtEmbeddingConfig c;
+// the op's own flags (the shape's are in TtEmbeddingConfig)
+struct TtEmbeddingBackwardFlags {
     std::string distinct = "on", optimizer = "sgd";
     double lr = 0.05, eps = 1e-8;
-    Cli cli("tt_embedding_backward",
-            "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
-            "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
-            9, 7);
-    tt_embedding_add_flags(cli, c, distinct);
+    int opt = TT_EMBEDDING_BACKWARD_SGD;   // the optimizer's TT_EMBEDDING_BACKWARD_* constant
+};
+
+// the flags and their constraints; exits 2 naming a broken one
+void tt_embedding_backward_parse(Cli& cli, TtEmbeddingConfig& c, TtEmbeddingBackwardFlags& f, int argc, char** argv) {
+    tt_embedding_add_flags(cli, c, f.distinct);
     tt_embedding_add_stash_flag(cli, c);
-    cli.add_choice("optimizer", &optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
-    cli.add_double("lr", &lr, "learning rate (sgd, adagrad)");
-    cli.add_double("eps", &eps, "Adagrad epsilon");
+    cli.add_choice("optimizer", &f.optimizer, {"dense", "sgd", "adagrad"}, "what to do with the summed gradient");
+    cli.add_double("lr", &f.lr, "learning rate (sgd, adagrad)");
+    cli.add_double("eps", &f.eps, "Adagrad epsilon");
     cli.constraints = std::string(TT_EMBEDDING_CONSTRAINTS) +
         ";\n  tables * sum(p) < 2^31; T * tables * B * L < 2^31; eps > 0.\n"
         "  Versions 4, 5 and 8 are retired (see the header). Version 7 (the default) runs every shape; version 9\n"
@@ -4075,10 +4076,20 @@ int main(int argc, char** argv) {
     fail_args("tt_embedding_backward has no bf16 mode: FBTT's cores and optimizer state are fp32; run ./tt_embedding_backward");
 #endif
     tt_embedding_backward_drop_retired(cli);
-    const int opt = optimizer == "dense" ? TT_EMBEDDING_BACKWARD_DENSE : optimizer == "sgd" ? TT_EMBEDDING_BACKWARD_SGD : TT_EMBEDDING_BACKWARD_ADAGRAD;
+    f.opt = f.optimizer == "dense" ? TT_EMBEDDING_BACKWARD_DENSE : f.optimizer == "sgd" ? TT_EMBEDDING_BACKWARD_SGD : TT_EMBEDDING_BACKWARD_ADAGRAD;
+}
+
+int main(int argc, char** argv) {
+    TtEmbeddingConfig c;
+    TtEmbeddingBackwardFlags f;
+    Cli cli("tt_embedding_backward",
+            "Backward of a tensor-train embedding bag with the optimizer step: core gradients from the pooled\n"
+            "gradient dY, then dense (write dG), SGD or elementwise Adagrad on the cores (FBTT-Embedding's layout).",
+            9, 7);
+    tt_embedding_backward_parse(cli, c, f, argc, argv);
     TtEmbeddingBackwardShape s;
-    const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_backward", c, distinct, true, [&](const TtEmbeddingConfig& cc) {
-        const std::string err = tt_embedding_backward_check_config(cc, lr, eps);
+    const TtEmbeddingInputs in = tt_embedding_inputs(cli, "tt_embedding_backward", c, f.distinct, true, [&](const TtEmbeddingConfig& cc) {
+        const std::string err = tt_embedding_backward_check_config(cc, f.lr, f.eps);
         if (!err.empty()) fail_args("%s", err.c_str());
         s = tt_embedding_backward_make_shape(cc.p, cc.q, cc.ranks, cc.E, cc.tables, cc.B);
         s.nnz = (int)cc.nnz();   // (below 2^31: checked)
@@ -4086,10 +4097,10 @@ int main(int argc, char** argv) {
         return tt_embedding_backward_host_bytes(s) + (cc.stash ? 4.0 * (double)tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, off) : 0.0);
     });
     TtEmbeddingBackwardBench b;
-    tt_embedding_backward_setup_bench(b, cli, in, s, opt, lr, eps, c.stash, cuda_init());
+    tt_embedding_backward_setup_bench(b, cli, in, s, f.opt, f.lr, f.eps, c.stash, cuda_init());
     OpRunner r;
     r.op = "tt_embedding_backward";
-    r.shape = tt_embedding_backward_shape_string(c, opt);
+    r.shape = tt_embedding_backward_shape_string(c, f.opt);
     r.flops_for = [&](int k, int block) { return tt_embedding_backward_flops_per_lookup(s, tt_embedding_backward_reads_stash(k, b.a, block)) * s.nnz; };
     r.bytes_for = [&](int k, int block) { return tt_embedding_backward_bytes(b, k, block); };
     r.blocks_for = tt_embedding_backward_blocks;

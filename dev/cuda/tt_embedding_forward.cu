@@ -2111,6 +2111,18 @@ void tt_embedding_forward_drop_folded(Cli& cli) {
 // ----------------------------------------------------------------------------------------------
 
 #ifndef NO_MAIN
+// what runs: the shape's sizes and FLOPs, the cores' compression, and which kernel version 6 takes here
+void tt_embedding_forward_describe(const TtEmbeddingForwardBench& b, const TtEmbeddingConfig& c, const std::string& shape) {
+    const TtEmbeddingForwardShape& s = b.s;
+    const double core_floats = (double)tt_embedding_forward_core_floats(s);
+    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem, b.ws.stash != nullptr);
+    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
+           "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, tt_embedding_forward_flops_per_lookup(s), core_floats,
+           (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
+           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : "its column-tile kernel");
+    if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
+}
+
 int main(int argc, char** argv) {
     TtEmbeddingConfig c;
     std::string distinct = "on";
@@ -2136,19 +2148,13 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop = cuda_init();
     tt_embedding_forward_setup_bench(b, in, chunk, prop, !cli.no_check, c.stash);
     const std::string shape = tt_embedding_shape_name(c);
-    const double flops_lookup = tt_embedding_forward_flops_per_lookup(s), core_floats = (double)tt_embedding_forward_core_floats(s);
-    const int runs6 = tt_embedding_forward_runs6(s, b.ws.max_smem, b.ws.stash != nullptr);
-    printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
-           "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, flops_lookup, core_floats,
-           (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
-           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : "its column-tile kernel");
-    if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
+    tt_embedding_forward_describe(b, c, shape);
     tt_embedding_forward_fit_blocks(b, cli.block);
     OpRunner r;
     r.op = "tt_embedding_forward";
     r.shape = shape;
     r.bytes = tt_embedding_forward_bytes(s) + 4.0 * (double)b.ws.stash_floats;   // (the stash: written)
-    r.flops = flops_lookup * (double)s.nnz;
+    r.flops = tt_embedding_forward_flops_per_lookup(s) * (double)s.nnz;
     r.skip_reason = [&](int k) { return tt_embedding_forward_skip_reason(k, s, b.ws.max_smem, c.stash); };
     r.blocks_for = [&](int k) { return tt_embedding_forward_blocks(k, s, b.ws); };
     r.prepare_check = [&] {
