@@ -4,7 +4,8 @@
 #   2. builds and runs the CPU tests in tests/test_*.cu (no GPU needed)
 #   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible, then scripts/fuzz.py's CPU
 #      part (random valid and invalid command lines for every op: exit 2 or 3 only, no hang, no signal)
-#   4. on a machine with a CUDA device: every line of tests/gpu_cases.txt, and scripts/torch_check.py
+#   4. on a machine with a CUDA device: every line of tests/gpu_cases.txt (then the slowest eight, with their
+#      seconds), and scripts/torch_check.py
 #      where torch imports with CUDA; elsewhere reports the GPU part skipped
 # Ends with `N passed, M failed[, K skipped]` and exits 1 if anything failed.
 #   bash scripts/test.sh --gpu-only    steps 1 and 4 alone (on a GPU machine, when 2 and 3 passed elsewhere)
@@ -96,8 +97,10 @@ if [ $has_gpu -eq 1 ]; then
     grep -vE '^\s*(#|$)' tests/gpu_cases.txt | awk '{print NR "\t" $0}' > build/gpu_cases/list.txt
     run_case() {   # $1 = case number, $2... = binary and args
         n=$1; shift
+        t0=$(date +%s.%N)
         (cd dev/cuda && timeout 600 ./"$@") > "build/gpu_cases/case$n.log" 2>&1 < /dev/null
         echo $? > "build/gpu_cases/case$n.rc"
+        echo "$t0 $(date +%s.%N)" | awk '{printf "%.1f\n", $2 - $1}' > "build/gpu_cases/case$n.secs"
     }
     export -f run_case
     cut -f1 build/gpu_cases/list.txt | xargs -P "${GPU_JOBS:-4}" -I{} bash -c \
@@ -107,6 +110,9 @@ if [ $has_gpu -eq 1 ]; then
         if [ "$rc" = 0 ]; then ok "gpu '$line'"
         else bad "gpu '$line' exited $rc"; grep -E "FAIL|error|skipped" "build/gpu_cases/case$n.log" | head -12; fi
     done < build/gpu_cases/list.txt
+    echo "slowest GPU cases (seconds each, ${GPU_JOBS:-4} cases at a time):"
+    while IFS=$'\t' read -r n line; do echo "$(cat "build/gpu_cases/case$n.secs" 2>/dev/null || echo 0) $line"; done \
+        < build/gpu_cases/list.txt | sort -rn | head -8 | sed 's/^/  /'
     echo "== PyTorch cross-checks (scripts/torch_check.py)"
     if [ $TORCH -eq 0 ]; then
         echo "SKIP torch cross-checks: --no-torch (run python3 scripts/torch_check.py)"; skip=$((skip + 1))
