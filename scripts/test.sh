@@ -5,8 +5,7 @@
 #   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible, then scripts/fuzz.py's CPU
 #      part (random valid and invalid command lines for every op: exit 2 or 3 only, no hang, no signal)
 #   4. on a machine with a CUDA device: every line of tests/gpu_cases.txt (then the slowest eight, with their
-#      seconds), and scripts/torch_check.py
-#      where torch imports with CUDA; elsewhere reports the GPU part skipped
+#      seconds), and scripts/torch_check.py where torch imports with CUDA; elsewhere reports the GPU part skipped
 # Ends with `N passed, M failed[, K skipped]` and exits 1 if anything failed.
 #   bash scripts/test.sh --gpu-only    steps 1 and 4 alone (on a GPU machine, when 2 and 3 passed elsewhere)
 #   bash scripts/test.sh --gpu-only --no-torch
