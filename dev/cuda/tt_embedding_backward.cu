@@ -44,7 +44,7 @@ Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
 Checks: every version at every block size against a double CPU reference, dG and every workspace poisoned (NaN)
   first, cores and state restored (the step updates them in place); per element |got - ref| <= atol + ROUND |ref|
-  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6-9 run twice, same bits.
+  + RTOL_MAG x the element's sum of |terms|; untouched slices bit-identical; versions 6, 7, 9 run twice, same bits.
 
 Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.md):
   - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
@@ -100,7 +100,7 @@ struct TtEmbeddingBackwardShape {
     int64_t core_off[7];    // float offset of core t in the one buffer that holds all cores (128-byte aligned)
     int64_t E;
     const int64_t* nnz_dev; // optional (make_shape: nullptr): the lookups' count on the device (<= nnz, e.g. offsets[num_bags]);
-                            // versions 6-9 then treat positions past it as padding (nnz: the buffers' size)
+                            // versions 6, 7, 9 then treat positions past it as padding (nnz: the buffers' size)
 };
 
 // the lookups a kernel works on: *nnz_dev where given, else nnz
@@ -3717,7 +3717,7 @@ static_assert(TT_EMBEDDING_BACKWARD_TC_PART >= TT_EMBEDDING_BACKWARD_GROUP_CHUNK
               "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
-    if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6-9 have)", kernel_num);
+    if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6, 7 and 9 have)", kernel_num);
     switch (kernel_num) {
         case 1: tt_embedding_backward1(a, block_size); break;
         case 2: tt_embedding_backward2(a, block_size); break;
@@ -4017,7 +4017,7 @@ void tt_embedding_backward_download(const TtEmbeddingBackwardBench& b, std::vect
     c = device_download(b.a.cores, C); st = device_download(b.a.state, C); g = device_download(b.a.dG, C);
 }
 
-// the step against the reference; versions 6-7 (but not 7's cuBLAS route) also a second run, same bits
+// the step against the reference; versions 6, 7 and 9 (but not 7's cuBLAS route) also a second run, same bits
 bool tt_embedding_backward_check_run(OpRunner& r, TtEmbeddingBackwardBench& b, int k, int block) {
     const TtEmbeddingBackwardArgs& a = b.a;
     tt_embedding_backward_download(b, b.c, b.st, b.g);

@@ -10,7 +10,7 @@ several tables, SUM pooling. Each looked-up row is rebuilt as a chain of small m
               each bag's rows (an empty bag gives zeros). Chains in fp32 in both builds; bf16 rounds the output.
 FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 200,220,250, q 4,4,4, ranks 32,32,
   B 512, L 20): 36,864 per lookup, 377.5 MFLOP per call. % below: of the FP32 FMA peak measured in the same run;
-  the count is nominal (every lookup's chain): versions 6-7 copy a repeated index's row, so Zipf rates can pass 100%.
+  the count is nominal (every lookup's chain): version 6 copies a repeated index's row, so Zipf rates can pass 100%.
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
@@ -1042,7 +1042,7 @@ TT_EMBEDDING_FORWARD_UNROLL
 // The warps' share of one round (version 4 and the column-tile kernel): warp w computes groups w, w+W, ... of LPW unique entries each
 // against the ncols columns of G_1 in g1 (R_1 rows of ncols floats; a_1 from a1_base); the next group's G_0 slices
 // (and G_2's where G2_STAGED, version 4) are staged while one computes: two stages per warp of stage_floats = R_1p LPW
-// Q0 (+ 4 R_2) floats, padding rows zero. Version 7 reads G_2's rows from L2 straight into registers (each lane needs
+// Q0 (+ 4 R_2) floats, padding rows zero. The column-tile kernel reads G_2's rows from L2 straight into registers (each lane needs
 // its own 4 rows at R_2 = 128, so a staged copy saved nothing and cost 2 KB of shared memory per lookup).
 template <int Q0, int LPW, bool G2_STAGED>
 __device__ __forceinline__ void tt_embedding_forward_g1_rows_warp(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list, int nu,
