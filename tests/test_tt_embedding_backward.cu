@@ -408,9 +408,9 @@ static StepOut emulate6(const Problem& pr, int opt, float lr, float eps, int nt,
     const TtEmbeddingBackwardGroupPlan P = tt_embedding_backward_group_make_plan(s, W_off, nt);
     const int h = P.h, Kc = s.tables * s.p[h];
     Grouping6 gr(s, P);
-    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), partial3((size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
+    Poisoned W(W_total), partial((size_t)P.max_chunks * s.S[h]), final_parts((size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     TtEmbeddingBackwardWorkspace& ws = gr.ws;
-    ws.W = W.f(); ws.partial = partial.f(); ws.partial3 = partial3.f();
+    ws.W = W.f(); ws.partial = partial.f(); ws.final_parts = final_parts.f();
     const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     emulate6_grouping(pr, P, ws, reverse, tile);
     // kernel 2

@@ -1171,7 +1171,7 @@ struct TtEmbeddingBackwardWorkspace {
     int* list;         // [T nnz]: every slice's lookups in lookup order, slice after slice
     float* W;          // per-lookup gradients of the other cores (plan.W_off)
     float* partial;    // [max_chunks][S_h]: pivot gradients of chunks of slices with more than one chunk
-    float* partial3;   // [max_items][CW]: parts of long slices in the final kernel
+    float* final_parts;  // [max_items][CW]: parts of long slices in the final kernel
     float* side;       // version 7's side kernel: [items][S_0] sums of the parts of long slices of cores 0 and 2
     size_t zeroed_bytes;
 };
@@ -1964,7 +1964,7 @@ TT_EMBEDDING_BACKWARD_UNROLL4
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
             for (int gi = 0; gi < groups; gi++) v += sums[gi * cw + col];
-            ws.partial3[(int64_t)item * TT_EMBEDDING_BACKWARD_GROUP_CW + col] = v;
+            ws.final_parts[(int64_t)item * TT_EMBEDDING_BACKWARD_GROUP_CW + col] = v;
         }
         tt_embedding_backward_group_fence();
     });
@@ -1976,7 +1976,7 @@ TT_EMBEDDING_BACKWARD_UNROLL4
     ex.phase([&](int tid) {
         for (int col = tid; col < cw; col += nt) {
             float v = 0.0f;
-            for (int q = 0; q < parts; q++) v += tt_embedding_backward_group_ldcg(ws.partial3 + (int64_t)(first + q) * TT_EMBEDDING_BACKWARD_GROUP_CW + col);
+            for (int q = 0; q < parts; q++) v += tt_embedding_backward_group_ldcg(ws.final_parts + (int64_t)(first + q) * TT_EMBEDDING_BACKWARD_GROUP_CW + col);
             tt_embedding_backward_apply(io.opt, io.lr, io.eps, io.cores, io.state, io.dG, off + col, v);
         }
     });
@@ -3821,7 +3821,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.start, 4 * (K + 1));
     buf(&w.list, 4 * (size_t)s.T * nnz1);
     buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
-    buf(&w.partial3, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
+    buf(&w.final_parts, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     const bool tc = tt_embedding_backward_tc_reason(s).empty();                  // version 7 (below: its cut shape's)
     buf(&w.side, tc && tt_embedding_backward_tc_split(s) == 1 ? 4 * (size_t)tt_embedding_backward_tc_side_items(s) * TT_EMBEDDING_BACKWARD_TC_S0 : 4);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_BUCKET);
