@@ -849,6 +849,82 @@ static void test_digit_mask() {
     report(bad.empty(), "version 6's scan mask = a per-position check (" + std::to_string(checked) + " vectors)", bad);
 }
 
+// Version 6's prefix and suffix tables on the CPU: for every case of test_random_shapes' kind and every cut k, each
+// table entry a row reads is built by the table kernel's steps (a lane at a time, buffers of c.buf floats with a NaN
+// guard after them), then the row warp's staging and product (lanes in turn, Ps padded as the kernel pads it) must
+// give the reference row; and the plan's choice: a cut at T 6 / T 4 of the bench grid, none at FBTT's default.
+static void test_split() {
+    struct Case { std::vector<int> p, q, r; int tables; };
+    const std::vector<Case> cases = {
+        {{7, 5}, {3, 4}, {5}, 2},
+        {{3, 4, 5}, {2, 3, 2}, {3, 4}, 2},
+        {{5, 7, 3}, {4, 4, 4}, {32, 32}, 1},
+        {{3, 4, 5, 2}, {4, 2, 2, 4}, {8, 8, 8}, 1},
+        {{4, 5, 3, 6}, {4, 4, 2, 4}, {32, 32, 32}, 2},
+        {{2, 3, 2, 3, 2}, {2, 2, 3, 1, 2}, {2, 3, 4, 2}, 2},
+        {{2, 2, 3, 2, 2, 3}, {2, 1, 2, 3, 2, 2}, {2, 3, 2, 3, 2}, 2},
+        {{3, 2, 3, 2, 3, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1},
+        {{3, 2, 5}, {1, 2, 2}, {3, 128}, 1},
+    };
+    Rng rng(77);
+    std::string bad;
+    int checked = 0;
+    for (const Case& cs : cases) {
+        Problem P;
+        if (!make_problem(P, cs.p, cs.q, cs.r, cs.tables, 1, 1, rng)) continue;
+        const TtEmbeddingForwardShape& s = P.s;
+        for (int k = 0; k + 1 < s.T; k++) {
+            const TtEmbeddingForwardSplit c = tt_embedding_forward_split_at(s, k);
+            if ((int64_t)c.Qk * c.Ds != s.D || c.n_pre * c.n_suf != s.prod_p) bad += " sizes " + P.name;
+            for (int i = 0; i < 6; i++) {
+                const int tbl = (int)rng.randint(0, cs.tables);
+                const int64_t idx = i == 0 ? 0 : i == 1 ? s.E - 1 : rng.randint(0, s.E);
+                const int64_t jp = idx / s.stride[k], js = idx % s.stride[k];
+                const int guard = 64;
+                std::vector<float> pre((size_t)c.pre_len + guard, NAN), suf((size_t)c.suf_len + guard, NAN);
+                for (int side = 0; side < 2; side++) {
+                    std::vector<float> b0((size_t)c.buf + guard, NAN), b1((size_t)c.buf + guard, NAN);
+                    const int nsteps = std::max(side ? c.n_suf_steps : c.n_pre_steps, 1);
+                    for (int st = 0; st < nsteps; st++)
+                        for (int lane = 0; lane < 32; lane++)
+                            tt_embedding_forward_split_step(c, s, P.c, tbl, side ? js : jp, side == 1, st, b0.data(), b1.data(),
+                                                            side ? suf.data() : pre.data(), lane);
+                    for (int e = 0; e < guard; e++)
+                        if (!std::isnan(b0[c.buf + e]) || !std::isnan(b1[c.buf + e])) { bad += " buffer overrun " + P.name; break; }
+                }
+                for (int e = 0; e < guard; e++)
+                    if (!std::isnan(pre[c.pre_len + e]) || !std::isnan(suf[c.suf_len + e])) { bad += " entry overrun " + P.name; break; }
+                std::vector<float> Ps((size_t)c.ps_len, NAN), Ss((size_t)c.suf_len, NAN), row((size_t)s.D, NAN);
+                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_stage(c, pre.data(), suf.data(), Ps.data(), Ss.data(), lane);
+                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_row(c, Ps.data(), Ss.data(), row.data(), s.D, lane);
+                std::vector<double> ref(s.D);
+                tt_embedding_forward_row_cpu(ref.data(), P.ptrs.data(), s, tbl, idx);
+                double scale = 0.0;
+                for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(ref[d]));
+                for (int d = 0; d < s.D; d++)
+                    if (!close(row[d], ref[d], 1e-5 * std::max(scale, 1.0), 0) && bad.size() < 300)
+                        bad += " " + P.name + " k" + std::to_string(k) + " row " + std::to_string(idx) + " d" + std::to_string(d);
+                checked++;
+            }
+        }
+    }
+    report(bad.empty() && checked > 100, "version 6's tables: every cut's P and S entries (table steps, lane by lane) times each other = the reference row (" +
+                                             std::to_string(checked) + " rows)", bad.substr(0, 300));
+    // the plan at the bench grid: T 6 and T 4 cut, FBTT's default and q 4,8,8 not; no lookups: no cut
+    auto plan = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int B, int L) {
+        TtEmbeddingForwardShape s;
+        if (!shape_of(s, p, q, r, 0, 0, 1, B, L).empty()) return -2;
+        return tt_embedding_forward_plan_split(s, 232448).k;
+    };
+    const int t6 = plan({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 512, 20);
+    const int t4 = plan({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 512, 20);
+    const int fbtt = plan({200, 220, 250}, {4, 4, 4}, {32, 32}, 512, 20), d256 = plan({200, 220, 250}, {4, 8, 8}, {32, 32}, 512, 20);
+    const int none = plan({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 512, 0);
+    report(t6 >= 0 && t4 >= 0 && fbtt < 0 && d256 < 0 && none < 0,
+           "version 6 cuts T 6 (after core " + std::to_string(t6) + ") and T 4 (after " + std::to_string(t4) +
+               ") of the bench grid, not FBTT's default, q 4,8,8 or a call with no lookups");
+}
+
 // Version 6 at the grid of shapes TT-Rec and EL-Rec train with (T = 2..6, q_t 1..16 with D = prod q in 4..256, ranks
 // 1..128): never skipped, some block size to run, its compiled kernel exactly at FBTT's family (q 4,4,4, ranks
 // 32,32 or 16,16), version 3's kernel elsewhere, in global memory only where one warp's buffers exceed a block's
@@ -857,10 +933,10 @@ static void test_dispatch() {
     const size_t smem = 232448;
     TtEmbeddingForwardWorkspace ws;
     ws.max_smem = smem;
-    for (int v = 3; v <= TT_EMBEDDING_FORWARD_TILED; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
+    for (int v = 3; v <= TT_EMBEDDING_FORWARD_SPLIT; v++) ws.max_threads[v] = v == 3 ? 1024 : 256;
     Rng rng(123);
     std::string bad;
-    int shapes = 0, fast = 0, global = 0, tiled = 0;
+    int shapes = 0, fast = 0, global = 0, tiled = 0, split = 0;
     for (int trial = 0; trial < 4000; trial++) {
         const int T = 2 + (int)rng.randint(0, 5);
         std::vector<int> p(T), q(T), r(T - 1);
@@ -884,6 +960,7 @@ static void test_dispatch() {
         const bool family = s.T == 3 && s.q[0] == 4 && s.q[1] == 4 && s.q[2] == 4 && s.R[1] == s.R[2] && (s.R[1] == 32 || s.R[1] == 16);
         fast += tt_embedding_forward_fast6(s, smem);
         tiled += tt_embedding_forward_route_tiled(s, smem);
+        split += tt_embedding_forward_runs6(s, smem) == TT_EMBEDDING_FORWARD_SPLIT;
         if (tt_embedding_forward_fast6(s, smem) && tt_embedding_forward_route_tiled(s, smem)) bad += " two kernels";
         if (tt_embedding_forward_route_tiled(s, smem) &&
             (!tt_embedding_forward_reason_tiled(s).empty() || tt_embedding_forward_blocks(TT_EMBEDDING_FORWARD_TILED, s, ws).empty()))
@@ -917,9 +994,10 @@ static void test_dispatch() {
         const std::string why = shape_of(s, c[0], c[1], c[2], 0, 0, 2, 30, 6);
         if (!why.empty() || !tt_embedding_forward_route_tiled(s, smem)) bad += " gpu case q" + std::to_string(c[1][0]) + std::to_string(c[1][1]) + " not tiled";
     }
-    report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0,
+    report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0 && split > 0,
            "version 6 runs each of " + std::to_string(shapes) + " grid shapes, with --stash too (" + std::to_string(fast) + " on its compiled kernel, " +
-               std::to_string(tiled) + " on its column tiles, " + std::to_string(global) + " with version 3's buffers in global memory)",
+               std::to_string(tiled) + " on its column tiles, " + std::to_string(split) + " on its tables, " + std::to_string(global) +
+               " with version 3's buffers in global memory)",
            bad.substr(0, 200));
 }
 
@@ -1091,6 +1169,7 @@ int main() {
     test_v5_filter();
     test_digit_mask();
     test_dispatch();
+    test_split();
     test_replay();
     test_stash();
     return test_summary();

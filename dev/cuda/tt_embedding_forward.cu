@@ -73,6 +73,8 @@ static const float TT_EMBEDDING_FORWARD_ATOL = 1e-4f, TT_EMBEDDING_FORWARD_RTOL 
 #define TT_EMBEDDING_FORWARD_NUM_KERNELS 6
 // the default's column-tile kernel (rank 128): its slot in the per-kernel tables, beside versions 1..6
 #define TT_EMBEDDING_FORWARD_TILED (TT_EMBEDDING_FORWARD_NUM_KERNELS + 1)
+// and its prefix and suffix tables (small p_t): the slot after it
+#define TT_EMBEDDING_FORWARD_SPLIT (TT_EMBEDDING_FORWARD_NUM_KERNELS + 2)
 // version 1 is skipped when its explicit sum would exceed this many terms (minutes of GPU time)
 #define TT_EMBEDDING_FORWARD_MAX_NAIVE_TERMS (1ll << 35)
 // unroll hints in host-callable device code (the host compiler would warn on #pragma unroll)
@@ -129,6 +131,19 @@ inline std::string tt_embedding_forward_fmt(const char* fmt, Args... args) {
     return buf;
 }
 
+// A warp step's lane tile (m x n product): the fewest FMAs per lane (ceil(tasks / 32) * rt * cw per k), ties to the
+// biggest tile (fewer loads per FMA), and (1 x 4) before (4 x 1) (one float4 load of the slice, one of M)
+inline void tt_embedding_forward_pick_tile(int m, int n, int& rt_out, int& cw_out) {
+    static const int tiles[6][2] = {{4, 4}, {2, 4}, {1, 4}, {4, 1}, {2, 1}, {1, 1}};
+    int64_t best = INT64_MAX;
+    for (const auto& tile : tiles) {
+        const int rt = tile[0], cw = tile[1];
+        if (m % rt != 0 || n % cw != 0) continue;
+        const int64_t tasks = (int64_t)(m / rt) * (n / cw), cost = (tasks + 31) / 32 * rt * cw;
+        if (cost < best) { best = cost; rt_out = rt; cw_out = cw; }
+    }
+}
+
 // The kernels' shape from a config that tt_embedding_check_config accepted; "" = fine, else the broken constraint.
 // The forward's own limits: every grid of one thread per output value fits 2^31 blocks of 256 (output < 2^38
 // values, row values < 2^40), and a chain intermediate Q_t R_{t+1} <= 2^24 floats.
@@ -163,19 +178,10 @@ inline std::string tt_embedding_forward_make_shape(TtEmbeddingForwardShape& s, c
         }
     }
     s.D_pad = (int)tt_embedding_forward_round4(D);
-    // lane tiles per step: the fewest FMAs per lane (ceil(tasks / 32) * rt * cw per k), ties to the biggest
-    // tile (fewer loads per FMA), and (1 x 4) before (4 x 1) (one float4 load of the slice, one of M)
-    static const int tiles[6][2] = {{4, 4}, {2, 4}, {1, 4}, {4, 1}, {2, 1}, {1, 1}};
     for (int t = 1; t < T; t++) {
         const int m = s.Q[t - 1], k = s.R[t], n = q[t] * s.R[t + 1];
         s.step_m[t] = m; s.step_k[t] = k; s.step_n[t] = n;
-        int64_t best = INT64_MAX;
-        for (const auto& tile : tiles) {
-            const int rt = tile[0], cw = tile[1];
-            if (m % rt != 0 || n % cw != 0) continue;
-            const int64_t tasks = (int64_t)(m / rt) * (n / cw), cost = (tasks + 31) / 32 * rt * cw;
-            if (cost < best) { best = cost; s.step_rt[t] = rt; s.step_cw[t] = cw; }
-        }
+        tt_embedding_forward_pick_tile(m, n, s.step_rt[t], s.step_cw[t]);
     }
     return "";
 }
@@ -1660,6 +1666,183 @@ inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardSha
     return "";
 }
 
+// ---- version 6 where the p_t are small: every prefix and suffix product once, then one product per lookup
+
+// Cut the chain after core k: a row is P (Q_k x R_{k+1}, the product of cores 0..k) times S (R_{k+1} x D_s, cores
+// k+1..T-1, D_s = D / Q_k), element d = x D_s + y = sum_r P[x][r] S[r][y]. P depends on (i_0..i_k) only and S on
+// (i_{k+1}..i_{T-1}) only. Where those two index ranges are small beside the lookups (T 6 with p 10: 1,000 and 1,100
+// values for 10,240 lookups), every P and S is made once, into two tables, and a lookup costs R_{k+1} D FMAs instead
+// of its chain (T 6, ranks 32: 2,048 against 63,488). The tables come from the warp step engine of version 3: P from
+// the left as in the chain; S from the right (V_t = G_t[i_t] V_{t+1}, a (R_t q_t) x D_{t+1} product that is S_t as an
+// R_t x D_t matrix with no reshape), which keeps its intermediates at R_t D_t floats where from the left they would
+// start at R_{k+1} q_{k+1} rows. A warp per lookup then stages its P and S in shared memory and writes its row; the
+// pooling kernel of versions 4-6 sums each bag's rows in lookup order (deterministic at any block size).
+struct TtEmbeddingForwardStep { int m = 0, k = 0, n = 0, rt = 1, cw = 1, r = 1, ld_in = 0, ld_out = 0; };
+struct TtEmbeddingForwardSplit {
+    int k = -1;                       // the cut (-1: no cut pays; version 6 runs another kernel)
+    int R = 0, Qk = 0, Ds = 0;        // R_{k+1}, Q_k, D / Q_k
+    int64_t n_pre = 0, n_suf = 0;     // entries per table: prod_{t<=k} p_t and prod_{t>k} p_t (= stride[k])
+    int pre_len = 0, suf_len = 0;     // floats per entry: Q_k R and R D_s, rounded up to 4 (16-byte aligned entries)
+    int n_pre_steps = 0, n_suf_steps = 0;
+    TtEmbeddingForwardStep pre[TT_EMBEDDING_FORWARD_MAX_CORES], suf[TT_EMBEDDING_FORWARD_MAX_CORES];   // in the order they run
+    int buf = 0;                      // floats in each of a table warp's two buffers (its largest intermediate)
+    int ldp = 0, ps_len = 0;          // P's row stride in a row warp's shared memory (R made odd: no bank conflicts), floats
+    double cost = 0.0;                // the model below, in FMAs
+};
+
+// the plan of cut k: steps, sizes, and its cost (table FMAs and copies, each lookup's product and staging)
+inline TtEmbeddingForwardSplit tt_embedding_forward_split_at(const TtEmbeddingForwardShape& s, int k) {
+    TtEmbeddingForwardSplit c;
+    c.k = k; c.R = s.R[k + 1]; c.Qk = s.Q[k]; c.Ds = s.D / s.Q[k];
+    c.n_suf = s.stride[k]; c.n_pre = s.prod_p / s.stride[k];
+    c.pre_len = (int)tt_embedding_forward_round4((int64_t)c.Qk * c.R);
+    c.suf_len = (int)tt_embedding_forward_round4((int64_t)c.R * c.Ds);
+    c.ldp = c.R | 1;
+    c.ps_len = (int)tt_embedding_forward_round4((int64_t)c.Qk * c.ldp);
+    int64_t buf = 0;
+    double pre_fma = 0.0, suf_fma = 0.0;
+    for (int t = 1; t <= k; t++) {                         // P: M_t = M_{t-1} G_t, M_0 = G_0's slice
+        TtEmbeddingForwardStep& st = c.pre[c.n_pre_steps++];
+        st.m = s.Q[t - 1]; st.k = s.R[t]; st.n = s.q[t] * s.R[t + 1]; st.r = s.R[t + 1];
+        st.ld_in = t == 1 ? s.R[1] : (s.R[t] | 1);
+        st.ld_out = t == k ? s.R[t + 1] : (s.R[t + 1] | 1);   // the table entry dense, intermediates padded
+        if (t < k) buf = std::max<int64_t>(buf, (int64_t)s.Q[t] * st.ld_out);
+        pre_fma += (double)st.m * st.k * st.n;
+    }
+    int64_t Dt = s.q[s.T - 1];                             // D_{t+1} = q_{t+1} ... q_{T-1}
+    for (int t = s.T - 2; t > k; t--) {                    // S: V_t = G_t V_{t+1}, V_{T-1} = G_{T-1}'s slice
+        TtEmbeddingForwardStep& st = c.suf[c.n_suf_steps++];
+        st.m = s.R[t] * s.q[t]; st.k = s.R[t + 1]; st.n = (int)Dt; st.r = st.n;
+        st.ld_in = s.R[t + 1]; st.ld_out = st.n;
+        if (t > k + 1) buf = std::max<int64_t>(buf, (int64_t)st.m * st.n);
+        suf_fma += (double)st.m * st.k * st.n;
+        Dt *= s.q[t];
+    }
+    for (int i = 0; i < c.n_pre_steps; i++) tt_embedding_forward_pick_tile(c.pre[i].m, c.pre[i].n, c.pre[i].rt, c.pre[i].cw);
+    for (int i = 0; i < c.n_suf_steps; i++) tt_embedding_forward_pick_tile(c.suf[i].m, c.suf[i].n, c.suf[i].rt, c.suf[i].cw);
+    c.buf = (int)tt_embedding_forward_round4(std::min<int64_t>(buf, INT32_MAX / 4));
+    c.cost = (double)s.tables * ((double)c.n_pre * (pre_fma + c.pre_len) + (double)c.n_suf * (suf_fma + c.suf_len)) +
+             (double)s.nnz * ((double)c.R * s.D + 2.0 * (c.pre_len + c.suf_len));
+    return c;
+}
+
+inline size_t tt_embedding_forward_smem_bytes_split_rows(const TtEmbeddingForwardSplit& c, int warps) {
+    return (size_t)warps * ((size_t)c.ps_len + c.suf_len) * 4;
+}
+static const int TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS = 8;   // the table kernel's block (8 warps, two buffers each)
+
+// The cut version 6 takes: the cheapest k whose tables hold at most 2^26 floats and whose warps fit shared memory,
+// where it costs at most a quarter of every lookup's chain (version 3's kernel or the compiled one run those FMAs at
+// 12-20% of the FMA peak; the tables and rows above are small products with less to share). k = -1: no cut pays.
+inline TtEmbeddingForwardSplit tt_embedding_forward_plan_split(const TtEmbeddingForwardShape& s, size_t max_smem) {
+    TtEmbeddingForwardSplit best;
+    const double chains = (double)s.nnz * tt_embedding_forward_flops_per_lookup(s) / 2.0;
+    for (int k = 0; k + 1 < s.T && s.nnz > 0; k++) {
+        const TtEmbeddingForwardSplit c = tt_embedding_forward_split_at(s, k);
+        const double floats = (double)s.tables * ((double)c.n_pre * c.pre_len + (double)c.n_suf * c.suf_len);
+        if (floats > (double)(1 << 26) || 4.0 * c.cost > chains) continue;
+        if ((size_t)TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS * 2 * c.buf * 4 > max_smem || tt_embedding_forward_smem_bytes_split_rows(c, 1) > max_smem) continue;
+        if (best.k < 0 || c.cost < best.cost) best = c;
+    }
+    return best;
+}
+
+// Step i of table entry j (prefix: (i_0..i_k), j = idx / stride[k]; suffix: (i_{k+1}..), j = idx % stride[k]) of
+// table tbl, by one lane of its warp: step i reads buffer (i - 1) & 1 (step 0: the core slices) and writes buffer i & 1,
+// the last step the entry `dst`. A side with no step (k = 0's P, k = T-2's S) is the core slice itself, copied as
+// step 0. The steps of a warp are separated by __syncwarp (the CPU test runs a step for lane 0..31 in turn).
+__host__ __device__ inline void tt_embedding_forward_split_step(const TtEmbeddingForwardSplit& c, const TtEmbeddingForwardShape& s,
+                                                                const TtEmbeddingForwardCores& cores, int tbl, int64_t j, bool suffix, int i,
+                                                                float* buf0, float* buf1, float* dst, int lane) {
+    const int k = c.k;
+    auto slice = [&](int t) {
+        const int64_t digit = tt_embedding_forward_digit(suffix ? j : j * s.stride[k], s.stride[t], s.p[t]);
+        return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
+    };
+    const int nsteps = suffix ? c.n_suf_steps : c.n_pre_steps;
+    if (nsteps == 0) {                                      // the side is one core slice
+        const int t = suffix ? s.T - 1 : 0;
+        const float* g = slice(t);
+        for (int e = lane; e < s.slice[t]; e += 32) dst[e] = g[e];
+        return;
+    }
+    const TtEmbeddingForwardStep& st = suffix ? c.suf[i] : c.pre[i];
+    float* out = i == nsteps - 1 ? dst : ((i & 1) ? buf1 : buf0);
+    const float* prev = (i & 1) ? buf0 : buf1;
+    if (!suffix)        // M_t = M_{t-1} (in, rows of R_t) . G_t, t = i + 1
+        tt_embedding_forward_warp_step(out, st.r, st.ld_out, i == 0 ? slice(0) : prev, st.ld_in, slice(i + 1), st.m, st.k, st.n, st.rt, st.cw,
+                                       false, lane);
+    else                // V_t = G_t (rows of R_{t+1}) . V_{t+1}, t = T - 2 - i
+        tt_embedding_forward_warp_step(out, st.r, st.ld_out, slice(s.T - 2 - i), st.ld_in, i == 0 ? slice(s.T - 1) : prev, st.m, st.k, st.n,
+                                       st.rt, st.cw, false, lane);
+}
+
+// the table kernel: a warp per entry, all prefixes of all tables first, then all suffixes
+__global__ void __launch_bounds__(32 * TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS) tt_embedding_forward_kernel_split_tables(
+    float* __restrict__ pre, float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardCores cores,
+    const __grid_constant__ TtEmbeddingForwardShape s, const __grid_constant__ TtEmbeddingForwardSplit c) {
+    extern __shared__ float4 tt_embedding_forward_smem_split[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    float* buf0 = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * 2 * c.buf;
+    float* buf1 = buf0 + c.buf;
+    const int64_t n_pre = (int64_t)s.tables * c.n_pre, items = n_pre + (int64_t)s.tables * c.n_suf;
+    for (int64_t item = (int64_t)blockIdx.x * W + warp; item < items; item += (int64_t)gridDim.x * W) {   // warp-uniform
+        const bool suffix = item >= n_pre;
+        const int64_t e = suffix ? item - n_pre : item, per = suffix ? c.n_suf : c.n_pre;
+        const int tbl = (int)(e / per);
+        float* dst = suffix ? suf + e * c.suf_len : pre + e * c.pre_len;
+        const int nsteps = (suffix ? c.n_suf_steps : c.n_pre_steps) > 0 ? (suffix ? c.n_suf_steps : c.n_pre_steps) : 1;
+        for (int i = 0; i < nsteps; i++) {
+            tt_embedding_forward_split_step(c, s, cores, tbl, e - tbl * per, suffix, i, buf0, buf1, dst, lane);
+            __syncwarp();
+        }
+    }
+}
+
+// One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss; then a __syncwarp), then
+// row[e] = sum_r P[x][r] S[r][y] for e = lane, lane + 32, ... (x = e / D_s, y = e % D_s). Host-callable.
+__host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
+                                                                 const float* __restrict__ S, float* Ps, float* Ss, int lane) {
+    for (int e = lane; e < c.Qk * c.R; e += 32) Ps[(e / c.R) * c.ldp + e % c.R] = P[e];
+    for (int e = lane; e < c.R * c.Ds; e += 32) Ss[e] = S[e];
+}
+__host__ __device__ inline void tt_embedding_forward_split_row(const TtEmbeddingForwardSplit& c, const float* Ps, const float* Ss,
+                                                               float* __restrict__ row, int D, int lane) {
+    for (int e = lane; e < D; e += 32) {
+        const int x = e / c.Ds, y = e - x * c.Ds;
+        const float* a = Ps + x * c.ldp;
+        const float* b = Ss + y;
+        float sum = 0.0f;
+TT_EMBEDDING_FORWARD_UNROLL4
+        for (int r = 0; r < c.R; r++) sum = fmaf(a[r], b[r * c.Ds], sum);
+        row[e] = sum;
+    }
+}
+
+// the row kernel: a warp per lookup, its row into rowbuf (summed per bag by the pooling kernel)
+__global__ void tt_embedding_forward_kernel_split_rows(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+                                                       const int64_t* __restrict__ offsets, const float* __restrict__ pre,
+                                                       const float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardShape s,
+                                                       const __grid_constant__ TtEmbeddingForwardSplit c) {
+    extern __shared__ float4 tt_embedding_forward_smem_split[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+    float* Ps = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * (c.ps_len + c.suf_len);
+    float* Ss = Ps + c.ps_len;
+    const int64_t stride = s.stride[c.k];
+    pdl_wait_prior();                                       // the tables
+    for (int64_t n = (int64_t)blockIdx.x * W + warp; n < s.nnz; n += (int64_t)gridDim.x * W) {   // warp-uniform
+        const int64_t idx = indices[n];
+        int lo = 0, hi = s.tables;                          // the table: the last whose first offset is <= n
+        while (hi - lo > 1) { const int mid = (lo + hi) / 2; if (offsets[(int64_t)mid * s.B] <= n) lo = mid; else hi = mid; }
+        const int64_t jp = idx / stride, js = idx - jp * stride;
+        tt_embedding_forward_split_stage(c, pre + ((int64_t)lo * c.n_pre + jp) * c.pre_len, suf + ((int64_t)lo * c.n_suf + js) * c.suf_len,
+                                         Ps, Ss, lane);
+        __syncwarp();
+        tt_embedding_forward_split_row(c, Ps, Ss, rowbuf + n * s.D, s.D, lane);
+        __syncwarp();
+    }
+}
+
 // ---- training mode (--stash): every lookup's prefixes P_t for the backward
 
 // The column tiles write P_1 of the lookups they compute; a lookup whose index another lookup of its item computed (a
@@ -1683,7 +1866,7 @@ __global__ void tt_embedding_forward_kernel_stash_twins(float4* __restrict__ sta
 struct TtEmbeddingForwardWorkspace {
     size_t max_smem = 48 * 1024;           // the device's opt-in shared memory per block
     int num_sms = 1;
-    int max_threads[TT_EMBEDDING_FORWARD_TILED + 1] = {};     // per version (and the column-tile kernel): the largest block
+    int max_threads[TT_EMBEDDING_FORWARD_SPLIT + 1] = {};     // per version (and the column tiles, the tables): the largest block
     int resident[TT_EMBEDDING_FORWARD_TILED + 1][33] = {};    // versions 4-6 (and tiles): blocks per SM, by warps per block
     // version 2
     int chunk = 1000;
@@ -1707,6 +1890,9 @@ struct TtEmbeddingForwardWorkspace {
     float* stash = nullptr;
     int64_t stash_off[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, stash_floats = 0;
     int64_t* stash_source = nullptr;       // [nnz]: where each lookup's P_1 is (the column tiles on tensor cores)
+    // version 6 at small p_t: the cut, the prefix and suffix tables
+    TtEmbeddingForwardSplit split;
+    float *split_pre = nullptr, *split_suf = nullptr;      // [tables][n_pre][pre_len], [tables][n_suf][suf_len]
 };
 
 // Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
@@ -1744,11 +1930,13 @@ inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, s
     return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
            tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty();
 }
-// what version 6 runs. With --stash, only the kernels that write every lookup's prefixes as they make them: the column
-// tiles on tensor cores, else version 3's chain (the compiled kernel and the FP32 tiles keep no P_1 of their own; a
-// kernel after them making the stash from the cores cost 2-6x the forward: results/notes/tt_embedding_forward.md)
+// what version 6 runs: the prefix and suffix tables where a cut pays, else as above. With --stash, only the kernels that
+// write every lookup's prefixes as they make them: the column tiles on tensor cores, else version 3's chain (the compiled
+// kernel, the FP32 tiles and the tables keep no P_1 of their own; a kernel after them making the stash from the cores
+// cost 2-6x the forward: results/notes/tt_embedding_forward.md)
 inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem, bool stash = false) {
     if (stash && !(tt_embedding_forward_route_tiled(s, max_smem) && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) return 3;
+    if (!stash && tt_embedding_forward_plan_split(s, max_smem).k >= 0) return TT_EMBEDDING_FORWARD_SPLIT;
     return tt_embedding_forward_fast6(s, max_smem) ? 6 : tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
 }
 
@@ -1784,6 +1972,7 @@ inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s
     for (int t = 0; t + 1 < s.T; t++) b += 4.0 * chunk * s.Q[t + 1] * s.R[t + 2];
     if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason_tiled(s).empty())
         b += 4.0 * nnz * s.D + 2.0 * nnz + 64;
+    if (tt_embedding_forward_plan_split(s, SIZE_MAX).k >= 0) b += 4.0 * (double)(1 << 26) + 4.0 * nnz * s.D;   // the tables (at most), rowbuf
     return b + (256 << 20);
 }
 
@@ -1816,9 +2005,21 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.b_ptr = const_cast<const void**>(device_alloc<void*>((size_t)(s.T - 1) * chunk));
     ws.c_ptr = device_alloc<void*>((size_t)(s.T - 1) * chunk);
     ws.acc = device_alloc<float>((size_t)nbags * s.D);
+    // version 6's tables where a cut pays
+    ws.split = tt_embedding_forward_plan_split(s, ws.max_smem);
+    const TtEmbeddingForwardSplit& c = ws.split;
+    if (c.k >= 0) {
+        ws.split_pre = device_alloc<float>((size_t)(s.tables * c.n_pre * c.pre_len));
+        ws.split_suf = device_alloc<float>((size_t)(s.tables * c.n_suf * c.suf_len));
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel_split_tables, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel_split_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel_split_rows));
+        ws.max_threads[TT_EMBEDDING_FORWARD_SPLIT] = attr.maxThreadsPerBlock;
+        ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
+    }
     // versions 4-6, at the shapes they are compiled for
     if (!tt_embedding_forward_reason4(s).empty() && !tt_embedding_forward_reason5(s).empty() && !tt_embedding_forward_reason_tiled(s).empty()) return;
-    ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
+    if (!ws.rowbuf) ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
     ws.item_counters = device_alloc<int>(2);
     cudaCheck(cudaMemset(ws.item_counters, 0, 2 * sizeof(int)));
     ws.use_fast_digits = tt_embedding_forward_make_fast_digits(s, ws.fast_digits);
@@ -1852,7 +2053,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source})
+                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source, (void*)ws.split_pre, (void*)ws.split_suf})
         cudaCheck(cudaFree(p));
 }
 
@@ -1864,6 +2065,8 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
     if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
     if (ws.stash_source) poison(ws.stash_source, (size_t)s.nnz * sizeof(int64_t));      // -1: read as unwritten
+    if (ws.split_pre) poison(ws.split_pre, (size_t)(s.tables * ws.split.n_pre * ws.split.pre_len) * sizeof(float));
+    if (ws.split_suf) poison(ws.split_suf, (size_t)(s.tables * ws.split.n_suf * ws.split.suf_len) * sizeof(float));
 }
 
 void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -1959,6 +2162,21 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
             reinterpret_cast<float4*>(cores.stash), cores.source, s.nnz, (int64_t)s.Q[1] * s.R[2] / 4);
 }
 
+// Version 6 at small p_t: the tables (a warp per entry), then a warp per lookup's row and the pooling kernel, both with PDL
+void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
+                                const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
+    const TtEmbeddingForwardSplit& c = ws.split;
+    const int64_t nbags = (int64_t)s.tables * s.B, entries = (int64_t)s.tables * (c.n_pre + c.n_suf);
+    const int tw = TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS, warps = block_size / 32;
+    tt_embedding_forward_kernel_split_tables<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(entries, tw), INT32_MAX), 32 * tw,
+                                               (size_t)tw * 2 * c.buf * 4>>>(ws.split_pre, ws.split_suf, cores, s, c);
+    launch_pdl(tt_embedding_forward_kernel_split_rows, (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(s.nnz, warps), INT32_MAX)),
+               (unsigned)block_size, tt_embedding_forward_smem_bytes_split_rows(c, warps), ws.rowbuf, indices, offsets, (const float*)ws.split_pre,
+               (const float*)ws.split_suf, s, c);
+    launch_pdl(tt_embedding_forward_kernel_pool, (unsigned)ceil_div<int64_t>(nbags * s.D, 256), 256u, (size_t)0, out, (const float*)ws.rowbuf,
+               offsets, nbags, s.D);
+}
+
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
                           const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                           TtEmbeddingForwardWorkspace& ws, int block_size) {
@@ -1968,12 +2186,13 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
         case 3: tt_embedding_forward3(out, indices, offsets, cores, s, ws, block_size); break;
         case 4:
         case 5: tt_embedding_forward_grouped(out, indices, offsets, cores, s, ws, block_size, kernel_num); break;
-        case 6: {                                   // the default: its compiled kernel, the column tiles or version 3's
+        case 6: {                                   // the default: its tables, compiled kernel, column tiles or version 3's
             const int k = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
             TtEmbeddingForwardCores c6 = cores;     // --stash: the routes that write it as they go
             c6.stash = ws.stash;
             c6.source = ws.stash_source;
-            if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
+            if (k == TT_EMBEDDING_FORWARD_SPLIT) tt_embedding_forward_split(out, indices, offsets, cores, s, ws, block_size);
+            else if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
             else tt_embedding_forward_grouped(out, indices, offsets, c6, s, ws, block_size, k);
             break;
         }
@@ -1989,6 +2208,12 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 2) return {256};
     if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
     std::vector<int> out;
+    if (kernel_num == TT_EMBEDDING_FORWARD_SPLIT) {         // the row kernel's block (the table kernel's is fixed)
+        const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, ws.max_smem);
+        for (int b : {32, 64, 128, 256, 512, 1024})
+            if (b <= ws.max_threads[kernel_num] && tt_embedding_forward_smem_bytes_split_rows(c, b / 32) <= ws.max_smem) out.push_back(b);
+        return out;
+    }
     for (int b : {32, 64, 128, 256, 384, 512, 1024}) {
         if (b == 384 && (kernel_num != TT_EMBEDDING_FORWARD_TILED || !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) continue;   // 12 warps: step 1 on tensor cores
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
@@ -2119,7 +2344,8 @@ void tt_embedding_forward_describe(const TtEmbeddingForwardBench& b, const TtEmb
     printf("%s: %lld lookups in %lld bags, D %d, %.0f FLOPs per lookup, cores %.0f floats (%.1fx smaller than the table%s); version 6 "
            "runs %s\n", shape.c_str(), (long long)s.nnz, (long long)c.num_bags(), s.D, tt_embedding_forward_flops_per_lookup(s), core_floats,
            (double)s.E * s.D * s.tables / core_floats, s.tables > 1 ? "s" : "",
-           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : "its column-tile kernel");
+           runs6 == 6 ? "its compiled kernel" : runs6 == 3 ? "version 3's kernel" : runs6 == TT_EMBEDDING_FORWARD_TILED ? "its column-tile kernel"
+           : tt_embedding_forward_fmt("its prefix and suffix tables (cut after core %d)", b.ws.split.k).c_str());
     if (b.ws.chain_scratch) printf("version 3's per-warp buffers exceed shared memory: kept in global memory\n");
 }
 
