@@ -1714,17 +1714,21 @@ inline TtEmbeddingForwardSplit tt_embedding_forward_split_at(const TtEmbeddingFo
     for (int t = s.T - 2; t > k; t--) {                    // S: V_t = G_t V_{t+1}, V_{T-1} = G_{T-1}'s slice
         TtEmbeddingForwardStep& st = c.suf[c.n_suf_steps++];
         st.m = s.R[t] * s.q[t]; st.k = s.R[t + 1]; st.n = (int)Dt; st.r = st.n;
-        st.ld_in = s.R[t + 1]; st.ld_out = st.n;
+        st.ld_in = s.R[t + 1] | 1; st.ld_out = st.n;         // G_t as the table kernel copies it: rows padded to odd
         if (t > k + 1) buf = std::max<int64_t>(buf, (int64_t)st.m * st.n);
         suf_fma += (double)st.m * st.k * st.n;
         Dt *= s.q[t];
     }
     for (int i = 0; i < c.n_pre_steps; i++) tt_embedding_forward_pick_tile(c.pre[i].m, c.pre[i].n, c.pre[i].rt, c.pre[i].cw);
-    for (int i = 0; i < c.n_suf_steps; i++) tt_embedding_forward_pick_tile(c.suf[i].m, c.suf[i].n, c.suf[i].rt, c.suf[i].cw);
+    for (int i = 0; i < c.n_suf_steps; i++) {               // a row per lane: rows ld_in apart, odd, hit distinct banks
+        c.suf[i].rt = 1;
+        c.suf[i].cw = c.suf[i].n % 4 == 0 ? 4 : 1;
+    }
     c.buf = (int)tt_embedding_forward_round4(std::min<int64_t>(buf, INT32_MAX / 4));
     int64_t pre_stage = 0, suf_stage = 0;                   // a side with steps copies its slices (one with none copies nothing)
     for (int t = 0; t <= k && c.n_pre_steps; t++) pre_stage += tt_embedding_forward_round4(s.slice[t]);
-    for (int t = k + 1; t < s.T && c.n_suf_steps; t++) suf_stage += tt_embedding_forward_round4(s.slice[t]);
+    for (int t = k + 1; t < s.T && c.n_suf_steps; t++)
+        suf_stage += tt_embedding_forward_round4(t == s.T - 1 ? s.slice[t] : (int64_t)s.R[t] * s.q[t] * (s.R[t + 1] | 1));
     c.stage = (int)std::min<int64_t>(std::max(pre_stage, suf_stage), INT32_MAX / 4);
     c.cost = (double)s.tables * ((double)c.n_pre * (pre_fma + c.pre_len) + (double)c.n_suf * (suf_fma + c.suf_len)) +
              (double)s.nnz * ((double)c.R * s.D + 2.0 * (c.pre_len + c.suf_len));
@@ -1768,7 +1772,12 @@ __host__ __device__ inline const float* tt_embedding_forward_split_slice(const T
     return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
 }
 
-// Step i of a table entry by one lane of its warp, g[t] the entry's slice of core t (wherever it is): step i reads
+// where element x of a slice with rows of r floats goes when its rows are padded to r | 1 floats: the suffix steps'
+// left operands (G_t, (R_t q_t) x R_{t+1}), read a row per lane, so rows an odd number of floats apart
+__host__ __device__ inline int tt_embedding_forward_split_padded(int x, int r) { return x / r * (r | 1) + x % r; }
+
+// Step i of a table entry by one lane of its warp, g[t] the entry's slice of core t (the suffix's left operands, t <
+// T-1, with rows padded as above; the others as in memory): step i reads
 // buffer (i - 1) & 1 (step 0: the slices) and writes buffer i & 1, the last step the entry `dst`. A side with no step
 // (k = 0's P, k = T-2's S) is the core slice itself, copied as step 0. The steps of a warp are separated by __syncwarp
 // (the CPU test runs a step for lane 0..31 in turn).
@@ -1792,8 +1801,9 @@ __host__ __device__ inline void tt_embedding_forward_split_step(const TtEmbeddin
 }
 
 // The table kernel: a warp per entry, all prefixes of all tables first, then all suffixes. A warp first copies its
-// side's slices into shared memory, every copy in flight at once (cp.async), and then runs the steps there: read from
-// global memory, each step's k-loop waited on its loads a few k at a time, a dependent DRAM round trip after another.
+// side's slices into shared memory, every copy in flight at once (cp.async), and then runs the steps there. A suffix
+// step reads its left operand G_t a row per lane; straight from memory (rows of R_{t+1} = 32 floats) each such load
+// touched 32 lines of L1, or 32 times one bank of a dense copy, so its rows are copied padded to an odd length.
 __global__ void __launch_bounds__(32 * TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS) tt_embedding_forward_kernel_split_tables(
     float* __restrict__ pre, float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardCores cores,
     const __grid_constant__ TtEmbeddingForwardShape s, const __grid_constant__ TtEmbeddingForwardSplit c) {
@@ -1815,6 +1825,12 @@ __global__ void __launch_bounds__(32 * TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS) t
             const float* src = tt_embedding_forward_split_slice(c, s, cores, tbl, e - tbl * per, suffix, t);
             if (nsteps == 0) { g[t] = src; continue; }      // copied straight into the entry
             const int n = (int)s.slice[t];
+            if (suffix && t < s.T - 1) {                    // a left operand: rows of R_{t+1} padded to odd (tt_embedding_forward_split_padded)
+                for (int x = lane; x < n; x += 32) async_copy(at + tt_embedding_forward_split_padded(x, s.R[t + 1]), src + x, false);
+                g[t] = at;
+                at += (s.R[t] * s.q[t] * (s.R[t + 1] | 1) + 3) / 4 * 4;
+                continue;
+            }
             if (n % 4 == 0) for (int x = 4 * lane; x < n; x += 128) async_copy(at + x, src + x, true);
             else for (int x = lane; x < n; x += 32) async_copy(at + x, src + x, false);
             g[t] = at;
