@@ -885,18 +885,10 @@ static void test_split() {
                 for (int side = 0; side < 2; side++) {
                     std::vector<float> b0((size_t)c.buf + guard, NAN), b1((size_t)c.buf + guard, NAN);
                     const int nsteps = std::max(side ? c.n_suf_steps : c.n_pre_steps, 1);
-                    const float* g[6] = {};
-                    std::vector<std::vector<float>> padded(6);      // the suffix's left operands, rows padded as the kernel copies them
-                    for (int t = side ? k + 1 : 0; t <= (side ? s.T - 1 : k); t++) {
-                        g[t] = tt_embedding_forward_split_slice(c, s, P.c, tbl, side ? js : jp, side == 1, t);
-                        if (!side || t == s.T - 1 || c.n_suf_steps == 0) continue;
-                        padded[t].assign((size_t)s.R[t] * s.q[t] * (s.R[t + 1] | 1), NAN);
-                        for (int x = 0; x < s.slice[t]; x++) padded[t][tt_embedding_forward_split_padded(x, s.R[t + 1])] = g[t][x];
-                        g[t] = padded[t].data();
-                    }
                     for (int st = 0; st < nsteps; st++)
                         for (int lane = 0; lane < 32; lane++)
-                            tt_embedding_forward_split_step(c, s, g, side == 1, st, b0.data(), b1.data(), side ? suf.data() : pre.data(), lane);
+                            tt_embedding_forward_split_step(c, s, P.c, tbl, side ? js : jp, side == 1, st, b0.data(), b1.data(),
+                                                            side ? suf.data() : pre.data(), lane);
                     for (int e = 0; e < guard; e++)
                         if (!std::isnan(b0[c.buf + e]) || !std::isnan(b1[c.buf + e])) { bad += " buffer overrun " + P.name; break; }
                 }

@@ -28,14 +28,14 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
      FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
      FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
-     build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137
-     (2026-12-03; results/logs/2026-12-03_tt_forward_elrec_rows_held.log, steps: 2026-12-03_tt_forward_*_ab.log)
+     build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137 (2026-12-03)
   retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
   in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
 q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
-column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128; other shapes run version 3's kernel
+column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables
+(H100: T 6 0.056 ms, 3 0.135; T 4 0.072, 3 0.110; results/logs/2026-12-06_tt_forward_tables_h100.log); else version 3
 (buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
 block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go
 by the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
@@ -1686,7 +1686,6 @@ struct TtEmbeddingForwardSplit {
     int n_pre_steps = 0, n_suf_steps = 0;
     TtEmbeddingForwardStep pre[TT_EMBEDDING_FORWARD_MAX_CORES], suf[TT_EMBEDDING_FORWARD_MAX_CORES];   // in the order they run
     int buf = 0;                      // floats in each of a table warp's two buffers (its largest intermediate)
-    int stage = 0;                    // floats of a table warp's copy of its side's slices (the larger side)
     int ldp = 0, ps_len = 0;          // P's row stride in a row warp's shared memory (R made odd: no bank conflicts), floats
     double cost = 0.0;                // the model below, in FMAs
 };
@@ -1714,22 +1713,14 @@ inline TtEmbeddingForwardSplit tt_embedding_forward_split_at(const TtEmbeddingFo
     for (int t = s.T - 2; t > k; t--) {                    // S: V_t = G_t V_{t+1}, V_{T-1} = G_{T-1}'s slice
         TtEmbeddingForwardStep& st = c.suf[c.n_suf_steps++];
         st.m = s.R[t] * s.q[t]; st.k = s.R[t + 1]; st.n = (int)Dt; st.r = st.n;
-        st.ld_in = s.R[t + 1] | 1; st.ld_out = st.n;         // G_t as the table kernel copies it: rows padded to odd
+        st.ld_in = s.R[t + 1]; st.ld_out = st.n;
         if (t > k + 1) buf = std::max<int64_t>(buf, (int64_t)st.m * st.n);
         suf_fma += (double)st.m * st.k * st.n;
         Dt *= s.q[t];
     }
     for (int i = 0; i < c.n_pre_steps; i++) tt_embedding_forward_pick_tile(c.pre[i].m, c.pre[i].n, c.pre[i].rt, c.pre[i].cw);
-    for (int i = 0; i < c.n_suf_steps; i++) {               // a row per lane: rows ld_in apart, odd, hit distinct banks
-        c.suf[i].rt = 1;
-        c.suf[i].cw = c.suf[i].n % 4 == 0 ? 4 : 1;
-    }
+    for (int i = 0; i < c.n_suf_steps; i++) tt_embedding_forward_pick_tile(c.suf[i].m, c.suf[i].n, c.suf[i].rt, c.suf[i].cw);
     c.buf = (int)tt_embedding_forward_round4(std::min<int64_t>(buf, INT32_MAX / 4));
-    int64_t pre_stage = 0, suf_stage = 0;                   // a side with steps copies its slices (one with none copies nothing)
-    for (int t = 0; t <= k && c.n_pre_steps; t++) pre_stage += tt_embedding_forward_round4(s.slice[t]);
-    for (int t = k + 1; t < s.T && c.n_suf_steps; t++)
-        suf_stage += tt_embedding_forward_round4(t == s.T - 1 ? s.slice[t] : (int64_t)s.R[t] * s.q[t] * (s.R[t + 1] | 1));
-    c.stage = (int)std::min<int64_t>(std::max(pre_stage, suf_stage), INT32_MAX / 4);
     c.cost = (double)s.tables * ((double)c.n_pre * (pre_fma + c.pre_len) + (double)c.n_suf * (suf_fma + c.suf_len)) +
              (double)s.nnz * ((double)c.R * s.D + 2.0 * (c.pre_len + c.suf_len));
     return c;
@@ -1738,15 +1729,7 @@ inline TtEmbeddingForwardSplit tt_embedding_forward_split_at(const TtEmbeddingFo
 inline size_t tt_embedding_forward_smem_bytes_split_rows(const TtEmbeddingForwardSplit& c, int warps) {
     return (size_t)warps * ((size_t)c.ps_len + c.suf_len) * 4;
 }
-static const int TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS = 8;   // the table kernel's block: at most 8 warps, as shared memory allows
-inline size_t tt_embedding_forward_smem_bytes_split_tables(const TtEmbeddingForwardSplit& c, int warps) {
-    return (size_t)warps * (2 * (size_t)c.buf + c.stage) * 4;
-}
-inline int tt_embedding_forward_split_table_warps(const TtEmbeddingForwardSplit& c, size_t max_smem) {
-    int w = TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS;
-    while (w > 1 && tt_embedding_forward_smem_bytes_split_tables(c, w) > max_smem) w--;
-    return w;
-}
+static const int TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS = 8;   // the table kernel's block (8 warps, two buffers each)
 
 // The cut version 6 takes: the cheapest k whose tables hold at most 2^26 floats and whose warps fit shared memory,
 // where it costs at most a quarter of every lookup's chain (version 3's kernel or the compiled one run those FMAs at
@@ -1758,113 +1741,70 @@ inline TtEmbeddingForwardSplit tt_embedding_forward_plan_split(const TtEmbedding
         const TtEmbeddingForwardSplit c = tt_embedding_forward_split_at(s, k);
         const double floats = (double)s.tables * ((double)c.n_pre * c.pre_len + (double)c.n_suf * c.suf_len);
         if (floats > (double)(1 << 26) || 4.0 * c.cost > chains) continue;
-        if (tt_embedding_forward_smem_bytes_split_tables(c, 1) > max_smem || tt_embedding_forward_smem_bytes_split_rows(c, 1) > max_smem) continue;
+        if ((size_t)TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS * 2 * c.buf * 4 > max_smem || tt_embedding_forward_smem_bytes_split_rows(c, 1) > max_smem) continue;
         if (best.k < 0 || c.cost < best.cost) best = c;
     }
     return best;
 }
 
-// Slice of core t that table entry j reads (prefix: j = (i_0..i_k) = idx / stride[k]; suffix: j = (i_{k+1}..) = idx %
-// stride[k]), in table tbl
-__host__ __device__ inline const float* tt_embedding_forward_split_slice(const TtEmbeddingForwardSplit& c, const TtEmbeddingForwardShape& s,
-                                                                         const TtEmbeddingForwardCores& cores, int tbl, int64_t j, bool suffix, int t) {
-    const int64_t digit = tt_embedding_forward_digit(suffix ? j : j * s.stride[c.k], s.stride[t], s.p[t]);
-    return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
-}
-
-// where element x of a slice with rows of r floats goes when its rows are padded to r | 1 floats: the suffix steps'
-// left operands (G_t, (R_t q_t) x R_{t+1}), read a row per lane, so rows an odd number of floats apart
-__host__ __device__ inline int tt_embedding_forward_split_padded(int x, int r) { return x / r * (r | 1) + x % r; }
-
-// Step i of a table entry by one lane of its warp, g[t] the entry's slice of core t (the suffix's left operands, t <
-// T-1, with rows padded as above; the others as in memory): step i reads
-// buffer (i - 1) & 1 (step 0: the slices) and writes buffer i & 1, the last step the entry `dst`. A side with no step
-// (k = 0's P, k = T-2's S) is the core slice itself, copied as step 0. The steps of a warp are separated by __syncwarp
-// (the CPU test runs a step for lane 0..31 in turn).
+// Step i of table entry j (prefix: (i_0..i_k), j = idx / stride[k]; suffix: (i_{k+1}..), j = idx % stride[k]) of
+// table tbl, by one lane of its warp: step i reads buffer (i - 1) & 1 (step 0: the core slices) and writes buffer i & 1,
+// the last step the entry `dst`. A side with no step (k = 0's P, k = T-2's S) is the core slice itself, copied as
+// step 0. The steps of a warp are separated by __syncwarp (the CPU test runs a step for lane 0..31 in turn).
 __host__ __device__ inline void tt_embedding_forward_split_step(const TtEmbeddingForwardSplit& c, const TtEmbeddingForwardShape& s,
-                                                                const float* const* g, bool suffix, int i, float* buf0, float* buf1,
-                                                                float* dst, int lane) {
+                                                                const TtEmbeddingForwardCores& cores, int tbl, int64_t j, bool suffix, int i,
+                                                                float* buf0, float* buf1, float* dst, int lane) {
+    const int k = c.k;
+    auto slice = [&](int t) {
+        const int64_t digit = tt_embedding_forward_digit(suffix ? j : j * s.stride[k], s.stride[t], s.p[t]);
+        return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
+    };
     const int nsteps = suffix ? c.n_suf_steps : c.n_pre_steps;
     if (nsteps == 0) {                                      // the side is one core slice
         const int t = suffix ? s.T - 1 : 0;
-        for (int e = lane; e < s.slice[t]; e += 32) dst[e] = g[t][e];
+        const float* g = slice(t);
+        for (int e = lane; e < s.slice[t]; e += 32) dst[e] = g[e];
         return;
     }
     const TtEmbeddingForwardStep& st = suffix ? c.suf[i] : c.pre[i];
     float* out = i == nsteps - 1 ? dst : ((i & 1) ? buf1 : buf0);
     const float* prev = (i & 1) ? buf0 : buf1;
     if (!suffix)        // M_t = M_{t-1} (in, rows of R_t) . G_t, t = i + 1
-        tt_embedding_forward_warp_step(out, st.r, st.ld_out, i == 0 ? g[0] : prev, st.ld_in, g[i + 1], st.m, st.k, st.n, st.rt, st.cw, false, lane);
+        tt_embedding_forward_warp_step(out, st.r, st.ld_out, i == 0 ? slice(0) : prev, st.ld_in, slice(i + 1), st.m, st.k, st.n, st.rt, st.cw,
+                                       false, lane);
     else                // V_t = G_t (rows of R_{t+1}) . V_{t+1}, t = T - 2 - i
-        tt_embedding_forward_warp_step(out, st.r, st.ld_out, g[s.T - 2 - i], st.ld_in, i == 0 ? g[s.T - 1] : prev, st.m, st.k, st.n, st.rt,
-                                       st.cw, false, lane);
+        tt_embedding_forward_warp_step(out, st.r, st.ld_out, slice(s.T - 2 - i), st.ld_in, i == 0 ? slice(s.T - 1) : prev, st.m, st.k, st.n,
+                                       st.rt, st.cw, false, lane);
 }
 
-// The table kernel: a warp per entry, all prefixes of all tables first, then all suffixes. A warp first copies its
-// side's slices into shared memory, every copy in flight at once (cp.async), and then runs the steps there. A suffix
-// step reads its left operand G_t a row per lane; straight from memory (rows of R_{t+1} = 32 floats) each such load
-// touched 32 lines of L1, or 32 times one bank of a dense copy, so its rows are copied padded to an odd length.
+// the table kernel: a warp per entry, all prefixes of all tables first, then all suffixes
 __global__ void __launch_bounds__(32 * TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS) tt_embedding_forward_kernel_split_tables(
     float* __restrict__ pre, float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardCores cores,
     const __grid_constant__ TtEmbeddingForwardShape s, const __grid_constant__ TtEmbeddingForwardSplit c) {
     extern __shared__ float4 tt_embedding_forward_smem_split[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    float* buf0 = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * (2 * c.buf + c.stage);
+    float* buf0 = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * 2 * c.buf;
     float* buf1 = buf0 + c.buf;
-    float* stage = buf1 + c.buf;
     const int64_t n_pre = (int64_t)s.tables * c.n_pre, items = n_pre + (int64_t)s.tables * c.n_suf;
     for (int64_t item = (int64_t)blockIdx.x * W + warp; item < items; item += (int64_t)gridDim.x * W) {   // warp-uniform
         const bool suffix = item >= n_pre;
         const int64_t e = suffix ? item - n_pre : item, per = suffix ? c.n_suf : c.n_pre;
         const int tbl = (int)(e / per);
         float* dst = suffix ? suf + e * c.suf_len : pre + e * c.pre_len;
-        const int nsteps = suffix ? c.n_suf_steps : c.n_pre_steps;
-        const float* g[TT_EMBEDDING_FORWARD_MAX_CORES];
-        float* at = stage;
-        for (int t = suffix ? c.k + 1 : 0; t <= (suffix ? s.T - 1 : c.k); t++) {
-            const float* src = tt_embedding_forward_split_slice(c, s, cores, tbl, e - tbl * per, suffix, t);
-            if (nsteps == 0) { g[t] = src; continue; }      // copied straight into the entry
-            const int n = (int)s.slice[t];
-            if (suffix && t < s.T - 1) {                    // a left operand: rows of R_{t+1} padded to odd (tt_embedding_forward_split_padded)
-                for (int x = lane; x < n; x += 32) async_copy(at + tt_embedding_forward_split_padded(x, s.R[t + 1]), src + x, false);
-                g[t] = at;
-                at += (s.R[t] * s.q[t] * (s.R[t + 1] | 1) + 3) / 4 * 4;
-                continue;
-            }
-            if (n % 4 == 0) for (int x = 4 * lane; x < n; x += 128) async_copy(at + x, src + x, true);
-            else for (int x = lane; x < n; x += 32) async_copy(at + x, src + x, false);
-            g[t] = at;
-            at += (n + 3) / 4 * 4;
-        }
-        async_commit();
-        async_wait_group<0>();
-        __syncwarp();
-        for (int i = 0; i < (nsteps > 0 ? nsteps : 1); i++) {
-            tt_embedding_forward_split_step(c, s, g, suffix, i, buf0, buf1, dst, lane);
+        const int nsteps = (suffix ? c.n_suf_steps : c.n_pre_steps) > 0 ? (suffix ? c.n_suf_steps : c.n_pre_steps) : 1;
+        for (int i = 0; i < nsteps; i++) {
+            tt_embedding_forward_split_step(c, s, cores, tbl, e - tbl * per, suffix, i, buf0, buf1, dst, lane);
             __syncwarp();
         }
     }
 }
 
-// One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss, float4 loads of the 16-byte
-// aligned entries; then a __syncwarp), then row[e] = sum_r P[x][r] S[r][y] for e = lane, lane + 32, ... (x = e / D_s,
-// y = e % D_s). Host-callable.
+// One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss; then a __syncwarp), then
+// row[e] = sum_r P[x][r] S[r][y] for e = lane, lane + 32, ... (x = e / D_s, y = e % D_s). Host-callable.
 __host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
                                                                  const float* __restrict__ S, float* Ps, float* Ss, int lane) {
-    const int np = c.Qk * c.R;
-    for (int f = 4 * lane; f < np; f += 128) {
-        const float4 v = *reinterpret_cast<const float4*>(P + f);
-        const float w[4] = {v.x, v.y, v.z, v.w};
-        if (c.R % 4 == 0) {                                 // the four in one row of P
-            const int x = f / c.R;
-            float* d = Ps + x * c.ldp + (f - x * c.R);
-            d[0] = w[0]; d[1] = w[1]; d[2] = w[2]; d[3] = w[3];
-        } else {
-            for (int u = 0; u < 4 && f + u < np; u++) Ps[((f + u) / c.R) * c.ldp + (f + u) % c.R] = w[u];
-        }
-    }
-    for (int f = 4 * lane; f < c.R * c.Ds; f += 128)        // S's entry is padded to 4: the tail's extra floats land in Ss's padding
-        *reinterpret_cast<float4*>(Ss + f) = *reinterpret_cast<const float4*>(S + f);
+    for (int e = lane; e < c.Qk * c.R; e += 32) Ps[(e / c.R) * c.ldp + e % c.R] = P[e];
+    for (int e = lane; e < c.R * c.Ds; e += 32) Ss[e] = S[e];
 }
 __host__ __device__ inline void tt_embedding_forward_split_row(const TtEmbeddingForwardSplit& c, const float* Ps, const float* Ss,
                                                                float* __restrict__ row, int D, int lane) {
@@ -2227,9 +2167,9 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
                                 const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
     const TtEmbeddingForwardSplit& c = ws.split;
     const int64_t nbags = (int64_t)s.tables * s.B, entries = (int64_t)s.tables * (c.n_pre + c.n_suf);
-    const int tw = tt_embedding_forward_split_table_warps(c, ws.max_smem), warps = block_size / 32;
+    const int tw = TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS, warps = block_size / 32;
     tt_embedding_forward_kernel_split_tables<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(entries, tw), INT32_MAX), 32 * tw,
-                                               tt_embedding_forward_smem_bytes_split_tables(c, tw)>>>(ws.split_pre, ws.split_suf, cores, s, c);
+                                               (size_t)tw * 2 * c.buf * 4>>>(ws.split_pre, ws.split_suf, cores, s, c);
     launch_pdl(tt_embedding_forward_kernel_split_rows, (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(s.nnz, warps), INT32_MAX)),
                (unsigned)block_size, tt_embedding_forward_smem_bytes_split_rows(c, warps), ws.rowbuf, indices, offsets, (const float*)ws.split_pre,
                (const float*)ws.split_suf, s, c);
