@@ -849,10 +849,12 @@ static void test_digit_mask() {
     report(bad.empty(), "version 6's scan mask = a per-position check (" + std::to_string(checked) + " vectors)", bad);
 }
 
-// Version 6's prefix and suffix tables on the CPU: for every case of test_random_shapes' kind and every cut k, each
-// table entry a row reads is built by the table kernel's steps (a lane at a time, buffers of c.buf floats with a NaN
-// guard after them), then the row warp's staging and product (lanes in turn, Ps padded as the kernel pads it) must
-// give the reference row; and the plan's choice: a cut at T 6 / T 4 of the bench grid, none at FBTT's default.
+// Version 6's prefix and suffix tables on the CPU: for every case of test_random_shapes' kind and every cut k, the
+// step buffers and tables (NaN, with a NaN guard after each) are built by the launch's steps: the op's pointer
+// function for every batch entry, each step's GEMM through the column-major reference with the launch's arguments;
+// then for lookups across the index range (all of them where there are few) the row warp's staging and product
+// (lanes in turn, both staging paths) must give the reference row, and no guard float may change; and the plan's
+// choice: a cut at T 6 / T 4 of the bench grid, none at FBTT's default.
 static void test_split() {
     struct Case { std::vector<int> p, q, r; int tables; };
     const std::vector<Case> cases = {
@@ -865,51 +867,73 @@ static void test_split() {
         {{2, 2, 3, 2, 2, 3}, {2, 1, 2, 3, 2, 2}, {2, 3, 2, 3, 2}, 2},
         {{3, 2, 3, 2, 3, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1},
         {{3, 2, 5}, {1, 2, 2}, {3, 128}, 1},
+        {{3, 5, 2, 3}, {3, 1, 5, 3}, {7, 5, 3}, 3},
     };
     Rng rng(77);
     std::string bad;
-    int checked = 0;
+    int checked = 0, vec_rows = 0;
+    const int guard = 64;
     for (const Case& cs : cases) {
         Problem P;
         if (!make_problem(P, cs.p, cs.q, cs.r, cs.tables, 1, 1, rng)) continue;
         const TtEmbeddingForwardShape& s = P.s;
         for (int k = 0; k + 1 < s.T; k++) {
             const TtEmbeddingForwardSplit c = tt_embedding_forward_split_at(s, k);
-            if ((int64_t)c.Qk * c.Ds != s.D || c.n_pre * c.n_suf != s.prod_p) bad += " sizes " + P.name;
-            for (int i = 0; i < 6; i++) {
-                const int tbl = (int)rng.randint(0, cs.tables);
-                const int64_t idx = i == 0 ? 0 : i == 1 ? s.E - 1 : rng.randint(0, s.E);
-                const int64_t jp = idx / s.stride[k], js = idx % s.stride[k];
-                const int guard = 64;
-                std::vector<float> pre((size_t)c.pre_len + guard, NAN), suf((size_t)c.suf_len + guard, NAN);
-                for (int side = 0; side < 2; side++) {
-                    std::vector<float> b0((size_t)c.buf + guard, NAN), b1((size_t)c.buf + guard, NAN);
-                    const int nsteps = std::max(side ? c.n_suf_steps : c.n_pre_steps, 1);
-                    for (int st = 0; st < nsteps; st++)
-                        for (int lane = 0; lane < 32; lane++)
-                            tt_embedding_forward_split_step(c, s, P.c, tbl, side ? js : jp, side == 1, st, b0.data(), b1.data(),
-                                                            side ? suf.data() : pre.data(), lane);
-                    for (int e = 0; e < guard; e++)
-                        if (!std::isnan(b0[c.buf + e]) || !std::isnan(b1[c.buf + e])) { bad += " buffer overrun " + P.name; break; }
-                }
+            if ((int64_t)c.Qk * c.Ds != s.D || c.n_pre * c.n_suf != s.prod_p || c.n_gemms != s.T - 2) bad += " sizes " + P.name;
+            std::vector<std::vector<float>> store(4);
+            float* bufs[4] = {};
+            for (int i = 0; i < 4; i++) {
+                store[i].assign((size_t)c.floats[i] + guard, NAN);
+                bufs[i] = store[i].data();
+            }
+            std::vector<const void*> G((size_t)c.pointers), M((size_t)c.pointers);
+            std::vector<void*> C((size_t)c.pointers);
+            for (int j = 0; j < c.n_gemms; j++) {
+                const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+                for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++) tt_embedding_forward_split_pointers(G.data(), M.data(), C.data(), c, s, P.c, bufs, j, b);
+            }
+            for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS
+                const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+                const TtEmbeddingForwardGemmArgs a = {g.n, g.m, g.kk, g.n, g.kk, g.n};
+                for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++)
+                    colmajor_gemm(a, (const float*)G[g.at + b], (const float*)M[g.at + b], (float*)C[g.at + b]);
+            }
+            for (int i = 0; i < 4; i++)
                 for (int e = 0; e < guard; e++)
-                    if (!std::isnan(pre[c.pre_len + e]) || !std::isnan(suf[c.suf_len + e])) { bad += " entry overrun " + P.name; break; }
-                std::vector<float> Ps((size_t)c.ps_len, NAN), Ss((size_t)c.suf_len, NAN), row((size_t)s.D, NAN);
-                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_stage(c, pre.data(), suf.data(), Ps.data(), Ss.data(), lane);
-                for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_row(c, Ps.data(), Ss.data(), row.data(), s.D, lane);
+                    if (!std::isnan(store[i][c.floats[i] + e])) { bad += " overrun of buffer " + std::to_string(i) + " " + P.name; break; }
+            const float* pre = k > 0 ? bufs[TT_EMBEDDING_FORWARD_SPLIT_PRE] : P.c.c[0];
+            const float* suf = k + 2 < s.T ? bufs[TT_EMBEDDING_FORWARD_SPLIT_SUF] : P.c.c[s.T - 1];
+            const int64_t lookups = s.E <= 400 ? s.E * s.tables : 60;
+            for (int64_t l = 0; l < lookups; l++) {
+                const int tbl = s.E <= 400 ? (int)(l / s.E) : (int)rng.randint(0, cs.tables);
+                const int64_t idx = s.E <= 400 ? l % s.E : l == 0 ? 0 : l == 1 ? s.E - 1 : rng.randint(0, s.E);
+                const int64_t jp = tt_embedding_forward_split_entry(s, idx, 0, k), js = tt_embedding_forward_split_entry(s, idx, k + 1, s.T - 1);
+                const float* Pe = pre + (tbl * c.n_pre + jp) * c.pre_len;
+                const float* Se = suf + (tbl * c.n_suf + js) * c.suf_len;
                 std::vector<double> ref(s.D);
                 tt_embedding_forward_row_cpu(ref.data(), P.ptrs.data(), s, tbl, idx);
                 double scale = 0.0;
                 for (int d = 0; d < s.D; d++) scale = std::max(scale, fabs(ref[d]));
-                for (int d = 0; d < s.D; d++)
-                    if (!close(row[d], ref[d], 1e-5 * std::max(scale, 1.0), 0) && bad.size() < 300)
-                        bad += " " + P.name + " k" + std::to_string(k) + " row " + std::to_string(idx) + " d" + std::to_string(d);
-                checked++;
+                for (int vec = 0; vec < 2; vec++) {
+                    if (vec && (c.pre_len % 4 || c.suf_len % 4 || (uintptr_t)Pe % 16 || (uintptr_t)Se % 16)) continue;
+                    std::vector<float> Ps((size_t)c.ps_len, NAN), Ss((size_t)c.ss_len, NAN), row((size_t)s.D + guard, NAN);
+                    for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_stage(c, Pe, Se, Ps.data(), Ss.data(), vec, lane);
+                    for (int lane = 0; lane < 32; lane++) tt_embedding_forward_split_row(c, Ps.data(), Ss.data(), row.data(), lane);
+                    for (int d = 0; d < s.D; d++)
+                        if (!close(row[d], ref[d], 1e-5 * std::max(scale, 1.0), 0) && bad.size() < 300)
+                            bad += " " + P.name + " k" + std::to_string(k) + " vec" + std::to_string(vec) + " row " + std::to_string(idx) + " d" + std::to_string(d);
+                    for (int e = 0; e < guard; e++)
+                        if (!std::isnan(row[s.D + e])) { bad += " row overrun " + P.name; break; }
+                    checked++;
+                    vec_rows += vec;
+                }
             }
         }
     }
-    report(bad.empty() && checked > 100, "version 6's tables: every cut's P and S entries (table steps, lane by lane) times each other = the reference row (" +
-                                             std::to_string(checked) + " rows)", bad.substr(0, 300));
+    report(bad.empty() && checked > 1000 && vec_rows > 100,
+           "version 6's tables: every cut's P and S tables (pointers and cuBLAS steps through the reference GEMM) and each row's staging and "
+           "product = the reference row (" + std::to_string(checked) + " rows, " + std::to_string(vec_rows) + " staged by float4)",
+           bad.substr(0, 300));
     // the plan at the bench grid: T 6 and T 4 cut, FBTT's default and q 4,8,8 not; no lookups: no cut
     auto plan = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int B, int L) {
         TtEmbeddingForwardShape s;

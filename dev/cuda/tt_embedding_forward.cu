@@ -1670,151 +1670,170 @@ inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardSha
 
 // Cut the chain after core k: a row is P (Q_k x R_{k+1}, the product of cores 0..k) times S (R_{k+1} x D_s, cores
 // k+1..T-1, D_s = D / Q_k), element d = x D_s + y = sum_r P[x][r] S[r][y]. P depends on (i_0..i_k) only and S on
-// (i_{k+1}..i_{T-1}) only. Where those two index ranges are small beside the lookups (T 6 with p 10: 1,000 and 1,100
+// (i_{k+1}..i_{T-1}) only. Where those index ranges are small beside the lookups (T 6 with p 10: 1,000 and 1,100
 // values for 10,240 lookups), every P and S is made once, into two tables, and a lookup costs R_{k+1} D FMAs instead
-// of its chain (T 6, ranks 32: 2,048 against 63,488). The tables come from the warp step engine of version 3: P from
-// the left as in the chain; S from the right (V_t = G_t[i_t] V_{t+1}, a (R_t q_t) x D_{t+1} product that is S_t as an
-// R_t x D_t matrix with no reshape), which keeps its intermediates at R_t D_t floats where from the left they would
-// start at R_{k+1} q_{k+1} rows. A warp per lookup then stages its P and S in shared memory and writes its row; the
+// of its chain (T 6, ranks 32: 2,048 against 63,488).
+//
+// Both tables grow from the left by one step. After core t a side's table holds, for every tuple e of its digits so
+// far, a (rows x R_{t+1}) matrix; core t+1 multiplies ALL of them by the same slice G_{t+1}[i]:
+//     [M(e = 0); M(1); ...] (n rows x R_{t+1})  .  G_{t+1}[i] (R_{t+1} x q_{t+1} R_{t+2})
+// a GEMM per digit i whose row-major output, read in place, is the table after core t+1: entry (i, e) at index
+// i n + e (the newer digit more significant), q_{t+1} times as many rows of R_{t+2}. All p_{t+1} digits of all
+// tables are one batched cuBLAS call. P starts as G_0's slices (q_0 x R_1), S as G_{k+1}'s ((R_{k+1} q_{k+1}) x
+// R_{k+2}) and ends as (R_{k+1} D_s) x 1, which is S as an R_{k+1} x D_s matrix. A side with no step (P at k = 0, S
+// at k = T-2) is its core itself. A warp per lookup then stages its P and S in shared memory and writes its row; the
 // pooling kernel of versions 4-6 sums each bag's rows in lookup order (deterministic at any block size).
-struct TtEmbeddingForwardStep { int m = 0, k = 0, n = 0, rt = 1, cw = 1, r = 1, ld_in = 0, ld_out = 0; };
+struct TtEmbeddingForwardSplitGemm {  // C_b = M_tbl (m x kk) . G_t[i] (kk x n) for b = tbl p_t + i, one cuBLAS call
+    int t = 0, m = 0, kk = 0, n = 0;
+    int src = 0, dst = 0;             // buffers: < 0: core -1 - src (a side's first); else ws.split_buf[src]
+    int64_t at = 0;                   // its first pointer in the pointer arrays
+};
 struct TtEmbeddingForwardSplit {
     int k = -1;                       // the cut (-1: no cut pays; version 6 runs another kernel)
     int R = 0, Qk = 0, Ds = 0;        // R_{k+1}, Q_k, D / Q_k
-    int64_t n_pre = 0, n_suf = 0;     // entries per table: prod_{t<=k} p_t and prod_{t>k} p_t (= stride[k])
-    int pre_len = 0, suf_len = 0;     // floats per entry: Q_k R and R D_s, rounded up to 4 (16-byte aligned entries)
-    int n_pre_steps = 0, n_suf_steps = 0;
-    TtEmbeddingForwardStep pre[TT_EMBEDDING_FORWARD_MAX_CORES], suf[TT_EMBEDDING_FORWARD_MAX_CORES];   // in the order they run
-    int buf = 0;                      // floats in each of a table warp's two buffers (its largest intermediate)
-    int ldp = 0, ps_len = 0;          // P's row stride in a row warp's shared memory (R made odd: no bank conflicts), floats
+    int64_t n_pre = 0, n_suf = 0;     // entries per table: prod_{t<=k} p_t and prod_{t>k} p_t
+    int pre_len = 0, suf_len = 0;     // floats per entry: Q_k R and R D_s
+    int n_gemms = 0;                  // P's steps then S's (T - 2 in all)
+    TtEmbeddingForwardSplitGemm gemm[TT_EMBEDDING_FORWARD_MAX_CORES];
+    int64_t floats[4] = {};           // ws.split_buf: two step buffers (a side's tables before its last), P's, S's table
+    int64_t pointers = 0;             // entries of each pointer array: tables p_t summed over the steps
+    int ldp = 0, ps_len = 0, ss_len = 0;   // P's row stride in a row warp's shared memory (R made odd: no bank conflicts);
+                                      // its P's and S's floats there (rounded up to 4)
     double cost = 0.0;                // the model below, in FMAs
 };
+enum { TT_EMBEDDING_FORWARD_SPLIT_TMP = 0, TT_EMBEDDING_FORWARD_SPLIT_PRE = 2, TT_EMBEDDING_FORWARD_SPLIT_SUF = 3 };
 
-// the plan of cut k: steps, sizes, and its cost (table FMAs and copies, each lookup's product and staging)
+// the plan of cut k: the steps of both sides, the buffers, and the cost (GEMM FMAs, each lookup's product and staging)
 inline TtEmbeddingForwardSplit tt_embedding_forward_split_at(const TtEmbeddingForwardShape& s, int k) {
     TtEmbeddingForwardSplit c;
     c.k = k; c.R = s.R[k + 1]; c.Qk = s.Q[k]; c.Ds = s.D / s.Q[k];
     c.n_suf = s.stride[k]; c.n_pre = s.prod_p / s.stride[k];
-    c.pre_len = (int)tt_embedding_forward_round4((int64_t)c.Qk * c.R);
-    c.suf_len = (int)tt_embedding_forward_round4((int64_t)c.R * c.Ds);
+    c.pre_len = c.Qk * c.R;
+    c.suf_len = c.R * c.Ds;
     c.ldp = c.R | 1;
     c.ps_len = (int)tt_embedding_forward_round4((int64_t)c.Qk * c.ldp);
-    int64_t buf = 0;
-    double pre_fma = 0.0, suf_fma = 0.0;
-    for (int t = 1; t <= k; t++) {                         // P: M_t = M_{t-1} G_t, M_0 = G_0's slice
-        TtEmbeddingForwardStep& st = c.pre[c.n_pre_steps++];
-        st.m = s.Q[t - 1]; st.k = s.R[t]; st.n = s.q[t] * s.R[t + 1]; st.r = s.R[t + 1];
-        st.ld_in = t == 1 ? s.R[1] : (s.R[t] | 1);
-        st.ld_out = t == k ? s.R[t + 1] : (s.R[t + 1] | 1);   // the table entry dense, intermediates padded
-        if (t < k) buf = std::max<int64_t>(buf, (int64_t)s.Q[t] * st.ld_out);
-        pre_fma += (double)st.m * st.k * st.n;
-    }
-    int64_t Dt = s.q[s.T - 1];                             // D_{t+1} = q_{t+1} ... q_{T-1}
-    for (int t = s.T - 2; t > k; t--) {                    // S: V_t = G_t V_{t+1}, V_{T-1} = G_{T-1}'s slice
-        TtEmbeddingForwardStep& st = c.suf[c.n_suf_steps++];
-        st.m = s.R[t] * s.q[t]; st.k = s.R[t + 1]; st.n = (int)Dt; st.r = st.n;
-        st.ld_in = s.R[t + 1]; st.ld_out = st.n;
-        if (t > k + 1) buf = std::max<int64_t>(buf, (int64_t)st.m * st.n);
-        suf_fma += (double)st.m * st.k * st.n;
-        Dt *= s.q[t];
-    }
-    for (int i = 0; i < c.n_pre_steps; i++) tt_embedding_forward_pick_tile(c.pre[i].m, c.pre[i].n, c.pre[i].rt, c.pre[i].cw);
-    for (int i = 0; i < c.n_suf_steps; i++) tt_embedding_forward_pick_tile(c.suf[i].m, c.suf[i].n, c.suf[i].rt, c.suf[i].cw);
-    c.buf = (int)tt_embedding_forward_round4(std::min<int64_t>(buf, INT32_MAX / 4));
-    c.cost = (double)s.tables * ((double)c.n_pre * (pre_fma + c.pre_len) + (double)c.n_suf * (suf_fma + c.suf_len)) +
+    c.ss_len = (int)tt_embedding_forward_round4(c.suf_len);
+    double fma = 0.0;
+    auto side = [&](int first, int last, int table) {
+        int64_t n = s.p[first], rows = (int64_t)s.R[first] * s.q[first];   // entries and rows of the table after `first`
+        for (int t = first + 1, j = 0; t <= last; t++, j++) {
+            TtEmbeddingForwardSplitGemm& g = c.gemm[c.n_gemms++];
+            const double m = (double)n * rows;
+            g.t = t; g.m = (int)std::min<double>(m, INT32_MAX); g.kk = s.R[t]; g.n = s.q[t] * s.R[t + 1];
+            g.src = j == 0 ? -1 - first : TT_EMBEDDING_FORWARD_SPLIT_TMP + ((j - 1) & 1);
+            g.dst = t == last ? table : TT_EMBEDDING_FORWARD_SPLIT_TMP + (j & 1);
+            g.at = c.pointers;
+            c.pointers += (int64_t)s.tables * s.p[t];
+            fma += (double)s.tables * s.p[t] * m * g.kk * g.n;
+            n *= s.p[t];
+            rows *= s.q[t];
+            c.floats[g.dst] = std::max<int64_t>(c.floats[g.dst], (int64_t)std::min<double>((double)s.tables * n * rows * s.R[t + 1], 1e15));
+        }
+    };
+    side(0, k, TT_EMBEDDING_FORWARD_SPLIT_PRE);
+    side(k + 1, s.T - 1, TT_EMBEDDING_FORWARD_SPLIT_SUF);
+    c.cost = fma + (double)s.tables * ((double)c.n_pre * c.pre_len + (double)c.n_suf * c.suf_len) +
              (double)s.nnz * ((double)c.R * s.D + 2.0 * (c.pre_len + c.suf_len));
     return c;
 }
 
 inline size_t tt_embedding_forward_smem_bytes_split_rows(const TtEmbeddingForwardSplit& c, int warps) {
-    return (size_t)warps * ((size_t)c.ps_len + c.suf_len) * 4;
+    return (size_t)warps * ((size_t)c.ps_len + c.ss_len) * 4;
 }
-static const int TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS = 8;   // the table kernel's block (8 warps, two buffers each)
 
-// The cut version 6 takes: the cheapest k whose tables hold at most 2^26 floats and whose warps fit shared memory,
-// where it costs at most a quarter of every lookup's chain (version 3's kernel or the compiled one run those FMAs at
-// 12-20% of the FMA peak; the tables and rows above are small products with less to share). k = -1: no cut pays.
+// The cut version 6 takes: the cheapest k whose tables and step buffers each hold at most 2^26 floats and whose row
+// warp fits shared memory, where it costs at most a quarter of every lookup's chain (version 3's kernel or the
+// compiled one run those FMAs at 12-20% of the FMA peak; the rows are small products with less to share). k = -1:
+// no cut pays.
 inline TtEmbeddingForwardSplit tt_embedding_forward_plan_split(const TtEmbeddingForwardShape& s, size_t max_smem) {
     TtEmbeddingForwardSplit best;
     const double chains = (double)s.nnz * tt_embedding_forward_flops_per_lookup(s) / 2.0;
     for (int k = 0; k + 1 < s.T && s.nnz > 0; k++) {
         const TtEmbeddingForwardSplit c = tt_embedding_forward_split_at(s, k);
-        const double floats = (double)s.tables * ((double)c.n_pre * c.pre_len + (double)c.n_suf * c.suf_len);
-        if (floats > (double)(1 << 26) || 4.0 * c.cost > chains) continue;
-        if ((size_t)TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS * 2 * c.buf * 4 > max_smem || tt_embedding_forward_smem_bytes_split_rows(c, 1) > max_smem) continue;
+        bool fits = tt_embedding_forward_smem_bytes_split_rows(c, 1) <= max_smem;
+        for (int64_t f : c.floats) fits = fits && f <= ((int64_t)1 << 26);
+        if (!fits || 4.0 * c.cost > chains) continue;
         if (best.k < 0 || c.cost < best.cost) best = c;
     }
     return best;
 }
 
-// Step i of table entry j (prefix: (i_0..i_k), j = idx / stride[k]; suffix: (i_{k+1}..), j = idx % stride[k]) of
-// table tbl, by one lane of its warp: step i reads buffer (i - 1) & 1 (step 0: the core slices) and writes buffer i & 1,
-// the last step the entry `dst`. A side with no step (k = 0's P, k = T-2's S) is the core slice itself, copied as
-// step 0. The steps of a warp are separated by __syncwarp (the CPU test runs a step for lane 0..31 in turn).
-__host__ __device__ inline void tt_embedding_forward_split_step(const TtEmbeddingForwardSplit& c, const TtEmbeddingForwardShape& s,
-                                                                const TtEmbeddingForwardCores& cores, int tbl, int64_t j, bool suffix, int i,
-                                                                float* buf0, float* buf1, float* dst, int lane) {
-    const int k = c.k;
-    auto slice = [&](int t) {
-        const int64_t digit = tt_embedding_forward_digit(suffix ? j : j * s.stride[k], s.stride[t], s.p[t]);
-        return cores.c[t] + ((int64_t)tbl * s.p[t] + digit) * s.slice[t];
-    };
-    const int nsteps = suffix ? c.n_suf_steps : c.n_pre_steps;
-    if (nsteps == 0) {                                      // the side is one core slice
-        const int t = suffix ? s.T - 1 : 0;
-        const float* g = slice(t);
-        for (int e = lane; e < s.slice[t]; e += 32) dst[e] = g[e];
+// entry b = tbl p_t + i of GEMM j: its three pointers (G_t[i], M_tbl, C_b), written at index g.at + b of each array
+// (bufs: ws.split_buf). Host-callable: the CPU test runs these through a column-major GEMM with the launch's arguments.
+__host__ __device__ inline void tt_embedding_forward_split_pointers(const void** G, const void** M, void** C, const TtEmbeddingForwardSplit& c,
+                                                                    const TtEmbeddingForwardShape& s, const TtEmbeddingForwardCores& cores,
+                                                                    float* const* bufs, int j, int64_t b) {
+    const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+    const int64_t tbl = b / s.p[g.t];
+    const float* src = g.src < 0 ? cores.c[-1 - g.src] : bufs[g.src];
+    G[g.at + b] = cores.c[g.t] + b * s.slice[g.t];
+    M[g.at + b] = src + tbl * g.m * g.kk;
+    C[g.at + b] = bufs[g.dst] + b * g.m * g.n;
+}
+__global__ void tt_embedding_forward_kernel_split_pointers(const void** G, const void** M, void** C, const __grid_constant__ TtEmbeddingForwardSplit c,
+                                                           const __grid_constant__ TtEmbeddingForwardShape s,
+                                                           const __grid_constant__ TtEmbeddingForwardCores cores, float* b0, float* b1, float* b2,
+                                                           float* b3) {
+    float* const bufs[4] = {b0, b1, b2, b3};
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < c.pointers; e += (int64_t)gridDim.x * blockDim.x) {
+        int j = 0;
+        while (j + 1 < c.n_gemms && c.gemm[j + 1].at <= e) j++;
+        tt_embedding_forward_split_pointers(G, M, C, c, s, cores, bufs, j, e - c.gemm[j].at);
+    }
+}
+
+// entry of a lookup's index in a side's table (cores first..last): its digits with the later ones more significant
+__host__ __device__ inline int64_t tt_embedding_forward_split_entry(const TtEmbeddingForwardShape& s, int64_t idx, int first, int last) {
+    int64_t j = 0, w = 1;
+    for (int t = first; t <= last; t++) {
+        j += tt_embedding_forward_digit(idx, s.stride[t], s.p[t]) * w;
+        w *= s.p[t];
+    }
+    return j;
+}
+
+// One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss; float4 loads where `vec`: both
+// entries' lengths multiples of 4 and 16-byte aligned), __syncwarp, then the product. Where D_s is a multiple of 4 a
+// lane makes 1 x 4 of the row per pass (one P value and one float4 of S for 4 FMAs; an element per lane read two
+// floats per FMA and shared memory bounded the kernel), else one element. Host-callable.
+__host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
+                                                                 const float* __restrict__ S, float* Ps, float* Ss, bool vec, int lane) {
+    if (!vec) {
+        for (int e = lane; e < c.pre_len; e += 32) Ps[(e / c.R) * c.ldp + e % c.R] = P[e];
+        for (int e = lane; e < c.suf_len; e += 32) Ss[e] = S[e];
         return;
     }
-    const TtEmbeddingForwardStep& st = suffix ? c.suf[i] : c.pre[i];
-    float* out = i == nsteps - 1 ? dst : ((i & 1) ? buf1 : buf0);
-    const float* prev = (i & 1) ? buf0 : buf1;
-    if (!suffix)        // M_t = M_{t-1} (in, rows of R_t) . G_t, t = i + 1
-        tt_embedding_forward_warp_step(out, st.r, st.ld_out, i == 0 ? slice(0) : prev, st.ld_in, slice(i + 1), st.m, st.k, st.n, st.rt, st.cw,
-                                       false, lane);
-    else                // V_t = G_t (rows of R_{t+1}) . V_{t+1}, t = T - 2 - i
-        tt_embedding_forward_warp_step(out, st.r, st.ld_out, slice(s.T - 2 - i), st.ld_in, i == 0 ? slice(s.T - 1) : prev, st.m, st.k, st.n,
-                                       st.rt, st.cw, false, lane);
-}
-
-// the table kernel: a warp per entry, all prefixes of all tables first, then all suffixes
-__global__ void __launch_bounds__(32 * TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS) tt_embedding_forward_kernel_split_tables(
-    float* __restrict__ pre, float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardCores cores,
-    const __grid_constant__ TtEmbeddingForwardShape s, const __grid_constant__ TtEmbeddingForwardSplit c) {
-    extern __shared__ float4 tt_embedding_forward_smem_split[];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    float* buf0 = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * 2 * c.buf;
-    float* buf1 = buf0 + c.buf;
-    const int64_t n_pre = (int64_t)s.tables * c.n_pre, items = n_pre + (int64_t)s.tables * c.n_suf;
-    for (int64_t item = (int64_t)blockIdx.x * W + warp; item < items; item += (int64_t)gridDim.x * W) {   // warp-uniform
-        const bool suffix = item >= n_pre;
-        const int64_t e = suffix ? item - n_pre : item, per = suffix ? c.n_suf : c.n_pre;
-        const int tbl = (int)(e / per);
-        float* dst = suffix ? suf + e * c.suf_len : pre + e * c.pre_len;
-        const int nsteps = (suffix ? c.n_suf_steps : c.n_pre_steps) > 0 ? (suffix ? c.n_suf_steps : c.n_pre_steps) : 1;
-        for (int i = 0; i < nsteps; i++) {
-            tt_embedding_forward_split_step(c, s, cores, tbl, e - tbl * per, suffix, i, buf0, buf1, dst, lane);
-            __syncwarp();
-        }
+    for (int f = 4 * lane; f < c.pre_len; f += 128) {
+        const float4 v = *reinterpret_cast<const float4*>(P + f);
+        const float w[4] = {v.x, v.y, v.z, v.w};
+        for (int u = 0; u < 4; u++) Ps[((f + u) / c.R) * c.ldp + (f + u) % c.R] = w[u];
     }
-}
-
-// One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss; then a __syncwarp), then
-// row[e] = sum_r P[x][r] S[r][y] for e = lane, lane + 32, ... (x = e / D_s, y = e % D_s). Host-callable.
-__host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
-                                                                 const float* __restrict__ S, float* Ps, float* Ss, int lane) {
-    for (int e = lane; e < c.Qk * c.R; e += 32) Ps[(e / c.R) * c.ldp + e % c.R] = P[e];
-    for (int e = lane; e < c.R * c.Ds; e += 32) Ss[e] = S[e];
+    for (int f = 4 * lane; f < c.suf_len; f += 128) *reinterpret_cast<float4*>(Ss + f) = *reinterpret_cast<const float4*>(S + f);
 }
 __host__ __device__ inline void tt_embedding_forward_split_row(const TtEmbeddingForwardSplit& c, const float* Ps, const float* Ss,
-                                                               float* __restrict__ row, int D, int lane) {
-    for (int e = lane; e < D; e += 32) {
+                                                               float* __restrict__ row, int lane) {
+    if (c.Ds % 4 == 0) {
+        const int w = c.Ds / 4;
+        for (int u = lane; u < c.Qk * w; u += 32) {
+            const int x = u / w, y = 4 * (u - x * w);
+            const float* a = Ps + x * c.ldp;
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+TT_EMBEDDING_FORWARD_UNROLL4
+            for (int r = 0; r < c.R; r++) {
+                const float4 b = *reinterpret_cast<const float4*>(Ss + r * c.Ds + y);
+                const float v = a[r];
+                acc.x = fmaf(v, b.x, acc.x); acc.y = fmaf(v, b.y, acc.y); acc.z = fmaf(v, b.z, acc.z); acc.w = fmaf(v, b.w, acc.w);
+            }
+            *reinterpret_cast<float4*>(row + x * c.Ds + y) = acc;
+        }
+        return;
+    }
+    for (int e = lane; e < c.Qk * c.Ds; e += 32) {
         const int x = e / c.Ds, y = e - x * c.Ds;
         const float* a = Ps + x * c.ldp;
-        const float* b = Ss + y;
         float sum = 0.0f;
 TT_EMBEDDING_FORWARD_UNROLL4
-        for (int r = 0; r < c.R; r++) sum = fmaf(a[r], b[r * c.Ds], sum);
+        for (int r = 0; r < c.R; r++) sum = fmaf(a[r], Ss[r * c.Ds + y], sum);
         row[e] = sum;
     }
 }
@@ -1822,23 +1841,22 @@ TT_EMBEDDING_FORWARD_UNROLL4
 // the row kernel: a warp per lookup, its row into rowbuf (summed per bag by the pooling kernel)
 __global__ void tt_embedding_forward_kernel_split_rows(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                        const int64_t* __restrict__ offsets, const float* __restrict__ pre,
-                                                       const float* __restrict__ suf, const __grid_constant__ TtEmbeddingForwardShape s,
+                                                       const float* __restrict__ suf, bool vec, const __grid_constant__ TtEmbeddingForwardShape s,
                                                        const __grid_constant__ TtEmbeddingForwardSplit c) {
     extern __shared__ float4 tt_embedding_forward_smem_split[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
-    float* Ps = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * (c.ps_len + c.suf_len);
+    float* Ps = reinterpret_cast<float*>(tt_embedding_forward_smem_split) + (int64_t)warp * (c.ps_len + c.ss_len);
     float* Ss = Ps + c.ps_len;
-    const int64_t stride = s.stride[c.k];
     pdl_wait_prior();                                       // the tables
     for (int64_t n = (int64_t)blockIdx.x * W + warp; n < s.nnz; n += (int64_t)gridDim.x * W) {   // warp-uniform
         const int64_t idx = indices[n];
         int lo = 0, hi = s.tables;                          // the table: the last whose first offset is <= n
         while (hi - lo > 1) { const int mid = (lo + hi) / 2; if (offsets[(int64_t)mid * s.B] <= n) lo = mid; else hi = mid; }
-        const int64_t jp = idx / stride, js = idx - jp * stride;
+        const int64_t jp = tt_embedding_forward_split_entry(s, idx, 0, c.k), js = tt_embedding_forward_split_entry(s, idx, c.k + 1, s.T - 1);
         tt_embedding_forward_split_stage(c, pre + ((int64_t)lo * c.n_pre + jp) * c.pre_len, suf + ((int64_t)lo * c.n_suf + js) * c.suf_len,
-                                         Ps, Ss, lane);
+                                         Ps, Ss, vec, lane);
         __syncwarp();
-        tt_embedding_forward_split_row(c, Ps, Ss, rowbuf + n * s.D, s.D, lane);
+        tt_embedding_forward_split_row(c, Ps, Ss, rowbuf + n * s.D, lane);
         __syncwarp();
     }
 }
@@ -1892,7 +1910,11 @@ struct TtEmbeddingForwardWorkspace {
     int64_t* stash_source = nullptr;       // [nnz]: where each lookup's P_1 is (the column tiles on tensor cores)
     // version 6 at small p_t: the cut, the prefix and suffix tables
     TtEmbeddingForwardSplit split;
-    float *split_pre = nullptr, *split_suf = nullptr;      // [tables][n_pre][pre_len], [tables][n_suf][suf_len]
+    float* split_buf[4] = {};              // two step buffers, P's table [tables][n_pre][pre_len], S's [tables][n_suf][suf_len]
+    const void** split_g = nullptr;        // [split.pointers] each: the steps' cuBLAS pointers (G_t[i], M_tbl, C_b)
+    const void** split_m = nullptr;
+    void** split_c = nullptr;
+    const float* split_filled_for[TT_EMBEDDING_FORWARD_MAX_CORES] = {};   // the cores the pointers were written for
 };
 
 // Versions 4-6's item kernels by `kernel`: 4, 5, 6 (version 6's compiled kernel) or TT_EMBEDDING_FORWARD_TILED (its
@@ -1972,7 +1994,8 @@ inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s
     for (int t = 0; t + 1 < s.T; t++) b += 4.0 * chunk * s.Q[t + 1] * s.R[t + 2];
     if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason_tiled(s).empty())
         b += 4.0 * nnz * s.D + 2.0 * nnz + 64;
-    if (tt_embedding_forward_plan_split(s, SIZE_MAX).k >= 0) b += 4.0 * (double)(1 << 26) + 4.0 * nnz * s.D;   // the tables (at most), rowbuf
+    const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, SIZE_MAX);
+    if (c.k >= 0) b += 4.0 * (double)(c.floats[0] + c.floats[1] + c.floats[2] + c.floats[3]) + 24.0 * c.pointers + 4.0 * nnz * s.D;
     return b + (256 << 20);
 }
 
@@ -2009,9 +2032,13 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.split = tt_embedding_forward_plan_split(s, ws.max_smem);
     const TtEmbeddingForwardSplit& c = ws.split;
     if (c.k >= 0) {
-        ws.split_pre = device_alloc<float>((size_t)(s.tables * c.n_pre * c.pre_len));
-        ws.split_suf = device_alloc<float>((size_t)(s.tables * c.n_suf * c.suf_len));
-        cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel_split_tables, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        for (int i = 0; i < 4; i++)
+            if (c.floats[i] > 0) ws.split_buf[i] = device_alloc<float>((size_t)c.floats[i]);
+        if (c.pointers > 0) {
+            ws.split_g = const_cast<const void**>(device_alloc<void*>((size_t)c.pointers));
+            ws.split_m = const_cast<const void**>(device_alloc<void*>((size_t)c.pointers));
+            ws.split_c = device_alloc<void*>((size_t)c.pointers);
+        }
         cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel_split_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
         cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel_split_rows));
         ws.max_threads[TT_EMBEDDING_FORWARD_SPLIT] = attr.maxThreadsPerBlock;
@@ -2053,8 +2080,10 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source, (void*)ws.split_pre, (void*)ws.split_suf})
+                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source, (void*)ws.split_buf[0], (void*)ws.split_buf[1],
+                    (void*)ws.split_buf[2], (void*)ws.split_buf[3], (void*)ws.split_m, (void*)ws.split_c})
         cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(const_cast<void**>(ws.split_g)));
 }
 
 // NaN into every intermediate a version reads back, so a row or buffer it forgot to write fails the check
@@ -2065,8 +2094,8 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
     if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
     if (ws.stash_source) poison(ws.stash_source, (size_t)s.nnz * sizeof(int64_t));      // -1: read as unwritten
-    if (ws.split_pre) poison(ws.split_pre, (size_t)(s.tables * ws.split.n_pre * ws.split.pre_len) * sizeof(float));
-    if (ws.split_suf) poison(ws.split_suf, (size_t)(s.tables * ws.split.n_suf * ws.split.suf_len) * sizeof(float));
+    for (int i = 0; i < 4; i++)
+        if (ws.split_buf[i]) poison(ws.split_buf[i], (size_t)ws.split.floats[i] * sizeof(float));
 }
 
 void tt_embedding_forward1(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -2163,16 +2192,30 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
 }
 
 // Version 6 at small p_t: the tables (a warp per entry), then a warp per lookup's row and the pooling kernel, both with PDL
+// version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step,
+// then the row and pooling kernels
 void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
-                                const TtEmbeddingForwardShape& s, const TtEmbeddingForwardWorkspace& ws, int block_size) {
+                                const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
     const TtEmbeddingForwardSplit& c = ws.split;
-    const int64_t nbags = (int64_t)s.tables * s.B, entries = (int64_t)s.tables * (c.n_pre + c.n_suf);
-    const int tw = TT_EMBEDDING_FORWARD_SPLIT_TABLE_WARPS, warps = block_size / 32;
-    tt_embedding_forward_kernel_split_tables<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(entries, tw), INT32_MAX), 32 * tw,
-                                               (size_t)tw * 2 * c.buf * 4>>>(ws.split_pre, ws.split_suf, cores, s, c);
+    const int64_t nbags = (int64_t)s.tables * s.B;
+    if (c.pointers > 0 && !std::equal(cores.c, cores.c + s.T, ws.split_filled_for)) {
+        tt_embedding_forward_kernel_split_pointers<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(c.pointers, 256), 4096), 256>>>(
+            ws.split_g, ws.split_m, ws.split_c, c, s, cores, ws.split_buf[0], ws.split_buf[1], ws.split_buf[2], ws.split_buf[3]);
+        std::copy(cores.c, cores.c + s.T, ws.split_filled_for);
+    }
+    const float one = 1.0f, zero = 0.0f;
+    for (int j = 0; j < c.n_gemms; j++) {                   // row-major C = M . G, read column-major as version 2's steps
+        const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+        cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.kk, &one, ws.split_g + g.at, CUDA_R_32F, g.n,
+                                        ws.split_m + g.at, CUDA_R_32F, g.kk, &zero, ws.split_c + g.at, CUDA_R_32F, g.n,
+                                        (int)(s.tables * s.p[g.t]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    const float* pre = c.k > 0 ? ws.split_buf[TT_EMBEDDING_FORWARD_SPLIT_PRE] : cores.c[0];   // a side with no step: its core
+    const float* suf = c.k + 2 < s.T ? ws.split_buf[TT_EMBEDDING_FORWARD_SPLIT_SUF] : cores.c[s.T - 1];
+    const bool vec = c.pre_len % 4 == 0 && c.suf_len % 4 == 0 && (uintptr_t)pre % 16 == 0 && (uintptr_t)suf % 16 == 0;
+    const int warps = block_size / 32;
     launch_pdl(tt_embedding_forward_kernel_split_rows, (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(s.nnz, warps), INT32_MAX)),
-               (unsigned)block_size, tt_embedding_forward_smem_bytes_split_rows(c, warps), ws.rowbuf, indices, offsets, (const float*)ws.split_pre,
-               (const float*)ws.split_suf, s, c);
+               (unsigned)block_size, tt_embedding_forward_smem_bytes_split_rows(c, warps), ws.rowbuf, indices, offsets, pre, suf, vec, s, c);
     launch_pdl(tt_embedding_forward_kernel_pool, (unsigned)ceil_div<int64_t>(nbags * s.D, 256), 256u, (size_t)0, out, (const float*)ws.rowbuf,
                offsets, nbags, s.D);
 }
@@ -2208,10 +2251,9 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
     if (kernel_num == 2) return {256};
     if (kernel_num == 6) kernel_num = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
     std::vector<int> out;
-    if (kernel_num == TT_EMBEDDING_FORWARD_SPLIT) {         // the row kernel's block (the table kernel's is fixed)
-        const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, ws.max_smem);
+    if (kernel_num == TT_EMBEDDING_FORWARD_SPLIT) {         // the row kernel's block
         for (int b : {32, 64, 128, 256, 512, 1024})
-            if (b <= ws.max_threads[kernel_num] && tt_embedding_forward_smem_bytes_split_rows(c, b / 32) <= ws.max_smem) out.push_back(b);
+            if (b <= ws.max_threads[kernel_num] && tt_embedding_forward_smem_bytes_split_rows(ws.split, b / 32) <= ws.max_smem) out.push_back(b);
         return out;
     }
     for (int b : {32, 64, 128, 256, 384, 512, 1024}) {
