@@ -34,8 +34,8 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
 q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
-column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables
-(H100: T 6 0.056 ms, 3 0.135; T 4 0.072, 3 0.110; results/logs/2026-12-06_tt_forward_tables_h100.log); else version 3
+column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables,
+one batched cuBLAS GEMM per core (T 4 0.053 ms, a warp per entry 0.071; T 6 0.054; version 2 0.520, 0.603); else version 3
 (buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
 block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go
 by the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
