@@ -1794,8 +1794,9 @@ __host__ __device__ inline int64_t tt_embedding_forward_split_entry(const TtEmbe
 
 // One lane's share of a lookup's row: stage (P into Ps with row stride ldp, S into Ss; float4 loads where `vec`: both
 // entries' lengths multiples of 4 and 16-byte aligned), __syncwarp, then the product. Where D_s is a multiple of 4 a
-// lane makes 1 x 4 of the row per pass (one P value and one float4 of S for 4 FMAs; an element per lane read two
-// floats per FMA and shared memory bounded the kernel), else one element. Host-callable.
+// lane makes 1 x 4 of the row per pass (one P value and one float4 of S for 4 FMAs, a quarter of the shared loads of
+// an element per lane; the time did not move: a warp's staging loads, one lookup in flight, set it), else one
+// element. Host-callable.
 __host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
                                                                  const float* __restrict__ S, float* Ps, float* Ss, bool vec, int lane) {
     if (!vec) {
@@ -2191,9 +2192,8 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
             reinterpret_cast<float4*>(cores.stash), cores.source, s.nnz, (int64_t)s.Q[1] * s.R[2] / 4);
 }
 
-// Version 6 at small p_t: the tables (a warp per entry), then a warp per lookup's row and the pooling kernel, both with PDL
 // version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step,
-// then the row and pooling kernels
+// then the row and pooling kernels (both with PDL)
 void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
                                 const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
     const TtEmbeddingForwardSplit& c = ws.split;
