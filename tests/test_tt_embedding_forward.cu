@@ -894,7 +894,7 @@ static void test_split() {
             }
             for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS
                 const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
-                const TtEmbeddingForwardGemmArgs a = {g.n, g.m, g.kk, g.n, g.kk, g.n};
+                const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
                 for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++)
                     colmajor_gemm(a, (const float*)G[g.at + b], (const float*)M[g.at + b], (float*)C[g.at + b]);
             }

@@ -2192,6 +2192,12 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
             reinterpret_cast<float4*>(cores.stash), cores.source, s.nnz, (int64_t)s.Q[1] * s.R[2] / 4);
 }
 
+// a table step's cuBLAS arguments: row-major C (m x n) = M (m x kk) . G (kk x n), read column-major as version 2's
+// steps (A = G, B = M); the CPU test runs exactly these
+inline TtEmbeddingForwardGemmArgs tt_embedding_forward_split_gemm_args(const TtEmbeddingForwardSplitGemm& g) {
+    return {g.n, g.m, g.kk, g.n, g.kk, g.n};
+}
+
 // version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step,
 // then the row and pooling kernels (both with PDL)
 void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
@@ -2204,10 +2210,11 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
         std::copy(cores.c, cores.c + s.T, ws.split_filled_for);
     }
     const float one = 1.0f, zero = 0.0f;
-    for (int j = 0; j < c.n_gemms; j++) {                   // row-major C = M . G, read column-major as version 2's steps
+    for (int j = 0; j < c.n_gemms; j++) {
         const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
-        cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.m, g.kk, &one, ws.split_g + g.at, CUDA_R_32F, g.n,
-                                        ws.split_m + g.at, CUDA_R_32F, g.kk, &zero, ws.split_c + g.at, CUDA_R_32F, g.n,
+        const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
+        cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, a.rows, a.cols, a.inner, &one, ws.split_g + g.at, CUDA_R_32F, a.lda,
+                                        ws.split_m + g.at, CUDA_R_32F, a.ldb, &zero, ws.split_c + g.at, CUDA_R_32F, a.ldc,
                                         (int)(s.tables * s.p[g.t]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     const float* pre = c.k > 0 ? ws.split_buf[TT_EMBEDDING_FORWARD_SPLIT_PRE] : cores.c[0];   // a side with no step: its core
