@@ -1244,18 +1244,131 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at D = 256");
-    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at T = 4, ranks 32");
-    report(route({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
-           "default version: version 9 at T = 6, ranks 32");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
+           "default version: version 9 at T = 4, ranks 32 (no cut reaches the tensor cores)");
+    report(route({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
+           "default version: cores merged at T = 4 where a cut gives q 4,4,4, ranks 32");
+    report(route({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
+           "default version: cores merged at T = 6, ranks 32");
+    report(route({200, 220, 250, 300}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
+           "default version: version 9 at T = 4 where every merge passes its limits (p 200,220,250,300)");
     report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at ranks 16,16");
     report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at T = 4, ranks 16");
-    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
-           "default version: per-slice GEMMs at T = 6, rank 128 (other slices beyond a block)");
+    report(route({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 5");
+    report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
+           "default version: cores merged at T = 6, rank 128");
+    {   // the cuts at the bench grid's T = 4 and T = 6 (10,240 lookups): q 4,4,8 and q 4,4,4 (the tensor-core shape)
+        auto cut = [](std::vector<int> p, std::vector<int> q, std::vector<int> r) {
+            TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape(p, q, r, 0, 1, 512);
+            sh.nnz = 512 * 20;
+            int f[4] = {};
+            return tt_embedding_backward_merge_plan(sh, f) ? std::vector<int>(f, f + 4) : std::vector<int>();
+        };
+        report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}).empty() &&
+                   cut({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}) == std::vector<int>{0, 2, 4, 6} &&
+                   cut({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 3, 4} &&
+                   cut({200, 220, 250}, {4, 4, 4}, {32, 32}).empty(),
+               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1; none at the grid's T 4 or at T = 3");
+    }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
            "default version: cuBLAS pipeline where version 9's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
     report(tt_embedding_backward_tc_parts(0) == 0 && tt_embedding_backward_tc_parts(1) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART + 1) == 2,
            "version 7's parts per slice: ceil(n / PART)");
+}
+
+
+// Version 7's merged cores at T >= 4, on the CPU as the launcher runs them: the merge kernel's element function
+// builds the 3-core shape's cores (they must give the same pooled rows as the T cores, by the explicit sum); the
+// reference gradient of the merged shape then goes back through each merge by the launcher's permutes and its
+// cuBLAS calls (column-major, the launcher's arguments), into NaN-poisoned scratch: every core's gradient must
+// equal the reference gradient of the T-core shape, and the padding between cores stay 0.
+static void colmajor_strided(bool ta, bool tb, int m, int n, int k, const float* A, int lda, int64_t sa, const float* B, int ldb, int64_t sb,
+                             float* C, int ldc, int64_t sc, int batch) {
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float acc = 0.0f;
+                for (int l = 0; l < k; l++)
+                    acc += (ta ? A[b * sa + l + (int64_t)i * lda] : A[b * sa + i + (int64_t)l * lda]) *
+                           (tb ? B[b * sb + j + (int64_t)l * ldb] : B[b * sb + l + (int64_t)j * ldb]);
+                C[b * sc + i + (int64_t)j * ldc] = acc;
+            }
+}
+static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {   // (forced: the math where the plan would not merge)
+    const Problem pr = make_problem(c);
+    const TtEmbeddingBackwardShape& s = pr.s;
+    int first[4] = {};
+    std::string why;
+    if (!forced_cut.empty()) std::copy(forced_cut.begin(), forced_cut.end(), first);
+    else if (!tt_embedding_backward_merge_plan(s, first)) { report(false, "merge_" + c.name, "no merge plan"); return; }
+    const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, first);
+    std::vector<float> mc((size_t)v.core_off[3], 0.0f);
+    std::vector<std::vector<float>> prod(s.T);
+    auto core = [&](int t) { return pr.cores.data() + s.core_off[t]; };
+    for (int g = 0; g < 3; g++) {
+        const int a0 = first[g], b0 = first[g + 1] - 1;
+        const float* A = core(a0);
+        for (int t = a0 + 1; t <= b0; t++) {
+            const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
+            const int64_t n = st.tables * st.pA * st.pt * st.m * st.n;
+            prod[t].assign((size_t)n, NAN);
+            for (int64_t e = 0; e < n; e++) prod[t][e] = tt_embedding_backward_merge_elem(A, core(t), st, e);
+            A = prod[t].data();
+        }
+        const int64_t n = tt_embedding_backward_core_elems(v, g);
+        std::copy(A, A + n, mc.begin() + v.core_off[g]);
+    }
+    // the same rows
+    std::vector<double> Y0((size_t)s.num_bags * s.D), Y1(Y0.size());
+    tt_embedding_backward_forward_cpu(s, std::vector<double>(pr.cores.begin(), pr.cores.end()).data(), pr.offsets.data(), pr.indices.data(), Y0.data());
+    tt_embedding_backward_forward_cpu(v, std::vector<double>(mc.begin(), mc.end()).data(), pr.offsets.data(), pr.indices.data(), Y1.data());
+    for (size_t i = 0; i < Y0.size(); i++)
+        if (!(std::fabs(Y0[i] - Y1[i]) <= 1e-5 * (1.0 + std::fabs(Y0[i])))) { why += " merged rows differ;"; break; }
+    // the merged shape's gradient, back through the merges
+    std::vector<double> dGm((size_t)v.core_off[3]), ref((size_t)s.core_off[s.T]), mag(ref.size());
+    tt_embedding_backward_cpu(v, mc.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), dGm.data());
+    tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), ref.data());
+    tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), mag.data(), true);
+    const std::vector<float> dGm_f(dGm.begin(), dGm.end());
+    std::vector<float> dG(ref.size(), 0.0f);   // (the launcher's memset)
+    std::vector<std::vector<float>> dprod(s.T);
+    int steps = 0;
+    for (int g = 0; g < 3; g++) {
+        const int a0 = first[g], b0 = first[g + 1] - 1;
+        const float* dC = dGm_f.data() + v.core_off[g];
+        if (a0 == b0) std::copy(dC, dC + tt_embedding_backward_core_elems(s, a0), dG.begin() + s.core_off[a0]);
+        for (int t = b0; t > a0; t--, steps++) {
+            const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
+            const float* A = t - 1 == a0 ? core(a0) : prod[t - 1].data();
+            float* dA = dG.data() + s.core_off[a0];
+            if (t - 1 != a0) { dprod[t - 1].assign(prod[t - 1].size(), NAN); dA = dprod[t - 1].data(); }
+            const int64_t nx = st.tables * st.pA * st.pt * st.m * st.n, ng = st.tables * st.pt * st.k * st.n;
+            std::vector<float> X((size_t)nx, NAN), Gt((size_t)ng, NAN), dGx((size_t)ng, NAN);
+            for (int64_t e = 0; e < nx; e++) X[e] = dC[tt_embedding_backward_swap_src(st.pt, st.m, st.n, e)];
+            for (int64_t e = 0; e < ng; e++) Gt[e] = core(t)[tt_embedding_backward_swap_src(st.k, st.n, 1, e)];
+            auto gemm = [&](const TtEmbeddingBackwardRowGemm& q, const float* Am, const float* Bm, float* Cm) {   // the launcher's cuBLAS call
+                colmajor_strided(false, q.ta, q.N, q.M, q.K, Bm, q.ldb, q.sb, Am, q.lda, q.sa, Cm, q.ldc, q.sc, s.tables);
+            };
+            gemm(tt_embedding_backward_merge_gemm(st, false), X.data(), Gt.data(), dA);
+            gemm(tt_embedding_backward_merge_gemm(st, true), A, X.data(), dGx.data());
+            for (int64_t e = 0; e < ng; e++) dG[s.core_off[t] + e] = dGx[tt_embedding_backward_swap_src(st.k, st.pt, st.n, e)];
+            dC = dA;
+        }
+    }
+    int bad = 0;
+    for (int t = 0; t < s.T; t++)
+        for (int64_t e = s.core_off[t]; e < s.core_off[t + 1]; e++) {
+            const bool pad = e >= s.core_off[t] + tt_embedding_backward_core_elems(s, t);
+            if (pad ? dG[e] != 0.0f : !(std::fabs(dG[e] - ref[e]) <= 1e-5 * mag[e] + 1e-7)) {
+                if (bad++ < 3) why += " core " + std::to_string(t) + " element " + std::to_string(e - s.core_off[t]) + ": " + std::to_string(dG[e]) +
+                                     " vs " + std::to_string(ref[e]) + ";";
+            }
+        }
+    char cut[96];
+    snprintf(cut, sizeof cut, " (cut %d|%d|%d, q %d,%d,%d, %d merge steps)", first[1] - first[0], first[2] - first[1], first[3] - first[2],
+             v.q[0], v.q[1], v.q[2], steps);
+    report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + cut + ": same rows; the merged gradient back through the merges = the reference", why);
 }
 
 int main() {
@@ -1351,6 +1464,14 @@ int main() {
     test_v7_split({"q8_ragged_tables2", {5, 6, 7}, {8, 4, 4}, {32, 32}, 2, 9, 5, 0.0, true, 31}, {S, A, D});
     test_v7_split({"q12_ragged", {3, 5, 4}, {12, 4, 4}, {32, 32}, 1, 11, 4, 0.0, true, 32}, {A});
     test_v7_split({"q16_zipf", {3, 4, 5}, {16, 4, 4}, {32, 32}, 1, 7, 6, 1.2, false, 33}, {S});
+
+    // version 7 at T >= 4: merged cores (a 3-core group included, several tables, ragged and Zipf bags, odd ranks)
+    test_merge({"T4_tables2_ragged", {3, 4, 5, 3}, {2, 3, 2, 2}, {5, 3, 4}, 2, 7, 5, 0.0, true, 41}, {0, 1, 2, 4});
+    test_merge({"T4_q2244_tensor_cores", {3, 4, 5, 3}, {2, 2, 4, 4}, {7, 32, 32}, 1, 8, 5, 0.0, false, 46});
+    test_merge({"T5_zipf", {2, 3, 2, 3, 2}, {2, 2, 1, 3, 2}, {3, 4, 2, 5}, 1, 9, 4, 1.2, false, 42});
+    test_merge({"T6_tables2", {2, 2, 3, 2, 2, 3}, {2, 2, 2, 2, 2, 2}, {3, 2, 4, 2, 3}, 2, 5, 6, 0.0, true, 43});
+    test_merge({"T6_rank32", {3, 2, 2, 3, 2, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1, 6, 3, 0.0, false, 44});
+    test_merge({"T5_three_core_group", {2, 2, 2, 3, 2}, {1, 2, 2, 4, 4}, {2, 3, 5, 4}, 1, 5, 4, 0.0, true, 45});
 
     return test_summary();
 }

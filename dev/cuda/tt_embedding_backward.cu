@@ -29,16 +29,18 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
      where compiled (T = 3, q 4,4,4, ranks 32,32; q_0 = 4k as k lookups of four rows); else version 6
      where its block fits 110 KB and ranks are below 32 (32 at T = 3, D < 256), else version 9   0.0656 29.2%
-  8  retired: per-slice GEMMs on 64 x 64 fp32 tiles (0.333, 5.8%; rank 64 0.471, EL-Rec q 4,4,4 L 20
-     8.191): slower than version 9 at every shape (its code: git show 39c3510:<this file>)
+  8  retired: per-slice GEMMs on 64 x 64 fp32 tiles, slower than 9 everywhere (0.333, 5.8%; git show 39c3510:<this file>)
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
      copied by cp.async into shared stages and multiplied on tensor cores (mma.sync m16n8k8,
      3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
-  (results/logs/2026-12-04_tt_elrec_bench.log; 2026-12-05 without: 4.10 / 0.360); ranks 64 0.266, T 4 0.345, T 6 0.530
-  (2026-12-05_tt_backward_list_kernel_ab.log); q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16.
+  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.266, T 4 0.345 (2026-12-05_tt_backward_list_kernel_ab.log);
+  q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T >= 5 (T = 4 where a cut makes q 4,4,4)
+  with small p, 7 merges adjacent cores into three and runs that shape's route; back through each merge by two
+  GEMMs (H100, 2026-12-06_tt_backward_merged_cores_h100.log: T 6 0.548 -> 0.182 ms, T 5 0.814 -> 0.576, T 6 rank 128
+  2.26 -> 0.83; the grid's T 4, q 4,4,8 on version 6, lost: 0.40 against 0.36, so it keeps version 9).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -50,13 +52,11 @@ Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.m
   - Grouping lookups by slice pays: the slice loaded once per 64 lookups, its gradient summed in registers.
   - The sandwich form (Y = g x suffix, L = prefix^T x g) makes the pivot core's work three GEMMs per slice; in 3xTF32
     the fp32 tolerance holds (split x = hi + lo by masking: 2 integer instructions; cvt.rna costs more).
-  - Registers decide residency: float4 operand loads kept version 9's products at 64 registers or fewer (4 blocks per
-    SM, 7-13% faster); cp.async into tiles laid out as memory holds them won 5-12% more.
-  - Rank 128: a pivot slice (64-256 KB) crowds the batch out of shared memory; one GEMM per product over a slice's
-    lookups (version 9) needs no shared slice (EL-Rec's q 2,2,4, L 20: version 6 18.8 ms, 9 1.99).
+  - Registers decide residency: float4 operand loads kept version 9 at <= 64 registers (4 blocks an SM, 7-13% faster).
+  - Rank 128: a pivot slice (64-256 KB) crowds shared memory out; version 9 needs none (EL-Rec q 2,2,4: 18.8 -> 1.99 ms).
+  - A TT is also a TT of fewer, larger cores: at small p, merging T 6 into q 4,4,4 reached the tensor-core kernels (3x).
   - mma.sync needs a converged warp: without a __syncwarp() after a branch, version 9 summed wrong and reruns differed.
-  - PDL: a kernel whose last blocks still have work lets the next launch in at its end, not its start (let in early,
-    the next kernel's waiting blocks seem to hold SMs; the list kernel: EL-Rec q 4,4,4 L 1 0.374 -> 0.342 ms, H100).
+  - PDL: let the next launch in at the end of a kernel whose last blocks still work, not its start (0.374 -> 0.342 ms).
 */
 #include "tt_embedding.h"
 
@@ -3441,6 +3441,121 @@ __global__ void tt_embedding_backward_slice_reduce_kernel(const __grid_constant_
     }
 }
 
+// FLOPs per lookup, FBTT's count (header)
+inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardShape& s, bool stash = false) {   // (stash: no F)
+    double f = 0.0;
+    for (int t = 0; t <= s.T - 3 && !stash; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
+    for (int t = 1; t <= s.T - 1; t++) f += 4.0 * s.m[t - 1] * s.R[t] * s.n[t];
+    return f;
+}
+
+// ---- version 7 at T >= 4: adjacent cores merged into three
+//
+// A TT of T cores is also a TT of fewer, larger cores: merge cores t-1 and t by multiplying every pair of slices,
+// A[j] (m x R_t) . G_t[i] (R_t x q_t R_{t+1}) = slice j p_t + i of a core with p_{t-1} p_t slices and q_{t-1} q_t
+// columns (the row's digits and d's digits stay in mixed radix). Where the p_t are small (T 4, T 6 of the grid)
+// the merged cores are small too, and the 3-core default (tensor cores at q 4,4,4, ranks 32) runs the lookups.
+// Its dense gradient dC of a merged core goes back through each merge as two GEMMs: with dC's slices permuted to
+// X[j][r][i][c] (one matrix of rows (j, r), columns (i, c)), dA = X . G_t^T-stacked and dG_t = A^T . X.
+// Nothing is atomic, so the step stays deterministic; untouched slices get an exact 0 and stay bit-identical.
+static const int64_t TT_EMBEDDING_BACKWARD_MERGE_MAX_FLOATS = 1 << 24;   // per merged core and per product
+static const double TT_EMBEDDING_BACKWARD_MERGE_MAX_FMA = 1 << 28;       // the merges' multiply-adds, forward and back
+
+// folding core t into the product A of cores a0..t-1: A has tables pA slices of m x k, core t tables pt of k x n,
+// the result tables pA pt slices of m x n (slice (tbl, j, i) at (tbl pA + j) pt + i)
+struct TtEmbeddingBackwardMergeStep { int64_t tables, pA, pt, m, k, n; };
+inline TtEmbeddingBackwardMergeStep tt_embedding_backward_merge_step(const TtEmbeddingBackwardShape& s, int a0, int t) {
+    TtEmbeddingBackwardMergeStep st = {s.tables, 1, s.p[t], s.R[a0], s.R[t], s.n[t]};
+    for (int u = a0; u < t; u++) { st.pA *= s.p[u]; st.m *= s.q[u]; }
+    return st;
+}
+
+// the three groups of cores (group g: cores first[g] .. first[g+1] - 1) and the 3-core shape they make
+inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbeddingBackwardShape& s, const int* first) {
+    std::vector<int> p(3, 1), q(3, 1), r = {s.R[first[1]], s.R[first[2]]};
+    for (int g = 0; g < 3; g++)
+        for (int t = first[g]; t < first[g + 1]; t++) { p[g] *= s.p[t]; q[g] *= s.q[t]; }
+    TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape(p, q, r, s.E, s.tables, s.B);
+    v.nnz = s.nnz;
+    v.nnz_dev = s.nnz_dev;
+    return v;
+}
+
+// The cut into three groups, at T >= 4: among the cuts whose merged cores and products stay under MAX_FLOATS, whose
+// merged p fit the 3-core kernels' keys and whose merges cost under MAX_FMA, the one with the fewest lookup FLOPs
+// (a quarter where the tensor-core kernels take the merged shape). false: no cut qualifies (large p), or T = 4 and
+// the cut's shape misses the tensor cores (the grid's T 4 merged to q 4,4,8 took 0.40 ms on version 6's kernels
+// against 0.36 for version 9 on the four cores, H100; T 5 and 6 gain at every shape measured: the notes).
+bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* first) {
+    if (s.T < 4) return false;
+    double best = 0.0;
+    bool tc = false;
+    for (int c1 = 1; c1 < s.T - 1; c1++)
+        for (int c2 = c1 + 1; c2 < s.T; c2++) {
+            const int f[4] = {0, c1, c2, s.T};
+            double fma = 0.0, sum_p = 0.0;
+            bool fits = true;
+            for (int g = 0; g < 3; g++) {
+                double pg = 1.0;
+                for (int t = f[g]; t < f[g + 1]; t++) pg *= s.p[t];
+                sum_p += pg;
+                for (int t = f[g] + 1; t < f[g + 1]; t++) {
+                    const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, f[g], t);
+                    const double out = (double)st.tables * st.pA * st.pt * st.m * st.n;
+                    fits = fits && out <= (double)TT_EMBEDDING_BACKWARD_MERGE_MAX_FLOATS;
+                    fma += 3.0 * out * st.k;
+                }
+            }
+            if (!fits || fma > TT_EMBEDDING_BACKWARD_MERGE_MAX_FMA || (double)s.tables * sum_p >= 2147483647.0) continue;
+            const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, f);
+            const bool v_tc = tt_embedding_backward_tc_reason(v).empty();
+            const double cost = tt_embedding_backward_flops_per_lookup(v) * s.nnz * (v_tc ? 0.25 : 1.0) + fma;
+            if (best == 0.0 || cost < best) {
+                best = cost;
+                tc = v_tc;
+                std::copy(f, f + 4, first);
+            }
+        }
+    return best > 0.0 && (s.T >= 5 || tc);
+}
+
+// element e of a merge's output C (slices (tbl pA + j) pt + i, each m x n row-major): A[tbl pA + j] row r . G_t column c
+__host__ __device__ inline float tt_embedding_backward_merge_elem(const float* A, const float* G, const TtEmbeddingBackwardMergeStep& st, int64_t e) {
+    const int64_t c = e % st.n, r = (e / st.n) % st.m, i = (e / (st.n * st.m)) % st.pt, j = e / (st.n * st.m * st.pt);
+    const float* a = A + (j * st.m + r) * st.k;
+    const float* g = G + ((j / st.pA) * st.pt + i) * st.k * st.n + c;
+    float acc = 0.0f;
+    for (int64_t kk = 0; kk < st.k; kk++) acc = fmaf(a[kk], g[kk * st.n], acc);
+    return acc;
+}
+__global__ void tt_embedding_backward_merge_kernel(float* __restrict__ C, const float* __restrict__ A, const float* __restrict__ G,
+                                                   const TtEmbeddingBackwardMergeStep st) {
+    const int64_t total = st.tables * st.pA * st.pt * st.m * st.n;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        C[e] = tt_embedding_backward_merge_elem(A, G, st, e);
+}
+
+// out[x0][x2][x1][x3] = in[x0][x1][x2][x3] (element e of out): the merges' permutes
+__host__ __device__ inline int64_t tt_embedding_backward_swap_src(int64_t d1, int64_t d2, int64_t d3, int64_t e) {
+    const int64_t x3 = e % d3, x1 = (e / d3) % d1, x2 = (e / (d3 * d1)) % d2, x0 = e / (d3 * d1 * d2);
+    return ((x0 * d1 + x1) * d2 + x2) * d3 + x3;
+}
+__global__ void tt_embedding_backward_swap_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t total, int64_t d1, int64_t d2, int64_t d3) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        out[e] = in[tt_embedding_backward_swap_src(d1, d2, d3, e)];
+}
+
+// A merge's two backward GEMMs, row-major C = op(A) . B per table (strided batches); A, B, C as named in the launch:
+//   dA  (pA m x k)    = X (pA m x pt n) . Gt (pt n x k),  Gt[i][c][kk] = G_t[i][kk][c]
+//   dGx (k x pt n)    = A^T (k x pA m) . X,               then dG_t[i][kk][c] = dGx[kk][i][c]
+struct TtEmbeddingBackwardRowGemm { bool ta; int M, N, K, lda, ldb, ldc; int64_t sa, sb, sc; };
+inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbeddingBackwardMergeStep& st, bool dG) {
+    const int rows = (int)(st.pA * st.m), cols = (int)(st.pt * st.n), k = (int)st.k;
+    const int64_t X = (int64_t)rows * cols;
+    if (!dG) return {false, rows, k, cols, cols, k, k, X, (int64_t)cols * k, (int64_t)rows * k};
+    return {true, k, cols, rows, k, cols, cols, (int64_t)rows * k, X, (int64_t)k * cols};
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -3481,7 +3596,26 @@ struct TtEmbeddingBackwardArgs {
     float* stash;
     int64_t stash_floats;
     TtEmbeddingBackwardTcSplit split;    // version 7 where q_0 = 4k, k > 1
+    struct TtEmbeddingBackwardMerge* merge;   // version 7 at T >= 4 where it merges cores (else nullptr)
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
+};
+
+// a step's inputs on the device (the buffers list below makes them)
+struct TtEmbeddingBackwardInputs {
+    int64_t *offsets, *indices;
+    float *dY, *cores0, *state0;
+};
+
+// version 7's merged cores: the 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
+// its own workspace; its bags are the outer's, set at launch), each group's partial products (prod[t]: cores
+// first..t of t's group, t neither first nor last) and their gradients, and the backward's permute buffers
+struct TtEmbeddingBackwardMerge {
+    int first[4];
+    TtEmbeddingBackwardArgs inner;
+    TtEmbeddingBackwardInputs inner_in;   // (copies the inner problem never reads: the buffers list makes them)
+    TtEmbeddingBackwardGroupPlan inner_plan;
+    float *prod[TT_EMBEDDING_BACKWARD_MAX_T], *dprod[TT_EMBEDDING_BACKWARD_MAX_T];
+    float *X, *Gt, *dGx;
 };
 
 // why version 6's kernels cannot run this shape at `block` threads (0: at 128, 256 and 512), "" when they can
@@ -3502,15 +3636,18 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
     return "";
 }
 
-// The default version's dispatcher: which kernels run this shape at `block` threads. The tensor-core kernels
+// The default version's dispatcher: which kernels run this shape at `block` threads. At T >= 4 where the merged
+// cores stay small (merge_plan), the merged 3-core problem (its own route, below). The tensor-core kernels
 // where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
 // their block with the pivot slice G_h fits in 110 KB, every rank is below 64, and, at ranks 32 and up, T = 3 and
 // D < 256; else version 9's per-slice GEMMs on tensor cores, which run any shape whose per-lookup buffers fit 32 GB;
 // else version 2's pipeline (the times behind each choice: the notes). At another block size than 256 version 6 runs
 // wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
-       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9 };
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: 3 merged cores */ };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+    int first[4];
+    if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
     if (tt_embedding_backward_tc_reason(s).empty() && block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     int max_rank = 1;
@@ -3527,6 +3664,7 @@ inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA  ? "version 9's per-slice GEMMs on tensor cores (the general path)"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED     ? "adjacent cores merged into three, then the 3-core default"
                                                              : "version 2's cuBLAS pipeline (version 9's buffers would be too large)";
 }
 
@@ -3701,9 +3839,71 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
 }
 
+void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
+
+// version 7 at T >= 4, merged: each group's cores folded into its merged core, the 3-core default's dense gradient
+// of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
+// dG_t), and the optimizer over every core (untouched slices: dG exactly 0)
+void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    const TtEmbeddingBackwardMerge& M = *a.merge;
+    TtEmbeddingBackwardArgs v = M.inner;   // the bags are the outer problem's
+    v.offsets = a.offsets;
+    v.indices = a.indices;
+    v.dY = a.dY;
+    v.s.nnz_dev = s.nnz_dev;
+    auto grid = [](int64_t n) { return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(n, 256), 8192)); };
+    auto core = [&](int t) { return a.cores + s.core_off[t]; };
+    auto copy = [](float* dst, const float* src, int64_t n) { cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice)); };
+    auto swap = [&](float* out, const float* in, int64_t total, int64_t d1, int64_t d2, int64_t d3) {
+        tt_embedding_backward_swap_kernel<<<grid(total), 256>>>(out, in, total, d1, d2, d3);
+    };
+    const float one = 1.0f, zero = 0.0f;
+    auto gemm = [&](const TtEmbeddingBackwardRowGemm& g, const float* A, const float* B, float* C, int batch) {   // row-major, cuBLAS's view
+        cublasCheck(cublasGemmStridedBatchedEx(a.blas, CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.N, g.M, g.K, &one, B, CUDA_R_32F, g.ldb, g.sb,
+                                               A, CUDA_R_32F, g.lda, g.sa, &zero, C, CUDA_R_32F, g.ldc, g.sc, batch, CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT));
+    };
+    for (int g = 0; g < 3; g++) {   // the merged cores
+        const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
+        const float* A = core(a0);
+        for (int t = a0 + 1; t <= b0; t++) {
+            const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
+            float* C = t == b0 ? v.cores + v.s.core_off[g] : M.prod[t];
+            tt_embedding_backward_merge_kernel<<<grid(st.tables * st.pA * st.pt * st.m * st.n), 256>>>(C, A, core(t), st);
+            A = C;
+        }
+        if (a0 == b0) copy(v.cores + v.s.core_off[g], A, tt_embedding_backward_core_elems(s, a0));
+    }
+    tt_embedding_backward7(v, block_size);   // their dense gradient
+    cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));   // (the padding between cores)
+    for (int g = 0; g < 3; g++) {
+        const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
+        const float* dC = v.dG + v.s.core_off[g];
+        if (a0 == b0) copy(a.dG + s.core_off[a0], dC, tt_embedding_backward_core_elems(s, a0));
+        for (int t = b0; t > a0; t--) {
+            const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
+            const float* A = t - 1 == a0 ? core(a0) : M.prod[t - 1];
+            float* dA = t - 1 == a0 ? a.dG + s.core_off[a0] : M.dprod[t - 1];
+            const int64_t nx = st.tables * st.pA * st.pt * st.m * st.n, ng = st.tables * st.pt * st.k * st.n;
+            swap(M.X, dC, nx, st.pt, st.m, st.n);          // dC[j][i][r][c] -> X[j][r][i][c]
+            swap(M.Gt, core(t), ng, st.k, st.n, 1);        // G_t[i][kk][c] -> Gt[i][c][kk]
+            gemm(tt_embedding_backward_merge_gemm(st, false), M.X, M.Gt, dA, s.tables);
+            gemm(tt_embedding_backward_merge_gemm(st, true), A, M.X, M.dGx, s.tables);
+            swap(a.dG + s.core_off[t], M.dGx, ng, st.k, st.pt, st.n);   // dGx[kk][i][c] -> dG_t[i][kk][c]
+            dC = dA;
+        }
+    }
+    tt_embedding_backward_optimizer_pass(a);
+}
+
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
+        case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
+            if (!a.merge) fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
+            tt_embedding_backward_merged(a, block_size);
+            break;
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA: tt_embedding_backward9(a, block_size); break;
@@ -3773,23 +3973,11 @@ inline bool tt_embedding_backward_reads_stash(int k, const TtEmbeddingBackwardAr
     return a.stash && (k == 9 || (k == 7 && tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA));
 }
 
-// FLOPs per lookup, FBTT's count (header)
-inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardShape& s, bool stash = false) {   // (stash: no F)
-    double f = 0.0;
-    for (int t = 0; t <= s.T - 3 && !stash; t++) f += 2.0 * s.m[t] * s.R[t + 1] * s.n[t + 1];
-    for (int t = 1; t <= s.T - 1; t++) f += 4.0 * s.m[t - 1] * s.R[t] * s.n[t];
-    return f;
-}
-
 // ----------------------------------------------------------------------------------------------
 
 // Every device buffer of a step with its size in bytes, in one place: f(&pointer, bytes, input) allocates, poisons,
 // frees or counts them. Inputs first (offsets, indices, dY, the cores and state as made, the working copies that
 // the step updates in place), then what the versions write.
-struct TtEmbeddingBackwardInputs {
-    int64_t *offsets, *indices;
-    float *dY, *cores0, *state0;
-};
 template <class F>
 void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P, F&& f) {
     const TtEmbeddingBackwardShape& s = a.s;
@@ -3849,10 +4037,40 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         buf(&x.W, 4 * nv * (size_t)(v.S[0] + v.S[2]));
         buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_BUCKET);
     }
+    if (a.merge) {                                                               // version 7's merged cores
+        TtEmbeddingBackwardMerge& M = *a.merge;
+        tt_embedding_backward_buffers(M.inner, M.inner_in, M.inner_plan, f);
+        size_t x = 0, g = 0;
+        for (int grp = 0; grp < 3; grp++)
+            for (int t = M.first[grp] + 1; t < M.first[grp + 1]; t++) {
+                const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, M.first[grp], t);
+                const size_t out = (size_t)(st.tables * st.pA * st.pt * st.m * st.n);
+                x = std::max(x, out);
+                g = std::max(g, (size_t)tt_embedding_backward_core_elems(s, t));
+                if (t + 1 < M.first[grp + 1]) {
+                    buf(&M.prod[t], 4 * out);
+                    buf(&M.dprod[t], 4 * out);
+                }
+            }
+        buf(&M.X, 4 * x);
+        buf(&M.Gt, 4 * g);
+        buf(&M.dGx, 4 * g);
+    }
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
+void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardGroupPlan& P);
 void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
+    int first[4];
+    if (!a.merge && tt_embedding_backward_merge_plan(a.s, first)) {   // version 7's 3-core problem (dense)
+        a.merge = new TtEmbeddingBackwardMerge();
+        TtEmbeddingBackwardMerge& M = *a.merge;
+        std::copy(first, first + 4, M.first);
+        M.inner.s = tt_embedding_backward_merged_shape(a.s, first);
+        M.inner.opt = TT_EMBEDDING_BACKWARD_DENSE;
+        M.inner.smem_limit = a.smem_limit;
+        M.inner_plan = tt_embedding_backward_group_make_plan(M.inner.s, M.inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
+    }
     double need = 0.0;
     tt_embedding_backward_buffers(a, in, P, [&](void**, size_t bytes, bool) { need += (double)bytes; });
     size_t free_b = 0, total_b = 0;
@@ -3861,6 +4079,12 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
         fail_args("this shape needs %.3g GB of device memory (inputs, cores, every version's workspace); %.3g GB are free",
                   need / 1e9, (double)free_b / 1e9);
     tt_embedding_backward_buffers(a, in, P, [](void** p, size_t bytes, bool) { cudaCheck(cudaMalloc(p, bytes)); });
+    tt_embedding_backward_after_alloc(a, P);
+    if (a.merge) tt_embedding_backward_after_alloc(a.merge->inner, a.merge->inner_plan);
+}
+
+// what the buffers need once made: the workspace's views, the cuBLAS handle, the kernels' shared memory limits
+void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardGroupPlan& P) {
     a.ws.counts = a.ws.zeroed;
     a.ws.done = a.ws.zeroed + a.s.key_base[a.s.T];
     a.ws.ctr = a.ws.done + 1;
@@ -3879,10 +4103,9 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
     cublasCheck(cublasCreate(&a.blas));
     cublasCheck(cublasSetMathMode(a.blas, CUBLAS_DEFAULT_MATH));   // fp32 FMA, no TF32
     // kernels whose shared memory may pass 48 KB: up to what the block can have
+    // (the limit, not this shape's need: version 7's merged 3-core problem sets them too, and must not lower them)
     a.lay = tt_embedding_backward_make_layout(a.s, 1);
-    if (tt_embedding_backward_smem_bytes(a.lay) <= a.smem_limit)
-        cudaCheck(cudaFuncSetAttribute(tt_embedding_backward3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)tt_embedding_backward_smem_bytes(a.lay)));
+    cudaCheck(cudaFuncSetAttribute(tt_embedding_backward3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
     for (const void* kern : {(const void*)tt_embedding_backward_group_chunk_kernel<0>, (const void*)tt_embedding_backward_group_chunk_kernel<1>,
                              (const void*)tt_embedding_backward_group_chunk_kernel<2>, (const void*)tt_embedding_backward_group_chunk_kernel<4>})
         cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
@@ -3993,6 +4216,13 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     const int route = tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
     printf("version 7 (the default) at this shape%s: %s%s\n", cli.block ? " and block" : "", tt_embedding_backward_route_name(route),
            route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR && s.q[0] > TT_EMBEDDING_BACKWARD_TC_Q ? ", each lookup cut in q_0 / 4" : "");
+    if (route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED) {
+        const TtEmbeddingBackwardMerge& M = *a.merge;
+        const TtEmbeddingBackwardShape& v = M.inner.s;
+        const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
+        printf("  cores %d-%d | %d-%d | %d-%d merged: p %d,%d,%d, q %d,%d,%d, ranks %d,%d; there: %s\n", M.first[0], M.first[1] - 1, M.first[1],
+               M.first[2] - 1, M.first[2], M.first[3] - 1, v.p[0], v.p[1], v.p[2], v.q[0], v.q[1], v.q[2], v.R[1], v.R[2], tt_embedding_backward_route_name(r3));
+    }
     for (int k : cli.kernels) {
         const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
         if (!why.empty()) fail_args("version %d cannot run this shape: %s (version 7, the default, runs every shape)", k, why.c_str());
@@ -4116,7 +4346,9 @@ int main(int argc, char** argv) {
         tt_embedding_backward_dump(cli.dump_dir, c, in, s, b.ref, b.c, b.st, b.g);
     }
     cublasCheck(cublasDestroy(b.a.blas));
+    if (b.a.merge) cublasCheck(cublasDestroy(b.a.merge->inner.blas));
     tt_embedding_backward_buffers(b.a, b.in, b.plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
+    delete b.a.merge;
     return rc;
 }
 #endif
