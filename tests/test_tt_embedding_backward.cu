@@ -1244,8 +1244,8 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at D = 256");
-    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
-           "default version: cores merged at the grid's T = 4 (q 4,4,8 reversed: q 8,4,4 on the tensor cores)");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
+           "default version: version 9 at T = 4, ranks 32 (no cut reaches the tensor cores)");
     report(route({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
            "default version: cores merged at T = 4 where a cut gives q 4,4,4, ranks 32");
     report(route({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
@@ -1258,20 +1258,17 @@ static void test_v7_filter() {
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
            "default version: cores merged at T = 6, rank 128");
     {   // the cuts at the bench grid's T = 4 and T = 6 (10,240 lookups): q 4,4,8 and q 4,4,4 (the tensor-core shape)
-        auto cut = [](std::vector<int> p, std::vector<int> q, std::vector<int> r) {   // (the last entry: 1 if reversed)
+        auto cut = [](std::vector<int> p, std::vector<int> q, std::vector<int> r) {
             TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape(p, q, r, 0, 1, 512);
             sh.nnz = 512 * 20;
-            TtEmbeddingBackwardMergeCut c;
-            if (!tt_embedding_backward_merge_plan(sh, c)) return std::vector<int>();
-            return std::vector<int>{c.first[0], c.first[1], c.first[2], c.first[3], (int)c.reversed};
+            int f[4] = {};
+            return tt_embedding_backward_merge_plan(sh, f) ? std::vector<int>(f, f + 4) : std::vector<int>();
         };
-        report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}) == std::vector<int>{0, 1, 2, 4, 1} &&
-                   cut({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}).empty() &&
-                   cut({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}) == std::vector<int>{0, 2, 4, 6, 0} &&
-                   cut({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 3, 4, 0} &&
+        report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}).empty() &&
+                   cut({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}) == std::vector<int>{0, 2, 4, 6} &&
+                   cut({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 3, 4} &&
                    cut({200, 220, 250}, {4, 4, 4}, {32, 32}).empty(),
-               "version 7's merge cuts: the grid's T 4 as 1|1|2 reversed (q 8,4,4), T 6 as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1; "
-               "none at T 4 ranks 16 or at T = 3");
+               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1; none at the grid's T 4 or at T = 3");
     }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
@@ -1298,21 +1295,14 @@ static void colmajor_strided(bool ta, bool tb, int m, int n, int k, const float*
                 C[b * sc + i + (int64_t)j * ldc] = acc;
             }
 }
-static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}, bool forced_reversed = false) {   // (forced: the math where the plan would not merge)
+static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {   // (forced: the math where the plan would not merge)
     const Problem pr = make_problem(c);
     const TtEmbeddingBackwardShape& s = pr.s;
-    TtEmbeddingBackwardMergeCut cut = {};
+    int first[4] = {};
     std::string why;
-    if (!forced_cut.empty()) {
-        std::copy(forced_cut.begin(), forced_cut.end(), cut.first);
-        cut.reversed = forced_reversed;
-    } else if (!tt_embedding_backward_merge_plan(s, cut)) {
-        report(false, "merge_" + c.name, "no merge plan");
-        return;
-    }
-    const int* first = cut.first;
-    const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, {{first[0], first[1], first[2], first[3]}, false});
-    const TtEmbeddingBackwardShape vr = tt_embedding_backward_merged_shape(s, cut);   // what the 3-core route runs
+    if (!forced_cut.empty()) std::copy(forced_cut.begin(), forced_cut.end(), first);
+    else if (!tt_embedding_backward_merge_plan(s, first)) { report(false, "merge_" + c.name, "no merge plan"); return; }
+    const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, first);
     std::vector<float> mc((size_t)v.core_off[3], 0.0f);
     std::vector<std::vector<float>> prod(s.T);
     auto core = [&](int t) { return pr.cores.data() + s.core_off[t]; };
@@ -1329,33 +1319,15 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}, b
         const int64_t n = tt_embedding_backward_core_elems(v, g);
         std::copy(A, A + n, mc.begin() + v.core_off[g]);
     }
-    // reversed: the inner problem's cores, indices and dY as the launcher's kernels make them
-    std::vector<float> mr = mc, dYr = pr.dY;
-    std::vector<int64_t> ir = pr.indices;
-    if (cut.reversed) {
-        mr.assign((size_t)vr.core_off[3], NAN);
-        for (int g = 0; g < 3; g++)
-            for (int64_t e = 0; e < tt_embedding_backward_core_elems(v, g); e++)
-                mr[vr.core_off[2 - g] + e] = mc[v.core_off[g] + tt_embedding_backward_reverse_src(v.R[g], v.q[g], v.R[g + 1], e)];
-        for (size_t j = 0; j < ir.size(); j++) ir[j] = tt_embedding_backward_reverse_row(v, pr.indices[j]);
-        for (int64_t e = 0; e < (int64_t)dYr.size(); e++) dYr[e - e % s.D + tt_embedding_backward_reverse_col(v, (int)(e % s.D))] = pr.dY[e];
-    }
-    // the same rows (reversed: with d's digits reversed)
+    // the same rows
     std::vector<double> Y0((size_t)s.num_bags * s.D), Y1(Y0.size());
     tt_embedding_backward_forward_cpu(s, std::vector<double>(pr.cores.begin(), pr.cores.end()).data(), pr.offsets.data(), pr.indices.data(), Y0.data());
-    tt_embedding_backward_forward_cpu(vr, std::vector<double>(mr.begin(), mr.end()).data(), pr.offsets.data(), ir.data(), Y1.data());
-    for (size_t i = 0; i < Y0.size(); i++) {
-        const size_t j = cut.reversed ? i - i % s.D + tt_embedding_backward_reverse_col(v, (int)(i % s.D)) : i;
-        if (!(std::fabs(Y0[i] - Y1[j]) <= 1e-5 * (1.0 + std::fabs(Y0[i])))) { why += " merged rows differ;"; break; }
-    }
-    // the merged shape's gradient (reversed: back to the merged layout), back through the merges
-    std::vector<double> dGm((size_t)v.core_off[3]), dGr((size_t)vr.core_off[3]), ref((size_t)s.core_off[s.T]), mag(ref.size());
-    tt_embedding_backward_cpu(vr, mr.data(), pr.offsets.data(), ir.data(), dYr.data(), dGr.data());
-    if (!cut.reversed) dGm = dGr;
-    else
-        for (int g = 0; g < 3; g++)
-            for (int64_t e = 0; e < tt_embedding_backward_core_elems(v, g); e++)
-                dGm[v.core_off[g] + e] = dGr[vr.core_off[2 - g] + tt_embedding_backward_reverse_src(v.R[g + 1], v.q[g], v.R[g], e)];
+    tt_embedding_backward_forward_cpu(v, std::vector<double>(mc.begin(), mc.end()).data(), pr.offsets.data(), pr.indices.data(), Y1.data());
+    for (size_t i = 0; i < Y0.size(); i++)
+        if (!(std::fabs(Y0[i] - Y1[i]) <= 1e-5 * (1.0 + std::fabs(Y0[i])))) { why += " merged rows differ;"; break; }
+    // the merged shape's gradient, back through the merges
+    std::vector<double> dGm((size_t)v.core_off[3]), ref((size_t)s.core_off[s.T]), mag(ref.size());
+    tt_embedding_backward_cpu(v, mc.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), dGm.data());
     tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), ref.data());
     tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), mag.data(), true);
     const std::vector<float> dGm_f(dGm.begin(), dGm.end());
@@ -1393,10 +1365,10 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}, b
                                      " vs " + std::to_string(ref[e]) + ";";
             }
         }
-    char desc[96];
-    snprintf(desc, sizeof desc, " (cut %d|%d|%d%s, q %d,%d,%d, %d merge steps)", first[1] - first[0], first[2] - first[1], first[3] - first[2],
-             cut.reversed ? " reversed" : "", vr.q[0], vr.q[1], vr.q[2], steps);
-    report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + desc + ": same rows; the merged gradient back through the merges = the reference", why);
+    char cut[96];
+    snprintf(cut, sizeof cut, " (cut %d|%d|%d, q %d,%d,%d, %d merge steps)", first[1] - first[0], first[2] - first[1], first[3] - first[2],
+             v.q[0], v.q[1], v.q[2], steps);
+    report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + cut + ": same rows; the merged gradient back through the merges = the reference", why);
 }
 
 int main() {
@@ -1500,8 +1472,6 @@ int main() {
     test_merge({"T6_tables2", {2, 2, 3, 2, 2, 3}, {2, 2, 2, 2, 2, 2}, {3, 2, 4, 2, 3}, 2, 5, 6, 0.0, true, 43});
     test_merge({"T6_rank32", {3, 2, 2, 3, 2, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1, 6, 3, 0.0, false, 44});
     test_merge({"T5_three_core_group", {2, 2, 2, 3, 2}, {1, 2, 2, 4, 4}, {2, 3, 5, 4}, 1, 5, 4, 0.0, true, 45});
-    test_merge({"T4_q4428_reversed", {3, 4, 2, 3}, {4, 4, 2, 4}, {32, 32, 32}, 2, 6, 4, 0.0, true, 47});
-    test_merge({"T5_forced_reversed_odd", {2, 3, 2, 3, 2}, {2, 3, 1, 3, 2}, {3, 5, 2, 4}, 2, 7, 5, 1.2, true, 48}, {0, 2, 3, 5}, true);
 
     return test_summary();
 }

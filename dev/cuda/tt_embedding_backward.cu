@@ -3470,22 +3470,12 @@ inline TtEmbeddingBackwardMergeStep tt_embedding_backward_merge_step(const TtEmb
     return st;
 }
 
-// A cut: three groups of cores (group g: cores first[g] .. first[g+1] - 1), and whether the 3-core shape they make
-// runs reversed. A TT read from its last core to its first is a TT too: core 2 - g with each slice's ranks swapped
-// ([R_g][q_g][R_{g+1}] -> [R_{g+1}][q_g][R_g]), the row's digits and d's digits reversed. Where the merged shape is
-// q 4,4,8 (the grid's T 4), its reverse q 8,4,4 is one the tensor-core kernels take.
-struct TtEmbeddingBackwardMergeCut { int first[4]; bool reversed; };
-inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardMergeCut& cut) {
-    const int* first = cut.first;
+// the three groups of cores (group g: cores first[g] .. first[g+1] - 1) and the 3-core shape they make
+inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbeddingBackwardShape& s, const int* first) {
     std::vector<int> p(3, 1), q(3, 1), r = {s.R[first[1]], s.R[first[2]]};
     for (int g = 0; g < 3; g++)
         for (int t = first[g]; t < first[g + 1]; t++) { p[g] *= s.p[t]; q[g] *= s.q[t]; }
-    if (cut.reversed) {
-        std::reverse(p.begin(), p.end());
-        std::reverse(q.begin(), q.end());
-        std::reverse(r.begin(), r.end());
-    }
-    TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape(p, q, r, cut.reversed ? 0 : s.E, s.tables, s.B);
+    TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape(p, q, r, s.E, s.tables, s.B);
     v.nnz = s.nnz;
     v.nnz_dev = s.nnz_dev;
     return v;
@@ -3493,10 +3483,10 @@ inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbed
 
 // The cut into three groups, at T >= 4: among the cuts whose merged cores and products stay under MAX_FLOATS, whose
 // merged p fit the 3-core kernels' keys and whose merges cost under MAX_FMA, the one with the fewest lookup FLOPs
-// (a quarter where the tensor-core kernels take the merged shape, reversed if only its reverse fits them). false: no
-// cut qualifies (large p), or T = 4 and the cut misses the tensor cores (the grid's T 4 merged to q 4,4,8 took 0.40
-// ms on version 6's kernels against 0.36 for version 9 on the four cores, H100; T 5, 6 gained everywhere: the notes).
-bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, TtEmbeddingBackwardMergeCut& cut) {
+// (a quarter where the tensor-core kernels take the merged shape). false: no cut qualifies (large p), or T = 4 and
+// the cut's shape misses the tensor cores (the grid's T 4 merged to q 4,4,8 took 0.40 ms on version 6's kernels
+// against 0.36 for version 9 on the four cores, H100; T 5 and 6 gain at every shape measured: the notes).
+bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* first) {
     if (s.T < 4) return false;
     double best = 0.0;
     bool tc = false;
@@ -3517,46 +3507,16 @@ bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, TtEmbed
                 }
             }
             if (!fits || fma > TT_EMBEDDING_BACKWARD_MERGE_MAX_FMA || (double)s.tables * sum_p >= 2147483647.0) continue;
-            TtEmbeddingBackwardMergeCut c = {{f[0], f[1], f[2], f[3]}, false};
-            const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, c);
-            c.reversed = !tt_embedding_backward_tc_reason(v).empty();
-            const bool v_tc = !c.reversed || tt_embedding_backward_tc_reason(tt_embedding_backward_merged_shape(s, c)).empty();
-            if (!v_tc) c.reversed = false;
+            const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, f);
+            const bool v_tc = tt_embedding_backward_tc_reason(v).empty();
             const double cost = tt_embedding_backward_flops_per_lookup(v) * s.nnz * (v_tc ? 0.25 : 1.0) + fma;
             if (best == 0.0 || cost < best) {
                 best = cost;
                 tc = v_tc;
-                cut = c;
+                std::copy(f, f + 4, first);
             }
         }
     return best > 0.0 && (s.T >= 5 || tc);
-}
-
-// the reversal's maps (element e of the output, its source): a slice [Ra][q][Rb] -> [Rb][q][Ra]; a row index of the
-// merged shape v (i_0 most significant) -> the reversed one's; a column d of dY -> the reversed one's
-__host__ __device__ inline int64_t tt_embedding_backward_reverse_src(int64_t Ra, int64_t q, int64_t Rb, int64_t e) {
-    const int64_t S = Ra * q * Rb, rem = e % S, kb = rem / (q * Ra), a = (rem / Ra) % q, ka = rem % Ra;
-    return e - rem + (ka * q + a) * Rb + kb;
-}
-__host__ __device__ inline int64_t tt_embedding_backward_reverse_row(const TtEmbeddingBackwardShape& v, int64_t idx) {
-    const int64_t i0 = idx / v.Lrad[0], i1 = (idx / v.Lrad[1]) % v.p[1], i2 = idx % v.p[2];
-    return (i2 * v.p[1] + i1) * v.p[0] + i0;
-}
-__host__ __device__ inline int tt_embedding_backward_reverse_col(const TtEmbeddingBackwardShape& v, int d) {
-    const int a0 = d / (v.q[1] * v.q[2]), a1 = (d / v.q[2]) % v.q[1], a2 = d % v.q[2];
-    return (a2 * v.q[1] + a1) * v.q[0] + a0;
-}
-__global__ void tt_embedding_backward_reverse_slices_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t total, int Ra, int q, int Rb) {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
-        out[e] = in[tt_embedding_backward_reverse_src(Ra, q, Rb, e)];
-}
-// the reversed problem's indices and dY (v: the merged shape, not reversed)
-__global__ void tt_embedding_backward_reverse_inputs_kernel(int64_t* __restrict__ idx_out, float* __restrict__ dY_out, const int64_t* __restrict__ idx,
-                                                            const float* __restrict__ dY, const __grid_constant__ TtEmbeddingBackwardShape v) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x, n_dY = (int64_t)v.num_bags * v.D;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < v.nnz; e += stride) idx_out[e] = tt_embedding_backward_reverse_row(v, idx[e]);
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n_dY; e += stride)
-        dY_out[e - e % v.D + tt_embedding_backward_reverse_col(v, (int)(e % v.D))] = dY[e];
 }
 
 // element e of a merge's output C (slices (tbl pA + j) pt + i, each m x n row-major): A[tbl pA + j] row r . G_t column c
@@ -3650,10 +3610,7 @@ struct TtEmbeddingBackwardInputs {
 // its own workspace; its bags are the outer's, set at launch), each group's partial products (prod[t]: cores
 // first..t of t's group, t neither first nor last) and their gradients, and the backward's permute buffers
 struct TtEmbeddingBackwardMerge {
-    TtEmbeddingBackwardMergeCut cut;
-    TtEmbeddingBackwardShape unrev;       // the merged shape before any reversal
-    int64_t* rev_indices;                 // reversed: the inner problem's bags (the outer's indices and dY, reversed)
-    float *rev_dY, *stage;                // reversed: dY; a merged core in the unreversed layout
+    int first[4];
     TtEmbeddingBackwardArgs inner;
     TtEmbeddingBackwardInputs inner_in;   // (copies the inner problem never reads: the buffers list makes them)
     TtEmbeddingBackwardGroupPlan inner_plan;
@@ -3689,8 +3646,8 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
        TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: 3 merged cores */ };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
-    TtEmbeddingBackwardMergeCut cut;
-    if (tt_embedding_backward_merge_plan(s, cut)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
+    int first[4];
+    if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
     if (tt_embedding_backward_tc_reason(s).empty() && block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     int max_rank = 1;
@@ -3884,19 +3841,16 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
 
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 
-// version 7 at T >= 4, merged: each group's cores folded into its merged core (reversed: its slices' ranks swapped,
-// and the indices and dY reversed), the 3-core default's dense gradient of those, then back through each merge from
-// the group's last core (two permutes, two GEMMs, one permute into dG_t), and the optimizer over every core
-// (untouched slices: dG exactly 0)
+// version 7 at T >= 4, merged: each group's cores folded into its merged core, the 3-core default's dense gradient
+// of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
+// dG_t), and the optimizer over every core (untouched slices: dG exactly 0)
 void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     const TtEmbeddingBackwardMerge& M = *a.merge;
-    const int* first = M.cut.first;
-    const bool rev = M.cut.reversed;
-    TtEmbeddingBackwardArgs v = M.inner;   // the bags are the outer problem's (reversed: made from them)
+    TtEmbeddingBackwardArgs v = M.inner;   // the bags are the outer problem's
     v.offsets = a.offsets;
-    v.indices = rev ? M.rev_indices : a.indices;
-    v.dY = rev ? M.rev_dY : a.dY;
+    v.indices = a.indices;
+    v.dY = a.dY;
     v.s.nnz_dev = s.nnz_dev;
     auto grid = [](int64_t n) { return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(n, 256), 8192)); };
     auto core = [&](int t) { return a.cores + s.core_off[t]; };
@@ -3910,40 +3864,23 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
                                                A, CUDA_R_32F, g.lda, g.sa, &zero, C, CUDA_R_32F, g.ldc, g.sc, batch, CUBLAS_COMPUTE_32F,
                                                CUBLAS_GEMM_DEFAULT));
     };
-    const TtEmbeddingBackwardShape& u = M.unrev;   // the merged shape, not reversed
-    auto inner_core = [&](const float* base, int g) { return base + v.s.core_off[rev ? 2 - g : g]; };
-    auto reverse = [&](float* out, const float* in, int g, bool back) {   // [R_g][q_g][R_{g+1}] -> [R_{g+1}][q_g][R_g] (back: the other way)
-        const int64_t n = tt_embedding_backward_core_elems(u, g);
-        tt_embedding_backward_reverse_slices_kernel<<<grid(n), 256>>>(out, in, n, back ? u.R[g + 1] : u.R[g], u.q[g], back ? u.R[g] : u.R[g + 1]);
-    };
-    if (rev)
-        tt_embedding_backward_reverse_inputs_kernel<<<grid(std::max<int64_t>(s.nnz, (int64_t)s.num_bags * s.D)), 256>>>(
-            M.rev_indices, M.rev_dY, a.indices, a.dY, u);
     for (int g = 0; g < 3; g++) {   // the merged cores
-        const int a0 = first[g], b0 = first[g + 1] - 1;
-        float* out = const_cast<float*>(inner_core(v.cores, g));
+        const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
         const float* A = core(a0);
         for (int t = a0 + 1; t <= b0; t++) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
-            float* C = t < b0 ? M.prod[t] : rev ? M.stage : out;
+            float* C = t == b0 ? v.cores + v.s.core_off[g] : M.prod[t];
             tt_embedding_backward_merge_kernel<<<grid(st.tables * st.pA * st.pt * st.m * st.n), 256>>>(C, A, core(t), st);
             A = C;
         }
-        if (rev) reverse(out, A, g, false);
-        else if (a0 == b0) copy(out, A, tt_embedding_backward_core_elems(s, a0));
+        if (a0 == b0) copy(v.cores + v.s.core_off[g], A, tt_embedding_backward_core_elems(s, a0));
     }
     tt_embedding_backward7(v, block_size);   // their dense gradient
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));   // (the padding between cores)
     for (int g = 0; g < 3; g++) {
-        const int a0 = first[g], b0 = first[g + 1] - 1;
-        const float* dC = inner_core(v.dG, g);
-        if (rev) {
-            float* d = a0 == b0 ? a.dG + s.core_off[a0] : M.stage;
-            reverse(d, dC, g, true);
-            dC = d;
-        } else if (a0 == b0) {
-            copy(a.dG + s.core_off[a0], dC, tt_embedding_backward_core_elems(s, a0));
-        }
+        const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
+        const float* dC = v.dG + v.s.core_off[g];
+        if (a0 == b0) copy(a.dG + s.core_off[a0], dC, tt_embedding_backward_core_elems(s, a0));
         for (int t = b0; t > a0; t--) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
             const float* A = t - 1 == a0 ? core(a0) : M.prod[t - 1];
@@ -4104,14 +4041,13 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         TtEmbeddingBackwardMerge& M = *a.merge;
         tt_embedding_backward_buffers(M.inner, M.inner_in, M.inner_plan, f);
         size_t x = 0, g = 0;
-        const int* first = M.cut.first;
         for (int grp = 0; grp < 3; grp++)
-            for (int t = first[grp] + 1; t < first[grp + 1]; t++) {
-                const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, first[grp], t);
+            for (int t = M.first[grp] + 1; t < M.first[grp + 1]; t++) {
+                const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, M.first[grp], t);
                 const size_t out = (size_t)(st.tables * st.pA * st.pt * st.m * st.n);
                 x = std::max(x, out);
                 g = std::max(g, (size_t)tt_embedding_backward_core_elems(s, t));
-                if (t + 1 < first[grp + 1]) {
+                if (t + 1 < M.first[grp + 1]) {
                     buf(&M.prod[t], 4 * out);
                     buf(&M.dprod[t], 4 * out);
                 }
@@ -4119,26 +4055,18 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         buf(&M.X, 4 * x);
         buf(&M.Gt, 4 * g);
         buf(&M.dGx, 4 * g);
-        if (M.cut.reversed) {
-            size_t st = 0;
-            for (int grp = 0; grp < 3; grp++) st = std::max(st, (size_t)tt_embedding_backward_core_elems(M.unrev, grp));
-            buf(&M.stage, 4 * st);
-            buf(&M.rev_indices, 8 * nnz1);
-            buf(&M.rev_dY, 4 * (size_t)s.num_bags * s.D);
-        }
     }
 }
 
 // the device memory the buffers take, refused (exit 2) when more than is free
 void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardGroupPlan& P);
 void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
-    TtEmbeddingBackwardMergeCut cut;
-    if (!a.merge && tt_embedding_backward_merge_plan(a.s, cut)) {   // version 7's 3-core problem (dense)
+    int first[4];
+    if (!a.merge && tt_embedding_backward_merge_plan(a.s, first)) {   // version 7's 3-core problem (dense)
         a.merge = new TtEmbeddingBackwardMerge();
         TtEmbeddingBackwardMerge& M = *a.merge;
-        M.cut = cut;
-        M.inner.s = tt_embedding_backward_merged_shape(a.s, cut);
-        M.unrev = tt_embedding_backward_merged_shape(a.s, {{cut.first[0], cut.first[1], cut.first[2], cut.first[3]}, false});
+        std::copy(first, first + 4, M.first);
+        M.inner.s = tt_embedding_backward_merged_shape(a.s, first);
         M.inner.opt = TT_EMBEDDING_BACKWARD_DENSE;
         M.inner.smem_limit = a.smem_limit;
         M.inner_plan = tt_embedding_backward_group_make_plan(M.inner.s, M.inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
@@ -4292,10 +4220,8 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
         const TtEmbeddingBackwardMerge& M = *a.merge;
         const TtEmbeddingBackwardShape& v = M.inner.s;
         const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
-        const int* f = M.cut.first;
-        printf("  cores %d-%d | %d-%d | %d-%d merged%s: p %d,%d,%d, q %d,%d,%d, ranks %d,%d; there: %s\n", f[0], f[1] - 1, f[1], f[2] - 1, f[2],
-               f[3] - 1, M.cut.reversed ? " and reversed" : "", v.p[0], v.p[1], v.p[2], v.q[0], v.q[1], v.q[2], v.R[1], v.R[2],
-               tt_embedding_backward_route_name(r3));
+        printf("  cores %d-%d | %d-%d | %d-%d merged: p %d,%d,%d, q %d,%d,%d, ranks %d,%d; there: %s\n", M.first[0], M.first[1] - 1, M.first[1],
+               M.first[2] - 1, M.first[2], M.first[3] - 1, v.p[0], v.p[1], v.p[2], v.q[0], v.q[1], v.q[2], v.R[1], v.R[2], tt_embedding_backward_route_name(r3));
     }
     for (int k : cli.kernels) {
         const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
