@@ -1265,10 +1265,11 @@ static void test_v7_filter() {
             return tt_embedding_backward_merge_plan(sh, f) ? std::vector<int>(f, f + 4) : std::vector<int>();
         };
         report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}).empty() &&
+                   cut({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}) == std::vector<int>{0, 3, 5, 5} &&
                    cut({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}) == std::vector<int>{0, 2, 4, 6} &&
                    cut({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 3, 4} &&
                    cut({200, 220, 250}, {4, 4, 4}, {32, 32}).empty(),
-               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1; none at the grid's T 4 or at T = 3");
+               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1, T 5 as 3|2; none at the grid's T 4 or at T = 3");
     }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
@@ -1303,10 +1304,11 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
     if (!forced_cut.empty()) std::copy(forced_cut.begin(), forced_cut.end(), first);
     else if (!tt_embedding_backward_merge_plan(s, first)) { report(false, "merge_" + c.name, "no merge plan"); return; }
     const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, first);
-    std::vector<float> mc((size_t)v.core_off[3], 0.0f);
+    const int G = v.T;
+    std::vector<float> mc((size_t)v.core_off[G], 0.0f);
     std::vector<std::vector<float>> prod(s.T);
     auto core = [&](int t) { return pr.cores.data() + s.core_off[t]; };
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < G; g++) {
         const int a0 = first[g], b0 = first[g + 1] - 1;
         const float* A = core(a0);
         for (int t = a0 + 1; t <= b0; t++) {
@@ -1326,7 +1328,7 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
     for (size_t i = 0; i < Y0.size(); i++)
         if (!(std::fabs(Y0[i] - Y1[i]) <= 1e-5 * (1.0 + std::fabs(Y0[i])))) { why += " merged rows differ;"; break; }
     // the merged shape's gradient, back through the merges
-    std::vector<double> dGm((size_t)v.core_off[3]), ref((size_t)s.core_off[s.T]), mag(ref.size());
+    std::vector<double> dGm((size_t)v.core_off[G]), ref((size_t)s.core_off[s.T]), mag(ref.size());
     tt_embedding_backward_cpu(v, mc.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), dGm.data());
     tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), ref.data());
     tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), mag.data(), true);
@@ -1334,7 +1336,7 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
     std::vector<float> dG(ref.size(), 0.0f);   // (the launcher's memset)
     std::vector<std::vector<float>> dprod(s.T);
     int steps = 0;
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < G; g++) {
         const int a0 = first[g], b0 = first[g + 1] - 1;
         const float* dC = dGm_f.data() + v.core_off[g];
         if (a0 == b0) std::copy(dC, dC + tt_embedding_backward_core_elems(s, a0), dG.begin() + s.core_off[a0]);
@@ -1365,10 +1367,10 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
                                      " vs " + std::to_string(ref[e]) + ";";
             }
         }
-    char cut[96];
-    snprintf(cut, sizeof cut, " (cut %d|%d|%d, q %d,%d,%d, %d merge steps)", first[1] - first[0], first[2] - first[1], first[3] - first[2],
-             v.q[0], v.q[1], v.q[2], steps);
-    report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + cut + ": same rows; the merged gradient back through the merges = the reference", why);
+    std::string desc = " (cut";
+    for (int g = 0; g < G; g++) desc += (g ? "|" : " ") + std::to_string(first[g + 1] - first[g]);
+    desc += ", " + std::to_string(steps) + " merge steps)";
+    report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + desc + ": same rows; the merged gradient back through the merges = the reference", why);
 }
 
 int main() {
@@ -1472,6 +1474,8 @@ int main() {
     test_merge({"T6_tables2", {2, 2, 3, 2, 2, 3}, {2, 2, 2, 2, 2, 2}, {3, 2, 4, 2, 3}, 2, 5, 6, 0.0, true, 43});
     test_merge({"T6_rank32", {3, 2, 2, 3, 2, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1, 6, 3, 0.0, false, 44});
     test_merge({"T5_three_core_group", {2, 2, 2, 3, 2}, {1, 2, 2, 4, 4}, {2, 3, 5, 4}, 1, 5, 4, 0.0, true, 45});
+    test_merge({"T4_two_groups", {3, 4, 2, 3}, {4, 4, 2, 4}, {5, 7, 3}, 2, 6, 4, 0.0, true, 47}, {0, 2, 4, 4});
+    test_merge({"T5_two_groups_zipf", {2, 3, 2, 3, 2}, {2, 3, 1, 3, 2}, {3, 5, 2, 4}, 1, 9, 5, 1.2, false, 48}, {0, 3, 5, 5});
 
     return test_summary();
 }

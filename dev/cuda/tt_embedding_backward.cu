@@ -38,9 +38,9 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
   (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.266, T 4 0.345 (2026-12-05_tt_backward_list_kernel_ab.log);
   q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T >= 5 (T = 4 where a cut makes q 4,4,4)
-  with small p, 7 merges adjacent cores into three and runs that shape's route; back through each merge by two
-  GEMMs (H100, 2026-12-06_tt_backward_merged_cores_h100.log: T 6 0.548 -> 0.182 ms, T 5 0.814 -> 0.576, T 6 rank 128
-  2.26 -> 0.83; the grid's T 4, q 4,4,8 on version 6, lost: 0.40 against 0.36, so it keeps version 9).
+  with small p, 7 merges adjacent cores into two or three and runs that shape's route; back through each merge by
+  two GEMMs (H100, logs 2026-12-06_tt_backward_merged_*: T 6 0.548 -> 0.182 ms, T 5 0.814 -> 0.295, T 6 rank 128
+  2.26 -> 0.83; the grid's T 4 lost every way, 0.40-0.43 against 0.36, so it keeps version 9).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -3449,12 +3449,12 @@ inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardSh
     return f;
 }
 
-// ---- version 7 at T >= 4: adjacent cores merged into three
+// ---- version 7 at T >= 4: adjacent cores merged into two or three
 //
 // A TT of T cores is also a TT of fewer, larger cores: merge cores t-1 and t by multiplying every pair of slices,
 // A[j] (m x R_t) . G_t[i] (R_t x q_t R_{t+1}) = slice j p_t + i of a core with p_{t-1} p_t slices and q_{t-1} q_t
-// columns (the row's digits and d's digits stay in mixed radix). Where the p_t are small (T 4, T 6 of the grid)
-// the merged cores are small too, and the 3-core default (tensor cores at q 4,4,4, ranks 32) runs the lookups.
+// columns (the row's digits and d's digits stay in mixed radix). Where the p_t are small (T 5, T 6 of the grid)
+// the merged cores are small too, and the default on 2 or 3 cores (T 6: tensor cores at q 4,4,4) runs the lookups.
 // Its dense gradient dC of a merged core goes back through each merge as two GEMMs: with dC's slices permuted to
 // X[j][r][i][c] (one matrix of rows (j, r), columns (i, c)), dA = X . G_t^T-stacked and dG_t = A^T . X.
 // Nothing is atomic, so the step stays deterministic; untouched slices get an exact 0 and stay bit-identical.
@@ -3470,10 +3470,18 @@ inline TtEmbeddingBackwardMergeStep tt_embedding_backward_merge_step(const TtEmb
     return st;
 }
 
-// the three groups of cores (group g: cores first[g] .. first[g+1] - 1) and the 3-core shape they make
+// a cut: G = 2 or 3 groups of cores (group g: cores first[g] .. first[g+1] - 1; first[G] = T, first[3] = T if G = 2),
+// and the G-core shape they make
+inline int tt_embedding_backward_merge_groups(const TtEmbeddingBackwardShape& s, const int* first) {
+    int G = 0;
+    while (G < 3 && first[G] < s.T) G++;
+    return G;
+}
 inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbeddingBackwardShape& s, const int* first) {
-    std::vector<int> p(3, 1), q(3, 1), r = {s.R[first[1]], s.R[first[2]]};
-    for (int g = 0; g < 3; g++)
+    const int G = tt_embedding_backward_merge_groups(s, first);
+    std::vector<int> p(G, 1), q(G, 1), r;
+    for (int g = 1; g < G; g++) r.push_back(s.R[first[g]]);
+    for (int g = 0; g < G; g++)
         for (int t = first[g]; t < first[g + 1]; t++) { p[g] *= s.p[t]; q[g] *= s.q[t]; }
     TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape(p, q, r, s.E, s.tables, s.B);
     v.nnz = s.nnz;
@@ -3481,21 +3489,25 @@ inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbed
     return v;
 }
 
-// The cut into three groups, at T >= 4: among the cuts whose merged cores and products stay under MAX_FLOATS, whose
-// merged p fit the 3-core kernels' keys and whose merges cost under MAX_FMA, the one with the fewest lookup FLOPs
-// (a quarter where the tensor-core kernels take the merged shape). false: no cut qualifies (large p), or T = 4 and
-// the cut's shape misses the tensor cores (the grid's T 4 merged to q 4,4,8 took 0.40 ms on version 6's kernels
-// against 0.36 for version 9 on the four cores, H100; T 5 and 6 gain at every shape measured: the notes).
+// The cut, at T >= 4, among those whose merged cores and products stay under MAX_FLOATS, whose merged p fit the
+// kernels' keys and whose merges cost under MAX_FMA: the cheapest (lookup FLOPs + merge FMAs) of the three-group cuts
+// the tensor-core kernels take; else, at T >= 5, the cheapest cut of two or three groups; else none (large p, or T = 4
+// with no tensor-core cut). H100, the notes: T 6 as q 4,4,4 on tensor cores 0.18 ms (two groups 0.33, unmerged 0.55);
+// T 5 in two groups 0.29 (three 0.58, unmerged 0.81); the grid's T 4 unmerged 0.36 (three groups 0.40, two 0.43).
 bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* first) {
     if (s.T < 4) return false;
     double best = 0.0;
     bool tc = false;
     for (int c1 = 1; c1 < s.T - 1; c1++)
-        for (int c2 = c1 + 1; c2 < s.T; c2++) {
+        for (int c2 = c1 + 1; c2 <= s.T; c2++) {   // (c2 = T: two groups)
             const int f[4] = {0, c1, c2, s.T};
+            const int G = tt_embedding_backward_merge_groups(s, f);
+#ifdef TT_EMBEDDING_BACKWARD_MERGE_GROUPS   // (-D...=2 or 3: only such cuts, merged wherever they fit: the notes' builds)
+            if (G != TT_EMBEDDING_BACKWARD_MERGE_GROUPS) continue;
+#endif
             double fma = 0.0, sum_p = 0.0;
             bool fits = true;
-            for (int g = 0; g < 3; g++) {
+            for (int g = 0; g < G; g++) {
                 double pg = 1.0;
                 for (int t = f[g]; t < f[g + 1]; t++) pg *= s.p[t];
                 sum_p += pg;
@@ -3509,14 +3521,18 @@ bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* fi
             if (!fits || fma > TT_EMBEDDING_BACKWARD_MERGE_MAX_FMA || (double)s.tables * sum_p >= 2147483647.0) continue;
             const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, f);
             const bool v_tc = tt_embedding_backward_tc_reason(v).empty();
-            const double cost = tt_embedding_backward_flops_per_lookup(v) * s.nnz * (v_tc ? 0.25 : 1.0) + fma;
-            if (best == 0.0 || cost < best) {
+            const double cost = tt_embedding_backward_flops_per_lookup(v) * s.nnz + fma;
+            if (tc && !v_tc) continue;
+            if (best == 0.0 || cost < best || (v_tc && !tc)) {
                 best = cost;
                 tc = v_tc;
                 std::copy(f, f + 4, first);
             }
         }
-    return best > 0.0 && (s.T >= 5 || tc);
+#ifdef TT_EMBEDDING_BACKWARD_MERGE_GROUPS
+    return best > 0.0;
+#endif
+    return best > 0.0 && (s.T >= 5 || tc);   // (at T = 4 neither cut without the tensor cores gained)
 }
 
 // element e of a merge's output C (slices (tbl pA + j) pt + i, each m x n row-major): A[tbl pA + j] row r . G_t column c
@@ -3606,7 +3622,7 @@ struct TtEmbeddingBackwardInputs {
     float *dY, *cores0, *state0;
 };
 
-// version 7's merged cores: the 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
+// version 7's merged cores: the 2- or 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
 // its own workspace; its bags are the outer's, set at launch), each group's partial products (prod[t]: cores
 // first..t of t's group, t neither first nor last) and their gradients, and the backward's permute buffers
 struct TtEmbeddingBackwardMerge {
@@ -3644,7 +3660,7 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
 // else version 2's pipeline (the times behind each choice: the notes). At another block size than 256 version 6 runs
 // wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
-       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: 3 merged cores */ };
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: merged cores */ };
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     int first[4];
     if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
@@ -3664,7 +3680,7 @@ inline const char* tt_embedding_backward_route_name(int route) {
     return route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR ? "tensor cores (3xTF32), FBTT's default family"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA  ? "version 9's per-slice GEMMs on tensor cores (the general path)"
-           : route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED     ? "adjacent cores merged into three, then the 3-core default"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED     ? "adjacent cores merged into two or three, then the default there"
                                                              : "version 2's cuBLAS pipeline (version 9's buffers would be too large)";
 }
 
@@ -3841,7 +3857,7 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
 
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 
-// version 7 at T >= 4, merged: each group's cores folded into its merged core, the 3-core default's dense gradient
+// version 7 at T >= 4, merged: each group's cores folded into its merged core, the default's dense gradient
 // of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
 // dG_t), and the optimizer over every core (untouched slices: dG exactly 0)
 void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
@@ -3864,7 +3880,8 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
                                                A, CUDA_R_32F, g.lda, g.sa, &zero, C, CUDA_R_32F, g.ldc, g.sc, batch, CUBLAS_COMPUTE_32F,
                                                CUBLAS_GEMM_DEFAULT));
     };
-    for (int g = 0; g < 3; g++) {   // the merged cores
+    const int G = tt_embedding_backward_merge_groups(s, M.first);
+    for (int g = 0; g < G; g++) {   // the merged cores
         const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
         const float* A = core(a0);
         for (int t = a0 + 1; t <= b0; t++) {
@@ -3877,7 +3894,7 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
     }
     tt_embedding_backward7(v, block_size);   // their dense gradient
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));   // (the padding between cores)
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < G; g++) {
         const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
         const float* dC = v.dG + v.s.core_off[g];
         if (a0 == b0) copy(a.dG + s.core_off[a0], dC, tt_embedding_backward_core_elems(s, a0));
@@ -4041,7 +4058,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         TtEmbeddingBackwardMerge& M = *a.merge;
         tt_embedding_backward_buffers(M.inner, M.inner_in, M.inner_plan, f);
         size_t x = 0, g = 0;
-        for (int grp = 0; grp < 3; grp++)
+        for (int grp = 0; grp < tt_embedding_backward_merge_groups(s, M.first); grp++)
             for (int t = M.first[grp] + 1; t < M.first[grp + 1]; t++) {
                 const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, M.first[grp], t);
                 const size_t out = (size_t)(st.tables * st.pA * st.pt * st.m * st.n);
@@ -4220,8 +4237,14 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
         const TtEmbeddingBackwardMerge& M = *a.merge;
         const TtEmbeddingBackwardShape& v = M.inner.s;
         const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
-        printf("  cores %d-%d | %d-%d | %d-%d merged: p %d,%d,%d, q %d,%d,%d, ranks %d,%d; there: %s\n", M.first[0], M.first[1] - 1, M.first[1],
-               M.first[2] - 1, M.first[2], M.first[3] - 1, v.p[0], v.p[1], v.p[2], v.q[0], v.q[1], v.q[2], v.R[1], v.R[2], tt_embedding_backward_route_name(r3));
+        std::string cut, p, q, r;
+        for (int g = 0; g < v.T; g++) {
+            cut += (g ? " | " : "") + std::to_string(M.first[g]) + "-" + std::to_string(M.first[g + 1] - 1);
+            p += (g ? "," : "") + std::to_string(v.p[g]);
+            q += (g ? "," : "") + std::to_string(v.q[g]);
+            if (g) r += (g > 1 ? "," : "") + std::to_string(v.R[g]);
+        }
+        printf("  cores %s merged: p %s, q %s, ranks %s; there: %s\n", cut.c_str(), p.c_str(), q.c_str(), r.c_str(), tt_embedding_backward_route_name(r3));
     }
     for (int k : cli.kernels) {
         const std::string why = cli.all ? "" : tt_embedding_backward_skip_reason(k, s, a, a.smem_limit, cli.block);
