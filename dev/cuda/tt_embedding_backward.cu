@@ -3453,7 +3453,7 @@ inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardSh
 //
 // A TT of T cores is also a TT of fewer, larger cores: merge cores t-1 and t by multiplying every pair of slices,
 // A[j] (m x R_t) . G_t[i] (R_t x q_t R_{t+1}) = slice j p_t + i of a core with p_{t-1} p_t slices and q_{t-1} q_t
-// columns (the row's digits and d's digits stay in mixed radix). Where the p_t are small (T 5, T 6 of the grid)
+// columns (the row's digits and d's digits stay in mixed radix). Where the p_t are small (the grid's T 6, T 5)
 // the merged cores are small too, and the default on 2 or 3 cores (T 6: tensor cores at q 4,4,4) runs the lookups.
 // Its dense gradient dC of a merged core goes back through each merge as two GEMMs: with dC's slices permuted to
 // X[j][r][i][c] (one matrix of rows (j, r), columns (i, c)), dA = X . G_t^T-stacked and dG_t = A^T . X.
@@ -3916,11 +3916,13 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
 
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
+    if (a.merge) {   // (made at allocation where merge_plan cuts: no plan on the host per step)
+        tt_embedding_backward_merged(a, block_size);
+        return;
+    }
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
-            if (!a.merge) fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
-            tt_embedding_backward_merged(a, block_size);
-            break;
+            fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA: tt_embedding_backward9(a, block_size); break;
