@@ -851,8 +851,7 @@ static void test_digit_mask() {
 
 // Version 6's prefix and suffix tables on the CPU: for every case of test_random_shapes' kind and every cut k, the
 // step buffers and tables (NaN, with a NaN guard after each) are built by the launch's steps: the op's pointer
-// function for every batch entry, each step's GEMM through the column-major reference with the launch's arguments
-// (or, for outputs narrower than 8, the narrow kernel's row function, as the launch does);
+// function for every batch entry, each step's GEMM through the column-major reference with the launch's arguments;
 // then for lookups across the index range (all of them where there are few) the row warp's staging and product
 // (lanes in turn, both staging paths) must give the reference row, and no guard float may change; and the plan's
 // choice: a cut at T 6 / T 4 of the bench grid, none at FBTT's default.
@@ -872,7 +871,7 @@ static void test_split() {
     };
     Rng rng(77);
     std::string bad;
-    int checked = 0, vec_rows = 0, narrow = 0;
+    int checked = 0, vec_rows = 0;
     const int guard = 64;
     for (const Case& cs : cases) {
         Problem P;
@@ -896,12 +895,8 @@ static void test_split() {
             for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS
                 const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
                 const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
-                for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++) {
-                    if (g.n >= TT_EMBEDDING_FORWARD_NARROW) colmajor_gemm(a, (const float*)G[g.at + b], (const float*)M[g.at + b], (float*)C[g.at + b]);
-                    else for (int64_t r = 0; r < g.m; r++)   // the narrow kernel's rows
-                        tt_embedding_forward_narrow_row((float*)C[g.at + b], (const float*)M[g.at + b], (const float*)G[g.at + b], g.kk, g.n, r);
-                    narrow += g.n < TT_EMBEDDING_FORWARD_NARROW;
-                }
+                for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++)
+                    colmajor_gemm(a, (const float*)G[g.at + b], (const float*)M[g.at + b], (float*)C[g.at + b]);
             }
             for (int i = 0; i < 4; i++)
                 for (int e = 0; e < guard; e++)
@@ -935,10 +930,9 @@ static void test_split() {
             }
         }
     }
-    report(bad.empty() && checked > 1000 && vec_rows > 100 && narrow > 100,
+    report(bad.empty() && checked > 1000 && vec_rows > 100,
            "version 6's tables: every cut's P and S tables (pointers and cuBLAS steps through the reference GEMM) and each row's staging and "
-           "product = the reference row (" + std::to_string(checked) + " rows, " + std::to_string(vec_rows) + " staged by float4; " + std::to_string(narrow) +
-               " step products by the narrow kernel's rows)",
+           "product = the reference row (" + std::to_string(checked) + " rows, " + std::to_string(vec_rows) + " staged by float4)",
            bad.substr(0, 300));
     // the plan at the bench grid: T 6 and T 4 cut, FBTT's default and q 4,8,8 not; no lookups: no cut
     auto plan = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int B, int L) {

@@ -1782,37 +1782,6 @@ __global__ void tt_embedding_forward_kernel_split_pointers(const void** G, const
     }
 }
 
-// A step whose output is narrower than 8 columns (S's last: n = q_{T-1}) goes around cuBLAS, which runs it on tiles 32
-// or 128 wide in its column-major view, nearly all padding (T 4's suffix step: 31 of the forward's 71 us under ncu).
-// Here a thread makes one row of C_b, from the same pointers: its row of M times G_t[i] (kk x n, in shared memory).
-static const int TT_EMBEDDING_FORWARD_NARROW = 8;
-__host__ __device__ inline void tt_embedding_forward_narrow_row(float* C, const float* M, const float* G, int kk, int n, int64_t r) {
-    float acc[TT_EMBEDDING_FORWARD_NARROW] = {};
-    const float* a = M + r * kk;
-    for (int k = 0; k < kk; k++) {
-        const float v = a[k];
-TT_EMBEDDING_FORWARD_UNROLL
-        for (int x = 0; x < TT_EMBEDDING_FORWARD_NARROW; x++)
-            if (x < n) acc[x] = fmaf(v, G[k * n + x], acc[x]);
-    }
-TT_EMBEDDING_FORWARD_UNROLL
-    for (int x = 0; x < TT_EMBEDDING_FORWARD_NARROW; x++)
-        if (x < n) C[r * n + x] = acc[x];
-}
-__global__ void tt_embedding_forward_kernel_narrow(const void* const* G, const void* const* M, void* const* C, int m, int kk, int n,
-                                                   int64_t batch) {
-    extern __shared__ float4 tt_embedding_forward_smem_narrow[];
-    float* g = reinterpret_cast<float*>(tt_embedding_forward_smem_narrow);
-    for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-        const float* Gb = static_cast<const float*>(G[b]);
-        __syncthreads();                                    // the previous b's slice is read
-        for (int e = threadIdx.x; e < kk * n; e += blockDim.x) g[e] = Gb[e];
-        __syncthreads();
-        for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < m; r += (int64_t)gridDim.x * blockDim.x)
-            tt_embedding_forward_narrow_row(static_cast<float*>(C[b]), static_cast<const float*>(M[b]), g, kk, n, r);
-    }
-}
-
 // entry of a lookup's index in a side's table (cores first..last): its digits with the later ones more significant
 __host__ __device__ inline int64_t tt_embedding_forward_split_entry(const TtEmbeddingForwardShape& s, int64_t idx, int first, int last) {
     int64_t j = 0, w = 1;
@@ -2229,8 +2198,8 @@ inline TtEmbeddingForwardGemmArgs tt_embedding_forward_split_gemm_args(const TtE
     return {g.n, g.m, g.kk, g.n, g.kk, g.n};
 }
 
-// version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step
-// (cuBLAS, or the narrow kernel above), then the row and pooling kernels (both with PDL)
+// version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step,
+// then the row and pooling kernels (both with PDL)
 void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
                                 const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
     const TtEmbeddingForwardSplit& c = ws.split;
@@ -2243,17 +2212,10 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
     const float one = 1.0f, zero = 0.0f;
     for (int j = 0; j < c.n_gemms; j++) {
         const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
-        const int64_t batch = (int64_t)s.tables * s.p[g.t];
-        if (g.n < TT_EMBEDDING_FORWARD_NARROW) {
-            const dim3 grid((unsigned)std::min<int64_t>(ceil_div<int64_t>(g.m, 256), 1024), (unsigned)std::min<int64_t>(batch, 65535));
-            tt_embedding_forward_kernel_narrow<<<grid, 256, (size_t)g.kk * g.n * sizeof(float)>>>(ws.split_g + g.at, ws.split_m + g.at,
-                                                                                                ws.split_c + g.at, g.m, g.kk, g.n, batch);
-            continue;
-        }
         const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
         cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, a.rows, a.cols, a.inner, &one, ws.split_g + g.at, CUDA_R_32F, a.lda,
                                         ws.split_m + g.at, CUDA_R_32F, a.ldb, &zero, ws.split_c + g.at, CUDA_R_32F, a.ldc,
-                                        (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                        (int)(s.tables * s.p[g.t]), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     const float* pre = c.k > 0 ? ws.split_buf[TT_EMBEDDING_FORWARD_SPLIT_PRE] : cores.c[0];   // a side with no step: its core
     const float* suf = c.k + 2 < s.T ? ws.split_buf[TT_EMBEDDING_FORWARD_SPLIT_SUF] : cores.c[s.T - 1];
