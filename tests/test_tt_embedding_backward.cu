@@ -111,22 +111,20 @@ static void emulate_optimizer_pass(const TtEmbeddingBackwardShape& s, int opt, f
 }
 
 // cublasGemmBatchedEx's semantics (column-major, C = op(A) op(B)) with the launcher's arguments
+// one column-major GEMM, C = op(A) op(B) (m x n, inner k), as cuBLAS defines it
+static void colmajor_gemm(bool ta, bool tb, int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int l = 0; l < k; l++)
+                acc = fmaf(ta ? A[l + (int64_t)i * lda] : A[i + (int64_t)l * lda], tb ? B[j + (int64_t)l * ldb] : B[l + (int64_t)j * ldb], acc);
+            C[i + (int64_t)j * ldc] = acc;
+        }
+}
 static void emulate_gemm_batched(const TtEmbeddingBackwardBlasCall& c, float** ptrs, int chunk, int N) {
-    for (int b = 0; b < N; b++) {
-        const float* A = ptrs[(int64_t)c.slot_a * chunk + b];
-        const float* B = ptrs[(int64_t)c.slot_b * chunk + b];
-        float* C = ptrs[(int64_t)c.slot_c * chunk + b];
-        for (int i = 0; i < c.m; i++)
-            for (int j = 0; j < c.n; j++) {
-                float acc = 0.0f;
-                for (int l = 0; l < c.k; l++) {
-                    const float av = c.ta == CUBLAS_OP_N ? A[i + (int64_t)l * c.lda] : A[l + (int64_t)i * c.lda];
-                    const float bv = c.tb == CUBLAS_OP_N ? B[l + (int64_t)j * c.ldb] : B[j + (int64_t)l * c.ldb];
-                    acc = fmaf(av, bv, acc);
-                }
-                C[i + (int64_t)j * c.ldc] = acc;
-            }
-    }
+    for (int b = 0; b < N; b++)
+        colmajor_gemm(c.ta != CUBLAS_OP_N, c.tb != CUBLAS_OP_N, c.m, c.n, c.k, ptrs[(int64_t)c.slot_a * chunk + b], c.lda,
+                      ptrs[(int64_t)c.slot_b * chunk + b], c.ldb, ptrs[(int64_t)c.slot_c * chunk + b], c.ldc);
 }
 
 // One step of version k (1..3) from the problem's inputs; nt = threads per block for version 3.
@@ -1286,15 +1284,7 @@ static void test_v7_filter() {
 // equal the reference gradient of the T-core shape, and the padding between cores stay 0.
 static void colmajor_strided(bool ta, bool tb, int m, int n, int k, const float* A, int lda, int64_t sa, const float* B, int ldb, int64_t sb,
                              float* C, int ldc, int64_t sc, int batch) {
-    for (int b = 0; b < batch; b++)
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                float acc = 0.0f;
-                for (int l = 0; l < k; l++)
-                    acc += (ta ? A[b * sa + l + (int64_t)i * lda] : A[b * sa + i + (int64_t)l * lda]) *
-                           (tb ? B[b * sb + j + (int64_t)l * ldb] : B[b * sb + l + (int64_t)j * ldb]);
-                C[b * sc + i + (int64_t)j * ldc] = acc;
-            }
+    for (int b = 0; b < batch; b++) colmajor_gemm(ta, tb, m, n, k, A + b * sa, lda, B + b * sb, ldb, C + b * sc, ldc);
 }
 static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {   // (forced: the math where the plan would not merge)
     const Problem pr = make_problem(c);
