@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: the one test command.
-#   1. builds every op, fp32 and bf16, with warnings as errors (one PASS/FAIL per binary)
+#   1. builds every op, fp32 and bf16, with warnings as errors (one PASS/FAIL per binary), and scripts/row_roof.cu
 #   2. builds and runs the CPU tests in tests/test_*.cu (no GPU needed)
 #   3. runs the command-line cases of tests/cli_cases.txt with no GPU visible, then scripts/fuzz.py's CPU
 #      part (random valid and invalid command lines for every op: exit 2 or 3 only, no hang, no signal)
@@ -37,6 +37,10 @@ for t in $targets; do
     if make --no-print-directory -C dev/cuda -q "$t" 2>/dev/null && [ -x "dev/cuda/$t" ]; then ok "build $t"
     else bad "build $t (see build/build.log)"; grep -A3 -E "error|warning" build/build.log | head -20; fi
 done
+
+if "$NVCC" -O3 -std=c++17 -arch=sm_90 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function -I dev/cuda scripts/row_roof.cu \
+       -o build/row_roof > build/row_roof.build.log 2>&1; then ok "build scripts/row_roof.cu"
+else bad "build scripts/row_roof.cu (see build/row_roof.build.log)"; head -20 build/row_roof.build.log; fi
 
 if [ $GPU_ONLY -eq 0 ]; then
 # ---- 2. CPU tests

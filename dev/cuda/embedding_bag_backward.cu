@@ -34,21 +34,21 @@ measured in the same process, by the fewest bytes); every number, the sgd and la
   4  fixed chunks of 32 sorted lookups per warp, ordered combines    0.2289 (34.2%)   0.1114     0.0906
   5  version 4 with the next row loaded while this one is summed     0.2521 (31.0%)   0.1221     0.0925
   6  version 5 with sub-warp rows for max D <= 64 (not run at D=128; 0.0735 on the 11M x 64 table)
-  7  version 4 with four short pieces in flight per warp (8 lanes)   0.1843 (42.5%)   0.1164     0.0971
+  7  version 4 with 4 short pieces in flight a warp (8 at D <= 64)   0.1843 (42.5%)   0.1164     0.0971
   8  version 7 with one CUB block radix sort per table (default)     0.1546 (50.6%)   0.0902     0.0809
-Version 8 at uniform is fbgemm_gbps=2280. PyTorch (nn.EmbeddingBag sparse=True + Adagrad, elementwise:
-it has no rowwise; scripts/peers/embedding_bag_backward.py), 2026-11-30: forward + backward + step 2.0954 /
-1.0496 ms at uniform / Zipf, its forward alone 0.1085 / 0.0818. Nobag, version 8 (2026-12-01): 0.1896 / 0.1395.
-fp16 weights, version 8 (2026-12-01): 0.1833 ms at uniform, fp32 0.1533 in the same run (FBGEMM fp16: 0.3175).
+PyTorch (nn.EmbeddingBag sparse=True + elementwise Adagrad; it has no rowwise), 2026-11-30: fwd + bwd + step
+2.0954 / 1.0496 ms at uniform / Zipf, its forward 0.1085 / 0.0818. Version 8 nobag (2026-12-01) 0.1896 / 0.1395;
+fp16 0.1833 at uniform (FBGEMM fp16 0.3175). H100 2026-12-06: fp16 0.1886 -> 0.1733 (rows held as loaded).
 
 Lessons:
 - Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;
   fixed chunks (4) give every warp the same work whatever the distribution, with one sort and no scan.
-- More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap).
+- More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap);
+  at D <= 64, groups of 4 lanes keep 8 rows a warp (D 64 fp32 0.1343 -> 0.1231 ms, fp16 0.1427 -> 0.1201, H100).
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
   kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
-- The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy); the 24 us
-  sort is a latency chain per block (on 8x the blocks it took as long; git show 6ff9214), L2 row prefetches lost.
+- The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy; bare, 89% on an
+  H100: scripts/row_roof.cu); the 24 us sort is a latency chain per block (8x the blocks took as long: 6ff9214).
 - Profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md.
 
 Compile and run:
@@ -532,18 +532,17 @@ __device__ __forceinline__ void embedding_bag_backward_store4(float* p, float4 v
 // the half ones carry no branch on the type. Half weights load 8 bytes per 4 and convert exactly; stores
 // round (embedding_bag_round_half: integer arithmetic on the fp32 bits) with 16 random bits per weight
 // (embedding_bag_backward_row_bits: one Philox call per 8 weights) and write 8 bytes.
+// four half weights as loaded (element 0 in the low half of r.x), widened to fp32
 template <class WT>
-__device__ __forceinline__ float4 embedding_bag_backward_load_w4(const EmbeddingBagBackwardArgs& a, int64_t e) {
-    if constexpr (std::is_same_v<WT, float>) {
-        return embedding_bag_backward_load4((const float*)a.weights + e);
-    } else {
-        const uint2 r = *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);   // element 0 in the low half of r.x
-        if constexpr (std::is_same_v<WT, __nv_bfloat16>)
-            return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
-                               __uint_as_float(r.y & 0xFFFF0000u));
-        const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
-        return make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
+__device__ __forceinline__ float4 embedding_bag_backward_widen4(uint2 r) {
+    if constexpr (std::is_same_v<WT, __nv_bfloat16>)
+        return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xFFFF0000u), __uint_as_float(r.y << 16),
+                           __uint_as_float(r.y & 0xFFFF0000u));
+    const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ uint2 embedding_bag_backward_load_h4(const EmbeddingBagBackwardArgs& a, int64_t e) {
+    return *reinterpret_cast<const uint2*>((const uint16_t*)a.weights + e);
 }
 template <class WT>
 __host__ __device__ constexpr EmbeddingBagWeights embedding_bag_backward_wtype() {
@@ -641,8 +640,18 @@ __device__ __forceinline__ int embedding_bag_backward_table_of_value(const Embed
 // l, l+G, l+2G, ... (VPL of them). Every lane of the warp calls update_row (rowwise Adagrad reduces over
 // the G lanes with shuffles); `on` says whether this group really updates a row.
 
+// Half weights stay as loaded (two registers a vector instead of four) until the update widens them.
 template <int VPL>
-struct EmbeddingBagBackwardRow { float4 w[VPL], m[VPL]; float mrow; };
+struct EmbeddingBagBackwardRow {
+    float4 w[VPL], m[VPL];
+    uint2 h[VPL];
+    float mrow;
+    template <class WT>
+    __device__ __forceinline__ float4 weights(int v) const {
+        if constexpr (std::is_same_v<WT, float>) return w[v];
+        else return embedding_bag_backward_widen4<WT>(h[v]);
+    }
+};
 
 // LAZY_STATE (versions 7, 8): Adagrad's per-element state is loaded in update_row, when it is needed, instead of
 // being held in registers (VPL more float4s) while the gradient rows are summed
@@ -653,8 +662,11 @@ __device__ __forceinline__ void embedding_bag_backward_load_row(const EmbeddingB
     for (int v = 0; v < VPL; v++) {
         const int c4 = l + G * v;
         const bool in = on && 4 * c4 < D;
-        r.w[v] = (in && a.opt != EmbeddingBagBackwardOpt::dense) ? embedding_bag_backward_load_w4<WT>(a, wrow + 4 * c4)
-                                                                  : embedding_bag_backward_zero4();
+        const bool wl = in && a.opt != EmbeddingBagBackwardOpt::dense;
+        if constexpr (std::is_same_v<WT, float>)
+            r.w[v] = wl ? embedding_bag_backward_load4((const float*)a.weights + wrow + 4 * c4) : embedding_bag_backward_zero4();
+        else
+            r.h[v] = wl ? embedding_bag_backward_load_h4(a, wrow + 4 * c4) : make_uint2(0u, 0u);
         if (!LAZY_STATE)
             r.m[v] = (in && a.opt == EmbeddingBagBackwardOpt::adagrad) ? embedding_bag_backward_load4(a.state + wrow + 4 * c4)
                                                                         : embedding_bag_backward_zero4();
@@ -688,10 +700,11 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
 #pragma unroll
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
-            if (on && 4 * c4 < D)
-                embedding_bag_backward_store_w4<WT>(a, wrow + 4 * c4,
-                                              make_float4(r.w[v].x - mult * g[v].x, r.w[v].y - mult * g[v].y,
-                                                          r.w[v].z - mult * g[v].z, r.w[v].w - mult * g[v].w), rw[v]);
+            if (on && 4 * c4 < D) {
+                const float4 w = r.template weights<WT>(v);
+                embedding_bag_backward_store_w4<WT>(
+                    a, wrow + 4 * c4, make_float4(w.x - mult * g[v].x, w.y - mult * g[v].y, w.z - mult * g[v].z, w.w - mult * g[v].w), rw[v]);
+            }
         }
         if (on && l == 0) a.state[lin] = mn;
     } else if (a.opt == EmbeddingBagBackwardOpt::adagrad) {
@@ -699,7 +712,7 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
             if (!(on && 4 * c4 < D)) continue;
-            float4 m = LAZY_STATE ? embedding_bag_backward_load4(a.state + wrow + 4 * c4) : r.m[v], w = r.w[v];
+            float4 m = LAZY_STATE ? embedding_bag_backward_load4(a.state + wrow + 4 * c4) : r.m[v], w = r.template weights<WT>(v);
             m.x += g[v].x * g[v].x; m.y += g[v].y * g[v].y; m.z += g[v].z * g[v].z; m.w += g[v].w * g[v].w;
             w.x -= a.lr * g[v].x / (sqrtf(m.x) + a.eps);
             w.y -= a.lr * g[v].y / (sqrtf(m.y) + a.eps);
@@ -712,10 +725,11 @@ __device__ __forceinline__ void embedding_bag_backward_update_row(const Embeddin
 #pragma unroll
         for (int v = 0; v < VPL; v++) {
             const int c4 = l + G * v;
-            if (on && 4 * c4 < D)
-                embedding_bag_backward_store_w4<WT>(a, wrow + 4 * c4,
-                                              make_float4(r.w[v].x - a.lr * g[v].x, r.w[v].y - a.lr * g[v].y,
-                                                          r.w[v].z - a.lr * g[v].z, r.w[v].w - a.lr * g[v].w), rw[v]);
+            if (on && 4 * c4 < D) {
+                const float4 w = r.template weights<WT>(v);
+                embedding_bag_backward_store_w4<WT>(
+                    a, wrow + 4 * c4, make_float4(w.x - a.lr * g[v].x, w.y - a.lr * g[v].y, w.z - a.lr * g[v].z, w.w - a.lr * g[v].w), rw[v]);
+            }
         }
     } else {
 #pragma unroll
@@ -1178,23 +1192,27 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_chunks(EmbeddingBa
 }
 
 // Version 7's chunk kernel. The warp owns a chunk of 32 sorted lookups as in version 4 (lane i holds lookup
-// i's key, bag and scale), but a short piece's row is held by a group of 8 lanes (lane l of group g owns the
-// 4-column vectors l, l+8, ..., VPL of them), so the warp has four rows in flight instead of one:
+// i's key, bag and scale), but a short piece's row is held by a group of G lanes (lane l of group g owns the
+// 4-column vectors l, l+G, ..., VPL of them), so the warp has 32 / G rows in flight instead of one:
 //   short pieces (fewer than LONG_PIECE lookups: nearly all of them at uniform input) are dealt round-robin
-//     to the four groups, four rows at a time;
+//     to the groups, 32 / G rows at a time;
 //   long pieces (the hot rows) are summed by the whole warp in version 4's layout, one after another.
-// The chunks, their partials and the combine kernels are version 4's (32 lookups per chunk). Adagrad's
-// per-element state is loaded when the update needs it (LAZY_STATE), after an L2 prefetch at the row's load:
-// holding it would cost VPL more float4 registers per lane. Half weights: a short piece's Philox calls are
-// made right after its row loads are issued, so they run in the shadow of the loads instead of after the
-// update (fp16 at the default size 0.1960 -> 0.1828 ms, H200 2026-12-01); the launch bound of 2 blocks keeps
-// the half kernels at 128 registers, the 16 warps per SM of the fp32 one (4 bytes spill at D = 128).
+// G is 4 (eight rows a warp) up to D = 64 and 8 (four rows) up to D = 256: a narrow row leaves a group of 8
+// with idle vectors, and twice the rows in flight took 8-21% off at D = 16-64 (H100, 2026-12-06; at D = 128
+// groups of 4 lost 5%: 8 vectors a lane spill or drop the Philox overlap below). The chunks, their partials and
+// the combine kernels are version 4's (32 lookups per chunk). Adagrad's per-element state is loaded when the
+// update needs it (LAZY_STATE), after an L2 prefetch at the row's load: holding it would cost VPL more float4
+// registers per lane. Half weights: rows stay as loaded until the update (EmbeddingBagBackwardRow::h), and a
+// short piece's Philox calls are made right after its row loads are issued, so they run in the shadow of the
+// loads instead of after the update (fp16 at the default size 0.1960 -> 0.1828 ms, H200 2026-12-01); the launch
+// bound of 2 blocks keeps every instantiation at 128 registers, the 16 warps per SM of the fp32 one (half rows
+// spill 88 bytes at D = 256).
 static const int EMBEDDING_BAG_BACKWARD_LONG_PIECE = 8;
 
-template <class WT, int VPL, class VAL>
+template <class WT, int G, int VPL, class VAL>
 __global__ void __launch_bounds__(256, 2) embedding_bag_backward_chunks_grouped(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                              const VAL* __restrict__ vals, float* __restrict__ partials) {
-    constexpr int G = 8, NG = 4, UNR = VPL >= 4 ? 1 : 8 / VPL;   // gradient rows in flight per lane
+    constexpr int NG = 32 / G, UNR = VPL >= 4 ? 1 : 8 / VPL;   // rows in flight per warp; gradient rows in flight per lane
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31, g = lane / G, l = lane % G;
     const int64_t chunk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -1214,7 +1232,7 @@ __global__ void __launch_bounds__(256, 2) embedding_bag_backward_chunks_grouped(
     const unsigned short_ends = bounds & ~long_ends;
 
     // long pieces: version 4's layout (lane l of the warp owns the vectors l, l+32, ...), one piece at a time
-    constexpr int VPLW = VPL >= 4 ? VPL / 4 : 1, UNRW = 8 / VPLW;
+    constexpr int VPLW = G * VPL >= 32 ? G * VPL / 32 : 1, UNRW = 8 / VPLW;
     for (unsigned todo = long_ends; todo != 0; todo &= todo - 1) {      // warp-uniform
         const int e = embedding_bag_backward_ctz(todo), b = piece_begin(e), len = e - b + 1;
         const int t = __shfl_sync(full, tt, b);
@@ -1232,7 +1250,7 @@ __global__ void __launch_bounds__(256, 2) embedding_bag_backward_chunks_grouped(
             embedding_bag_backward_store_partial<VPLW, 32>(a, partials, chunk, embedding_bag_backward_piece_slot(starts, b), D, lane, acc);
     }
     const int n_short = embedding_bag_backward_popc(short_ends);
-    for (int k0 = 0; k0 < n_short; k0 += NG) {                          // four short pieces at a time
+    for (int k0 = 0; k0 < n_short; k0 += NG) {                          // NG short pieces at a time
         const int k = k0 + g;
         const bool act = k < n_short;
         const int e = act ? (int)__fns(short_ends, 0, k + 1) : 0, b = act ? piece_begin(e) : 0;
@@ -1575,7 +1593,7 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
 }
 
 // versions 4-8: linearize, sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version 7's,
-// G = 8 lanes per row in chunks of 32 lookups), the combine kernels
+// G = 4 or 8 lanes per row in chunks of 32 lookups), the combine kernels
 template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
 void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
@@ -1595,7 +1613,7 @@ void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, Embedding
     const int64_t warps = ceil_div<int64_t>(a.N, 32), chunks = ceil_div<int64_t>(a.N, C);
     constexpr int VPLB = G * VPL >= 32 ? G * VPL / 32 : 1;     // the combine kernels hold a row in a full warp
     if constexpr (GROUPED)
-        embedding_bag_backward_chunks_grouped<WT, VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
+        embedding_bag_backward_chunks_grouped<WT, G, VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
             a, ws.keys32_sorted, vals_sorted, ws.partials);
     else
         embedding_bag_backward_chunks<WT, G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
@@ -1664,16 +1682,23 @@ void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBack
     else embedding_bag_backward_chunked_vals<WT, 16, 1, true>(a, ws, block, stream);
 }
 
-// version 7: groups of 8 lanes per row up to D = 256 (8 vectors per lane); wider rows take version 4's warps.
-// Version 8 (TABLES): the same with the table-by-table sort.
+// version 7: a row takes a group of G lanes (8 up to D = 256, 4 up to D = 64: eight rows a warp); wider rows take
+// version 4's warps. Version 8 (TABLES): the same with the table-by-table sort.
 template <class WT, bool TABLES>
 void embedding_bag_backward_grouped(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
-    const int v = ceil_div(a.max_D, 32);       // 4-column vectors per lane of a group of 8
-    if (v <= 1) embedding_bag_backward_chunked_vals<WT, 8, 1, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 2) embedding_bag_backward_chunked_vals<WT, 8, 2, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 4) embedding_bag_backward_chunked_vals<WT, 8, 4, false, true, TABLES>(a, ws, block, stream);
-    else if (v <= 8) embedding_bag_backward_chunked_vals<WT, 8, 8, false, true, TABLES>(a, ws, block, stream);
+    auto run = [&](auto g, auto vpl) {
+        embedding_bag_backward_chunked_vals<WT, decltype(g)::value, decltype(vpl)::value, false, true, TABLES>(a, ws, block, stream);
+    };
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I4 = std::integral_constant<int, 4>;
+    using I8 = std::integral_constant<int, 8>;
+    if (a.max_D <= 16) run(I4(), I1());
+    else if (a.max_D <= 32) run(I4(), I2());
+    else if (a.max_D <= 64) run(I4(), I4());
+    else if (a.max_D <= 128) run(I8(), I4());
+    else if (a.max_D <= 256) run(I8(), I8());
     else embedding_bag_backward_warp_chunks<WT, false>(a, ws, block, stream);
 }
 

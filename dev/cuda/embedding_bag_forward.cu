@@ -47,10 +47,10 @@ Lessons:
   per bag (2) by up to 16%; several bags per warp (3) does not pay at D = 128.
 - The large uniform size reads at the copy roof; there the 256-byte hint changes nothing, while at the
   default size (a ~50 us kernel) and on Zipf inputs it takes 3-12% off. The same hint slowed the backward.
-- Half rows stay raw (8 bytes, 2 registers) until accumulated: a conversion at the load held 4 per load in
-  flight (92 registers against fp32's 63); fp16 at the default size 0.0378 -> 0.0347 ms (2026-12-01).
-- The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel; it weighs on
-  every short kernel here, PyTorch's included (results/notes/embedding_bag_forward.md).
+- Half rows stay raw (2 registers) until summed: widened at the load they took 92 registers (fp16 0.0378 -> 0.0347).
+- The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel. Under it a bare
+  gather of random rows (scripts/row_roof.cu, H100) reaches 83% of copy with 512-byte rows and 72% with 256:
+  version 6 is at 82% (fp32) and 72% (fp16) there, so more is not to be had (a read flush: 93% and 89%).
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
