@@ -5,7 +5,7 @@
 //
 //   gather: bags of 20 random rows of a 1.6 GB table, summed (as 32-bit words) into one output row per bag:
 //           the forward's bytes (rows read, one row written per bag), all 20 loads of a lane issued at once
-//   update: U distinct random rows of the same table, each read, changed and written back (the optimizer's
+//   update: 311,574 distinct random rows of the same table, each read, changed and written back (the optimizer's
 //           read-modify-write), ROWS rows in flight per lane group
 // A row takes S / 16 lanes (16-byte accesses); the table and the row ids are the embedding-bag defaults'
 // sizes (T 32 x E 1e5 rows of 512 bytes; 327,680 lookups; 311,574 distinct rows for the update).
@@ -56,10 +56,8 @@ __global__ void __launch_bounds__(256) row_roof_update(uint4* __restrict__ table
 }
 
 template <int S>
-void row_roof_run(double peak, uint4* table, int64_t table_bytes, const int* d_gather, const int* d_update, int bags, int n_update,
+void row_roof_run(double peak, uint4* table, const int* d_gather, const int* d_update, int bags, int n_update,
                   uint4* out) {
-    const int64_t rows = table_bytes / S;
-    (void)rows;
     constexpr int L = 20, LANES = S / 16, PER_WARP = 32 / LANES;
     const int block = 256;
     const unsigned gb = (unsigned)ceil_div<int64_t>(ceil_div<int64_t>(bags, PER_WARP) * 32, 128);
@@ -108,9 +106,9 @@ int main() {
         cudaCheck(cudaMemcpy(d_g, g.data(), sizeof(int) * g.size(), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_u, u.data(), sizeof(int) * u.size(), cudaMemcpyHostToDevice));
     };
-    upload(128);  row_roof_run<128>(peak, table, table_bytes, d_g, d_u, bags, n_update, out);
-    upload(256);  row_roof_run<256>(peak, table, table_bytes, d_g, d_u, bags, n_update, out);
-    upload(512);  row_roof_run<512>(peak, table, table_bytes, d_g, d_u, bags, n_update, out);
+    upload(128);  row_roof_run<128>(peak, table, d_g, d_u, bags, n_update, out);
+    upload(256);  row_roof_run<256>(peak, table, d_g, d_u, bags, n_update, out);
+    upload(512);  row_roof_run<512>(peak, table, d_g, d_u, bags, n_update, out);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaFree(table));
     cudaCheck(cudaFree(out));
