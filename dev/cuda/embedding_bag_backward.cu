@@ -38,17 +38,17 @@ measured in the same process, by the fewest bytes); every number, the sgd and la
   8  version 7 with one CUB block radix sort per table (default)     0.1546 (50.6%)   0.0902     0.0809
 PyTorch (nn.EmbeddingBag sparse=True + elementwise Adagrad; it has no rowwise), 2026-11-30: fwd + bwd + step
 2.0954 / 1.0496 ms at uniform / Zipf, its forward 0.1085 / 0.0818. Version 8 nobag (2026-12-01) 0.1896 / 0.1395;
-fp16 0.1833 at uniform (FBGEMM fp16 0.3175). H100 2026-12-06: fp16 0.1886 -> 0.1733 (rows held as loaded).
+fp16 0.1833 at uniform (FBGEMM fp16 0.3175); 2026-12-06, half rows held as loaded: fp16 0.1850 -> 0.1687.
 
 Lessons:
 - Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;
   fixed chunks (4) give every warp the same work whatever the distribution, with one sort and no scan.
 - More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap);
-  at D <= 64, groups of 4 lanes keep 8 rows a warp (D 64 fp32 0.1343 -> 0.1231 ms, fp16 0.1427 -> 0.1201, H100).
+  at D <= 64, groups of 4 lanes keep 8 rows a warp (D 64: fp32 0.1233 -> 0.1088 ms, fp16 0.1408 -> 0.1164).
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
   kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
-- The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy; bare, 89% on an
-  H100: scripts/row_roof.cu); the 24 us sort is a latency chain per block (8x the blocks took as long: 6ff9214).
+- The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy; bare, 87%:
+  scripts/row_roof.cu); the 24 us sort is a latency chain per block (8x the blocks took as long: 6ff9214).
 - Profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md.
 
 Compile and run:

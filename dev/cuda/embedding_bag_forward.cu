@@ -48,9 +48,9 @@ Lessons:
 - The large uniform size reads at the copy roof; there the 256-byte hint changes nothing, while at the
   default size (a ~50 us kernel) and on Zipf inputs it takes 3-12% off. The same hint slowed the backward.
 - Half rows stay raw (2 registers) until summed: widened at the load they took 92 registers (fp16 0.0378 -> 0.0347).
-- The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel. Under it a bare
-  gather of random rows (scripts/row_roof.cu, H100) reaches 83% of copy with 512-byte rows and 72% with 256:
-  version 6 is at 82% (fp32) and 72% (fp16) there, so more is not to be had (a read flush: 93% and 89%).
+- The default write flush leaves dirty L2 lines whose write-back lands in the timed kernel. Under it a bare gather
+  of random rows (scripts/row_roof.cu) reaches 82% of copy with 512-byte rows and 69% with 256 on the H200, where
+  version 6 takes 76% and 64%; on an H100 83% / 72%, and version 6 82% / 72%. After a read flush: 93% / 89% (H100).
 
 Compile and run:
   make embedding_bag_forward       && ./embedding_bag_forward all
