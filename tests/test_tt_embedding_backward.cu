@@ -1242,8 +1242,12 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at rank 128, q 2,2,4");
     report(route({200, 220, 250}, {2, 2, 4}, {128, 128}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at rank 128, q 2,2,4, --block 128");
     report(route({200, 220, 250}, {4, 8, 8}, {32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at D = 256");
-    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
-           "default version: version 9 at T = 4, ranks 32 (no cut reaches the tensor cores)");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
+           "default version: cores merged at the grid's T = 4 (two groups: the two-core kernels)");
+    report(route({2000, 3300}, {16, 8}, {32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TWO && route({2000, 3300}, {16, 8}, {32}, 128) ==
+               TT_EMBEDDING_BACKWARD_ROUTE_GROUPED && route({20, 30}, {16, 16}, {64}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_TWO &&
+               route({20, 30}, {32, 4}, {64}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_TWO && route({20, 30}, {4, 4}, {128}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_TWO,
+           "default version: the two-core kernels at T = 2 (q <= 16 at ranks <= 64), at 256 threads");
     report(route({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
            "default version: cores merged at T = 4 where a cut gives q 4,4,4, ranks 32");
     report(route({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
@@ -1251,7 +1255,7 @@ static void test_v7_filter() {
     report(route({200, 220, 250, 300}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
            "default version: version 9 at T = 4 where every merge passes its limits (p 200,220,250,300)");
     report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at ranks 16,16");
-    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at T = 4, ranks 16");
+    report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 4, ranks 16");
     report(route({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 5");
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
            "default version: cores merged at T = 6, rank 128");
@@ -1262,12 +1266,12 @@ static void test_v7_filter() {
             int f[4] = {};
             return tt_embedding_backward_merge_plan(sh, f) ? std::vector<int>(f, f + 4) : std::vector<int>();
         };
-        report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}).empty() &&
+        report(cut({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 4, 4} &&
                    cut({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}) == std::vector<int>{0, 3, 5, 5} &&
                    cut({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}) == std::vector<int>{0, 2, 4, 6} &&
                    cut({40, 50, 60, 70}, {2, 2, 4, 4}, {32, 32, 32}) == std::vector<int>{0, 2, 3, 4} &&
                    cut({200, 220, 250}, {4, 4, 4}, {32, 32}).empty(),
-               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1, T 5 as 3|2; none at the grid's T 4 or at T = 3");
+               "version 7's merge cuts: T 6 of the grid as 2|2|2 (q 4,4,4), q 2,2,4,4 as 2|1|1, T 5 as 3|2, the grid's T 4 as 2|2; none at T = 3");
     }
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
@@ -1276,6 +1280,69 @@ static void test_v7_filter() {
            "version 7's parts per slice: ceil(n / PART)");
 }
 
+
+// Version 7 at T = 2 on the CPU: the prep per lookup, a stable sort of the pairs (CUB's is stable too), the bounds,
+// every span's warp program (fresh NaN shared memory; spans in order, or reversed so that other warps write a cut
+// slice's last piece and add the pieces), then the optimizer pass; checked by the op's check, and bit for bit the
+// same in both orders. SPAN-long spans cut the runs of hot slices (Zipf) into several pieces.
+static StepOut emulate_two(const Problem& pr, int opt, float lr, float eps, bool reverse, int* cut_slices = nullptr) {
+    const TtEmbeddingBackwardShape& s = pr.s;
+    StepOut o = start_step(pr, opt);
+    std::fill(o.dG.begin(), o.dG.end(), 0.0f);                         // the launcher's memset
+    const int N = 2 * s.nnz, K = s.key_base[2], key_stride = (int)tt_embedding_backward_round4(std::max(s.nnz, 1));
+    int KQ;
+    const int Q = tt_embedding_backward_two_q(s, &KQ);
+    Poisoned key(N), lookup(N), rows(2 * (size_t)key_stride), bag_of(s.nnz), bounds(2 * (size_t)K);
+    for (int j = 0; j < s.nnz; j++)
+        tt_embedding_backward_two_prep(s, key_stride, j, pr.offsets.data(), pr.indices.data(), key.i(), lookup.i(), rows.i(), bag_of.i());
+    std::vector<int> order(N), skey(std::max(N, 1)), slook(std::max(N, 1));
+    for (int i = 0; i < N; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return key.i()[x] < key.i()[y]; });
+    for (int i = 0; i < N; i++) { skey[i] = key.i()[order[i]]; slook[i] = lookup.i()[order[i]]; }
+    for (int i = 0; i < N; i++) tt_embedding_backward_two_bounds(skey.data(), N, K, i, bounds.i(), bounds.i() + K);
+    std::vector<int> ctr(std::max(K, 1), 0);
+    const int spans = (N + TT_EMBEDDING_BACKWARD_TWO_SPAN - 1) / TT_EMBEDDING_BACKWARD_TWO_SPAN, maxS = std::max(s.S[0], s.S[1]);
+    Poisoned parts((size_t)spans * 2 * maxS);
+    const TtEmbeddingBackwardTwo w = {skey.data(), slook.data(), rows.i(), bag_of.i(), bounds.i(), bounds.i() + K, ctr.data(), parts.f(), N, K,
+                                      key_stride, s.q[1] | 1, tt_embedding_backward_two_slot(s), tt_embedding_backward_two_warp_floats(s), maxS};
+    const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
+    for (int i = 0; i < spans; i++) {
+        const int span = reverse ? spans - 1 - i : i;
+        Poisoned sm(w.stage_floats);
+        HostExec ex{32};
+        if (Q == 32) tt_embedding_backward_two_span<32, 1, 32>(ex, s, w, io, span, sm.f());
+        else if (Q == 16 && KQ == 2) tt_embedding_backward_two_span<16, 2, 32>(ex, s, w, io, span, sm.f());
+        else if (Q == 16) tt_embedding_backward_two_span<16, 1, 32>(ex, s, w, io, span, sm.f());
+        else if (KQ == 2) tt_embedding_backward_two_span<8, 2, 32>(ex, s, w, io, span, sm.f());
+        else tt_embedding_backward_two_span<8, 1, 32>(ex, s, w, io, span, sm.f());
+    }
+    if (cut_slices) {
+        *cut_slices = 0;
+        for (int g = 0; g < K; g++) *cut_slices += ctr[g] > 0;
+    }
+    emulate_optimizer_pass(s, opt, lr, eps, o);
+    return o;
+}
+
+static void test_two(const Case& c, const std::vector<int>& opts, bool expect_cut) {
+    Problem pr = make_problem(c);
+    TtEmbeddingBackwardReference ref = tt_embedding_backward_reference(pr.s, pr.cores, pr.offsets, pr.indices, pr.dY);
+    const float lr = 0.05f, eps = 1e-8f;
+    int KQ;
+    const int Q = tt_embedding_backward_two_q(pr.s, &KQ);
+    for (int opt : opts) {
+        int cut = 0;
+        StepOut o = emulate_two(pr, opt, lr, eps, false, &cut);
+        const bool ok = check_step(pr, ref, opt, lr, eps, o);
+        StepOut o2 = emulate_two(pr, opt, lr, eps, true);
+        const bool same = same_bits(o, o2), cut_ok = !expect_cut || cut > 0;
+        char why[200];
+        snprintf(why, sizeof why, "instantiation Q %d KQ %d, check %d, bitwise same with the spans reversed %d, %d slices cut into pieces "
+                 "(expected some: %d)", Q, KQ, (int)ok, (int)same, cut, (int)expect_cut);
+        report(Q > 0 && ok && same && cut_ok, "emulate_v7_two_cores_" + c.name + "_" + opt_name(opt), why);
+        if (ok && same) printf("     (%s)\n", why);
+    }
+}
 
 // Version 7's merged cores at T >= 4, on the CPU as the launcher runs them: the merge kernel's element function
 // builds the 3-core shape's cores (they must give the same pooled rows as the T cores, by the explicit sum); the
@@ -1305,7 +1372,7 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
             const int64_t n = st.tables * st.pA * st.pt * st.m * st.n;
             prod[t].assign((size_t)n, NAN);
-            for (int64_t e = 0; e < n; e++) prod[t][e] = tt_embedding_backward_merge_elem(A, core(t), st, e);
+            for (int e = 0; e < tt_embedding_backward_merge_items(st); e++) tt_embedding_backward_merge_rows(prod[t].data(), A, core(t), st, e);
             A = prod[t].data();
         }
         const int64_t n = tt_embedding_backward_core_elems(v, g);
@@ -1337,14 +1404,14 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
             if (t - 1 != a0) { dprod[t - 1].assign(prod[t - 1].size(), NAN); dA = dprod[t - 1].data(); }
             const int64_t nx = st.tables * st.pA * st.pt * st.m * st.n, ng = st.tables * st.pt * st.k * st.n;
             std::vector<float> X((size_t)nx, NAN), Gt((size_t)ng, NAN), dGx((size_t)ng, NAN);
-            for (int64_t e = 0; e < nx; e++) X[e] = dC[tt_embedding_backward_swap_src(st.pt, st.m, st.n, e)];
-            for (int64_t e = 0; e < ng; e++) Gt[e] = core(t)[tt_embedding_backward_swap_src(st.k, st.n, 1, e)];
+            for (int64_t e = 0; e < nx; e++) X[e] = dC[tt_embedding_backward_swap_src<int>((int)st.pt, (int)st.m, (int)st.n, (int)e)];
+            for (int64_t e = 0; e < ng; e++) Gt[e] = core(t)[tt_embedding_backward_swap_src<int64_t>(st.k, st.n, 1, e)];
             auto gemm = [&](const TtEmbeddingBackwardRowGemm& q, const float* Am, const float* Bm, float* Cm) {   // the launcher's cuBLAS call
                 colmajor_strided(false, q.ta, q.N, q.M, q.K, Bm, q.ldb, q.sb, Am, q.lda, q.sa, Cm, q.ldc, q.sc, s.tables);
             };
             gemm(tt_embedding_backward_merge_gemm(st, false), X.data(), Gt.data(), dA);
             gemm(tt_embedding_backward_merge_gemm(st, true), A, X.data(), dGx.data());
-            for (int64_t e = 0; e < ng; e++) dG[s.core_off[t] + e] = dGx[tt_embedding_backward_swap_src(st.k, st.pt, st.n, e)];
+            for (int64_t e = 0; e < ng; e++) dG[s.core_off[t] + e] = dGx[tt_embedding_backward_swap_src<int>((int)st.k, (int)st.pt, (int)st.n, (int)e)];
             dC = dA;
         }
     }
@@ -1456,6 +1523,17 @@ int main() {
     test_v7_split({"q8_ragged_tables2", {5, 6, 7}, {8, 4, 4}, {32, 32}, 2, 9, 5, 0.0, true, 31}, {S, A, D});
     test_v7_split({"q12_ragged", {3, 5, 4}, {12, 4, 4}, {32, 32}, 1, 11, 4, 0.0, true, 32}, {A});
     test_v7_split({"q16_zipf", {3, 4, 5}, {16, 4, 4}, {32, 32}, 1, 7, 6, 1.2, false, 33}, {S});
+
+    // version 7 at T = 2: odd q and ranks, several tables, ragged and empty bags, Zipf runs cut by spans, ranks 33-64
+    // (two rank indices a lane), q 32 (Q 32), rank 1
+    test_two({"T2_tables2", {5, 7}, {3, 5}, {6}, 2, 9, 5, 0.0, false, 1}, {A, D, S}, true);
+    test_two({"T2_zipf_long_runs", {4, 30}, {4, 4}, {32}, 1, 40, 20, 1.3, false, 51}, {S, D}, true);
+    test_two({"T2_ragged_rank64", {6, 5}, {2, 8}, {64}, 3, 7, 6, 0.0, true, 52}, {A}, false);
+    test_two({"T2_rank40_q16", {9, 11}, {16, 3}, {40}, 1, 12, 4, 0.0, false, 53}, {D}, false);
+    test_two({"T2_q32", {3, 4}, {32, 2}, {7}, 1, 6, 5, 0.0, true, 54}, {S}, false);
+    test_two({"T2_rank1_empty_bags", {4, 5}, {3, 2}, {1}, 2, 4, 0, 0.0, false, 55}, {D, A}, false);
+    test_two({"T2_q8_rank48_zipf", {30, 7}, {8, 5}, {48}, 2, 20, 9, 1.2, true, 57}, {S, D}, true);
+    test_two({"T2_merged_grid_T4", {40, 50}, {16, 8}, {32}, 1, 64, 20, 0.0, false, 56}, {D}, true);
 
     // version 7 at T >= 4: merged cores (a 3-core group included, several tables, ragged and Zipf bags, odd ranks)
     test_merge({"T4_tables2_ragged", {3, 4, 5, 3}, {2, 3, 2, 2}, {5, 3, 4}, 2, 7, 5, 0.0, true, 41}, {0, 1, 2, 4});

@@ -35,12 +35,12 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
-  2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271
-  (results/logs/2026-12-04_tt_elrec_bench.log); ranks 64 0.266, T 4 0.345 (2026-12-05_tt_backward_list_kernel_ab.log);
-  q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T >= 5 (T = 4 where a cut makes q 4,4,4)
-  with small p, 7 merges adjacent cores into two or three and runs that shape's route; back through each merge by
-  two GEMMs (H100, logs 2026-12-06_tt_backward_merged_*: T 6 0.548 -> 0.182 ms, T 5 0.814 -> 0.295, T 6 rank 128
-  2.26 -> 0.83; the grid's T 4 lost every way, 0.40-0.43 against 0.36, so it keeps version 9).
+  2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271; ranks 64
+  0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
+  with CUB and a warp sums each run: one product per lookup and core (H200: p 2000,3300, q 16,8 0.281 -> 0.093 ms). At
+  T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
+  runs that route and goes back through each merge by two GEMMs (H200: the grid's T 4 0.314 -> 0.217 ms, T 5 0.283 ->
+  0.211; H100: T 6 0.548 -> 0.182, T 6 rank 128 2.26 -> 0.83; logs and history: the notes).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -59,6 +59,8 @@ Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.m
   - PDL: let the next launch in at the end of a kernel whose last blocks still work, not its start (0.374 -> 0.342 ms).
 */
 #include "tt_embedding.h"
+
+#include <cub/device/device_radix_sort.cuh>
 
 #define TT_EMBEDDING_BACKWARD_MAX_T TT_EMBEDDING_MAX_CORES
 // #pragma unroll inside __host__ __device__ code, for the device pass only (the host compiler warns); DEV_HOST(d, h):
@@ -3460,6 +3462,264 @@ inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardSh
     return f;
 }
 
+// ---- version 7 at T = 2 (and on two groups of merged cores): one product per lookup and core
+//
+// With two cores a row is G_0[i_0] (q_0 x R_1) . G_1[i_1] (R_1 x q_1) and, with g = dY[bag] seen as q_0 x q_1,
+//   dG_0[i_0][a][k] += sum_b g[a][b] G_1[i_1][k][b]        dG_1[i_1][k][b] += sum_a G_0[i_0][a][k] g[a][b]
+// per lookup: D R_1 multiply-adds a core and no chain. The routes above plan chunks around a pivot core that two
+// cores do not have (the merged grid's T 4 spent 300 of its 430 us there, the products a few us). So: a (slice key,
+// lookup) pair per lookup and core, sorted by key with CUB (stable: a slice's lookups stay in lookup order), and a
+// warp per SPAN consecutive sorted pairs that sums each run of equal keys in it, lookup after lookup. Lane k holds
+// rank index k (and k + 32) of the run's slice: q_t sums each, their factors read from shared memory where the
+// lookups' g and other slice were copied (cp.async, a span's lookups at once). A run cut by a span's edge leaves
+// a piece in `parts`, and the warp that writes a slice's last piece (a counter) adds them in span order: the bits
+// do not depend on timing, and a hot slice (Zipf) spreads over many warps. The output is the dense gradient;
+// the optimizer pass follows (a core's slices are read by the other core's warps while they run).
+static const int TT_EMBEDDING_BACKWARD_TWO_SPAN = 4;    // sorted pairs per warp (all staged at once)
+static const int TT_EMBEDDING_BACKWARD_TWO_WARPS = 4;   // warps per block
+
+// what the warps read and write besides the shape
+struct TtEmbeddingBackwardTwo {
+    const int *key, *lookup;        // the sorted pairs [N]: slice key (K past the lookups), lookup
+    const int *rows, *bag_of;       // per lookup: its slice row in core 0 and core 1 ([2][key_stride]), its bag
+    int *first, *last, *ctr;        // per slice key: its pairs [first, last) in sorted order, pieces written
+    float* parts;                   // [spans][2][max S]: a span's first and last runs where cut
+    int N, K, key_stride, po;       // po: pitch of a staged G_1 slice's rows (q_1, odd)
+    int slot, stage_floats, max_S;  // floats per staged lookup (g, then the other slice), per warp (stages, sums), per part
+};
+
+// a staged lookup: g as q_other rows of round4(q_t) (x, the lane's sums, contiguous), then the other core's slice
+__host__ __device__ inline int tt_embedding_backward_two_gfloats(const TtEmbeddingBackwardShape& s) {
+    return (s.q[0] + 3) / 4 * 4 * ((s.q[1] + 3) / 4 * 4);
+}
+__host__ __device__ inline int tt_embedding_backward_two_slot(const TtEmbeddingBackwardShape& s) {
+    const int po = s.q[1] | 1, other = s.R[1] * (po > s.q[0] ? po : s.q[0]);
+    return tt_embedding_backward_two_gfloats(s) + (other + 3) / 4 * 4;
+}
+// a warp's shared floats: its SPAN lookups' g and other slice, SPAN + 4 ints and 2 SPAN int64
+__host__ __device__ inline int tt_embedding_backward_two_warp_floats(const TtEmbeddingBackwardShape& s) {
+    return TT_EMBEDDING_BACKWARD_TWO_SPAN * tt_embedding_backward_two_slot(s) + TT_EMBEDDING_BACKWARD_TWO_SPAN + 4 + 4 * TT_EMBEDDING_BACKWARD_TWO_SPAN;
+}
+
+// One lookup's products for the lane's rank indices k (a: its sums, QX of them used): a[kq][x] += sum_y g[y][x] o(k, y),
+// g staged as rows of gp (x contiguous: float4 loads with fixed offsets), o(k, y) = os[k ok + y oy]
+template <int QX, int KQ, int Q>
+__host__ __device__ __forceinline__ void tt_embedding_backward_two_lookup(float (&a)[KQ][Q], bool first, const float* gs, int gp, const float* os,
+                                                                         int ok, int oy, int qy, int R, int lane) {
+TT_EMBEDDING_BACKWARD_UNROLL
+    for (int kq = 0; kq < KQ; kq++) {
+        const int k = lane + 32 * kq;
+        if (k >= R) break;
+        if (first)
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int x = 0; x < QX; x++) a[kq][x] = 0.0f;
+        for (int y = 0; y < qy; y++) {
+            const float o = os[k * ok + y * oy];
+            const float* gr = gs + y * gp;
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int x = 0; x < QX; x += 4) {
+                const float4 g4 = tt_embedding_backward_group_ld4(gr + x);
+                a[kq][x] = fmaf(g4.x, o, a[kq][x]);
+                a[kq][x + 1] = fmaf(g4.y, o, a[kq][x + 1]);
+                a[kq][x + 2] = fmaf(g4.z, o, a[kq][x + 2]);
+                a[kq][x + 3] = fmaf(g4.w, o, a[kq][x + 3]);
+            }
+        }
+    }
+}
+
+// the pair (core t, lookup j): sort key and lookup, the lookup's slice rows and bag (a thread per lookup); positions
+// past the lookups' count get key K, which sorts last
+__host__ __device__ inline void tt_embedding_backward_two_prep(const TtEmbeddingBackwardShape& s, int key_stride, int j, const int64_t* offsets,
+                                                               const int64_t* indices, int* key, int* lookup, int* rows, int* bag_of) {
+    const int K = s.key_base[2];
+    if (j >= tt_embedding_backward_count(s)) {
+        key[j] = key[s.nnz + j] = K;
+        lookup[j] = lookup[s.nnz + j] = j;
+        return;
+    }
+    const int bag = tt_embedding_backward_bag_of(offsets, s.num_bags, j), tbl = bag / s.B;
+    int idx[TT_EMBEDDING_BACKWARD_MAX_T];
+    tt_embedding_backward_decode_row(s, indices[j], idx);
+    bag_of[j] = bag;
+    for (int t = 0; t < 2; t++) {
+        const int row = tbl * s.p[t] + idx[t];
+        rows[t * key_stride + j] = row;
+        key[t * s.nnz + j] = s.key_base[t] + row;
+        lookup[t * s.nnz + j] = j;
+    }
+}
+
+// sorted position i: where its slice's pairs begin and end
+__host__ __device__ inline void tt_embedding_backward_two_bounds(const int* key, int N, int K, int i, int* first, int* last) {
+    const int g = key[i];
+    if (g >= K) return;
+    if (i == 0 || key[i - 1] != g) first[g] = i;
+    if (i == N - 1 || key[i + 1] != g) last[g] = i + 1;
+}
+
+// A warp's span of sorted pairs [span SPAN, + SPAN): its runs summed and written (Exec: the warp's lanes, phase by
+// phase). sm: the warp's shared floats (warp_floats above). Short spans and one stage for all of a span's lookups keep
+// a warp's chain short (its keys, then their bags and rows, then the copies, then the sums): at 32 pairs in stages of
+// 4 a warp waited on 8 such chains, and the merged grid's T 4 took 250 us in its 640 warps.
+template <int Q, int KQ, int LANES, class Exec>
+__host__ __device__ inline void tt_embedding_backward_two_span(Exec& ex, const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardTwo& w,
+                                                               const TtEmbeddingBackwardIo& io, int span, float* sm) {
+    const int SPAN = TT_EMBEDDING_BACKWARD_TWO_SPAN, K = w.K, R = s.R[1], dpad = tt_embedding_backward_two_gfloats(s);
+    const int S0 = span * SPAN, n = min(SPAN, w.N - S0);
+    float acc[LANES][KQ][Q];                                           // a lane's sums (LANES: 1 on the GPU, 32 in the CPU test)
+    int* kk = reinterpret_cast<int*>(sm + SPAN * w.slot);              // the span's keys, its neighbours' keys, a flag
+    int* misc = kk + SPAN;
+    auto core_of = [&](int g) { return g >= s.key_base[1] ? 1 : 0; };
+    int64_t* src = reinterpret_cast<int64_t*>(misc + 4);              // per pair: offsets of its g in dY, its other slice in cores
+    ex.phase([&](int lane) {                                           // the span's keys, and where its lookups' operands are
+        if (lane < SPAN) {
+            const int g = lane < n ? w.key[S0 + lane] : K;
+            kk[lane] = g;
+            if (g < K) {
+                const int o = 1 - core_of(g), j = w.lookup[S0 + lane];
+                src[2 * lane] = (int64_t)w.bag_of[j] * s.D;
+                src[2 * lane + 1] = s.core_off[o] + (int64_t)w.rows[o * w.key_stride + j] * s.S[o];
+            }
+        }
+        if (lane == 0) misc[0] = S0 > 0 ? w.key[S0 - 1] : -1;
+        if (lane == 1) misc[1] = S0 + n < w.N ? w.key[S0 + n] : -1;
+    });
+    ex.phase([&](int lane) {                                           // every lookup's copies in flight at once
+        for (int u = 0; u < n && kk[u] < K; u++) {
+            const int o = 1 - core_of(kk[u]);
+            float* dst = sm + u * w.slot;
+            const float *gsrc = io.dY + src[2 * u], *osrc = io.cores + src[2 * u + 1];
+            const int q1 = s.q[1], gp = (s.q[1 - o] + 3) / 4 * 4;   // g[a][b] to row y, column x of the lookup's sums
+            if (o == 0 && q1 == gp)
+                for (int e = 4 * lane; e < s.D; e += 128) async_copy(dst + e, gsrc + e, true);
+            else
+                for (int e = lane; e < s.D; e += 32) {
+                    const int a = e / q1, b = e % q1;
+                    async_copy(dst + (o == 1 ? b * gp + a : a * gp + b), gsrc + e, false);
+                }
+            if (o == 1)   // G_1's rows padded to po (lanes read a column); G_0's slice as it is
+                for (int k = lane; k < R; k += 32)
+                    for (int b = 0; b < s.q[1]; b++) async_copy(dst + dpad + k * w.po + b, osrc + k * s.q[1] + b, false);
+            else if (s.S[0] % 4 == 0)
+                for (int e = 4 * lane; e < s.S[0]; e += 128) async_copy(dst + dpad + e, osrc + e, true);
+            else
+                for (int e = lane; e < s.S[0]; e += 32) async_copy(dst + dpad + e, osrc + e, false);
+        }
+        async_commit();
+        async_wait_group<0>();
+    });
+    int run0 = 0;                                                      // the current run's first position
+    for (int pos = 0; pos < n && kk[pos] < K; pos++) {
+        const int g = kk[pos], t = core_of(g);
+        if (pos > 0 && kk[pos - 1] != g) run0 = pos;
+        const float* gs = sm + pos * w.slot;
+        const float* os = gs + dpad;
+        // this lookup's products: t = 0 sums over b (x = a), t = 1 over a (x = b)
+        const int qx = s.q[t], qy = s.q[1 - t], gp = (qx + 3) / 4 * 4, ok = t == 0 ? w.po : 1, oy = t == 0 ? 1 : R;
+        const bool first = pos == run0;
+        ex.phase([&](int lane) {
+            float (&a)[KQ][Q] = acc[LANES == 1 ? 0 : lane];
+            if (qx <= 4) tt_embedding_backward_two_lookup<4, KQ, Q>(a, first, gs, gp, os, ok, oy, qy, R, lane);
+            else if (qx <= 8) tt_embedding_backward_two_lookup<8, KQ, Q>(a, first, gs, gp, os, ok, oy, qy, R, lane);
+            else if (qx <= 16) tt_embedding_backward_two_lookup<(Q < 16 ? Q : 16), KQ, Q>(a, first, gs, gp, os, ok, oy, qy, R, lane);
+            else tt_embedding_backward_two_lookup<Q, KQ, Q>(a, first, gs, gp, os, ok, oy, qy, R, lane);
+        });
+        if (pos + 1 < n && kk[pos + 1] == g) continue;                // the run goes on
+        // the run [run0, pos] ends: complete, or a piece of a slice cut by the span's edge
+        const int row = g - s.key_base[t], St = s.S[t];
+        const bool cut = (run0 == 0 && misc[0] == g) || (pos == n - 1 && misc[1] == g);
+        float* dst = cut ? w.parts + ((int64_t)span * 2 + (run0 == 0 ? 0 : 1)) * w.max_S : io.dG + s.core_off[t] + (int64_t)row * St;
+        const int ex_ = t == 0 ? R : 1, ek = t == 0 ? 1 : s.q[1];        // element (x, k) of the slice
+        ex.phase([&](int lane) {
+            float (&a)[KQ][Q] = acc[LANES == 1 ? 0 : lane];
+TT_EMBEDDING_BACKWARD_UNROLL
+            for (int kq = 0; kq < KQ; kq++)
+TT_EMBEDDING_BACKWARD_UNROLL
+                for (int x = 0; x < Q; x++)
+                    if (x < qx && lane + 32 * kq < R) dst[x * ex_ + (lane + 32 * kq) * ek] = a[kq][x];
+            if (cut) tt_embedding_backward_group_fence();
+        });
+        if (!cut) continue;
+        ex.phase([&](int lane) {                                       // the last piece's warp adds them, in span order
+            if (lane == 0) {
+                const int c0 = w.first[g] / SPAN, c1 = (w.last[g] - 1) / SPAN;
+                misc[2] = tt_embedding_backward_group_atomic_inc(w.ctr + g, 1) == c1 - c0;
+            }
+        });
+        if (!misc[2]) continue;
+        ex.phase([&](int lane) {
+            tt_embedding_backward_group_fence();
+            const int f = w.first[g], c0 = f / SPAN, c1 = (w.last[g] - 1) / SPAN;
+            float* out = io.dG + s.core_off[t] + (int64_t)row * St;
+            auto piece = [&](int c, int e) {   // span c's piece: its last run in the first span, else its first
+                return tt_embedding_backward_group_ldcg(w.parts + ((int64_t)c * 2 + (c == c0 && f != c0 * SPAN ? 1 : 0)) * w.max_S + e);
+            };
+            for (int e = lane; e < St; e += 32) {
+                float sum = 0.0f;
+                int c = c0;
+                for (; c + 8 <= c1 + 1; c += 8) {   // eight pieces' loads in flight (a hot slice has hundreds), added in order
+                    float v[8];
+TT_EMBEDDING_BACKWARD_UNROLL
+                    for (int u = 0; u < 8; u++) v[u] = piece(c + u, e);
+TT_EMBEDDING_BACKWARD_UNROLL
+                    for (int u = 0; u < 8; u++) sum += v[u];
+                }
+                for (; c <= c1; c++) sum += piece(c, e);
+                out[e] = sum;
+            }
+        });
+    }
+}
+
+// version 7 at T = 2: the instantiation (Q sums a rank index, KQ rank indices a lane) that runs s, 0 where none does
+inline int tt_embedding_backward_two_q(const TtEmbeddingBackwardShape& s, int* KQ) {
+    const int q = std::max(s.q[0], s.q[1]), R = s.R[1];
+    *KQ = R <= 32 ? 1 : 2;
+    return s.T != 2 || R > 64 ? 0 : q <= 8 ? 8 : q <= 16 ? 16 : q <= 32 && R <= 32 ? 32 : 0;
+}
+inline size_t tt_embedding_backward_two_smem_bytes(const TtEmbeddingBackwardShape& s) {
+    int KQ;
+    const int Q = tt_embedding_backward_two_q(s, &KQ);
+    return Q ? (size_t)TT_EMBEDDING_BACKWARD_TWO_WARPS * tt_embedding_backward_two_warp_floats(s) * sizeof(float) : 0;
+}
+// why the two-core kernels cannot run s ("" when they can)
+inline std::string tt_embedding_backward_two_reason(const TtEmbeddingBackwardShape& s, size_t smem_limit) {
+    int KQ;
+    if (s.T != 2) return "they are for two cores";
+    if (!tt_embedding_backward_two_q(s, &KQ)) return "they are compiled for q_t <= 16 at ranks <= 64 and q_t <= 32 at ranks <= 32";
+    if (tt_embedding_backward_two_smem_bytes(s) > smem_limit) return "their staged lookups exceed shared memory";
+    return "";
+}
+
+__global__ void tt_embedding_backward_two_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* offsets,
+                                                      const int64_t* indices, int* key, int* lookup, int* rows, int* bag_of) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < s.nnz) tt_embedding_backward_two_prep(s, key_stride, j, offsets, indices, key, lookup, rows, bag_of);
+}
+__global__ void tt_embedding_backward_two_bounds_kernel(const int* key, int N, int K, int* first, int* last) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) tt_embedding_backward_two_bounds(key, N, K, i, first, last);
+}
+// a warp's phases: its own lanes, synchronized by the warp only
+struct TtEmbeddingBackwardWarpExec {
+    int lane, nt;
+    template <class F>
+    __device__ void phase(F&& f) {
+        f(lane);
+        __syncwarp();
+    }
+};
+template <int Q, int KQ>
+__global__ void __launch_bounds__(32 * TT_EMBEDDING_BACKWARD_TWO_WARPS)
+tt_embedding_backward_two_span_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardTwo w,
+                                      const __grid_constant__ TtEmbeddingBackwardIo io) {
+    const int warp = threadIdx.x / 32, span = blockIdx.x * TT_EMBEDDING_BACKWARD_TWO_WARPS + warp;
+    if (span * TT_EMBEDDING_BACKWARD_TWO_SPAN >= w.N) return;
+    TtEmbeddingBackwardWarpExec ex{(int)threadIdx.x % 32, 32};
+    tt_embedding_backward_two_span<Q, KQ, 1>(ex, s, w, io, span, (float*)tt_embedding_backward_smem + warp * w.stage_floats);
+}
+
 // ---- version 7 at T >= 4: adjacent cores merged into two or three
 //
 // A TT of T cores is also a TT of fewer, larger cores: merge cores t-1 and t by multiplying every pair of slices,
@@ -3502,13 +3762,13 @@ inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbed
 
 // The cut, at T >= 4, among those whose merged cores and products stay under MAX_FLOATS, whose merged p fit the
 // kernels' keys and whose merges cost under MAX_FMA: the cheapest (lookup FLOPs + merge FMAs) of the three-group cuts
-// the tensor-core kernels take; else, at T >= 5, the cheapest cut of two or three groups; else none (large p, or T = 4
-// with no tensor-core cut). H100, the notes: T 6 as q 4,4,4 on tensor cores 0.18 ms (two groups 0.33, unmerged 0.55);
-// T 5 in two groups 0.29 (three 0.58, unmerged 0.81); the grid's T 4 unmerged 0.36 (three groups 0.40, two 0.43).
+// the tensor-core kernels take; else of the two-group cuts the two-core kernels take; else, at T >= 5, of any cut;
+// else none (large p). H200, the notes: T 6 as q 4,4,4 on tensor cores 0.177 ms (two groups 0.251, unmerged 0.55 on
+// an H100); the grid's T 4 in two groups 0.246 (unmerged 0.314); T 5 in two groups 0.223.
 bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* first) {
     if (s.T < 4) return false;
     double best = 0.0;
-    bool tc = false;
+    int rank = 0, kq;   // of the best cut: 2 where the tensor-core kernels take it, 1 where the two-core kernels do
     for (int c1 = 1; c1 < s.T - 1; c1++)
         for (int c2 = c1 + 1; c2 <= s.T; c2++) {   // (c2 = T: two groups)
             const int f[4] = {0, c1, c2, s.T};
@@ -3531,45 +3791,63 @@ bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* fi
             }
             if (!fits || fma > TT_EMBEDDING_BACKWARD_MERGE_MAX_FMA || (double)s.tables * sum_p >= 2147483647.0) continue;
             const TtEmbeddingBackwardShape v = tt_embedding_backward_merged_shape(s, f);
-            const bool v_tc = tt_embedding_backward_tc_reason(v).empty();
+            const int v_rank = tt_embedding_backward_tc_reason(v).empty() ? 2 : tt_embedding_backward_two_q(v, &kq) ? 1 : 0;
             const double cost = tt_embedding_backward_flops_per_lookup(v) * s.nnz + fma;
-            if (tc && !v_tc) continue;
-            if (best == 0.0 || cost < best || (v_tc && !tc)) {
+            if (v_rank < rank) continue;
+            if (best == 0.0 || cost < best || v_rank > rank) {
                 best = cost;
-                tc = v_tc;
+                rank = v_rank;
                 std::copy(f, f + 4, first);
             }
         }
 #ifdef TT_EMBEDDING_BACKWARD_MERGE_GROUPS
     return best > 0.0;
 #endif
-    return best > 0.0 && (s.T >= 5 || tc);   // (at T = 4 neither cut without the tensor cores gained)
+    return best > 0.0 && (s.T >= 5 || rank > 0);   // (at T = 4 version 9 beat the cuts that reach neither)
 }
 
-// element e of a merge's output C (slices (tbl pA + j) pt + i, each m x n row-major): A[tbl pA + j] row r . G_t column c
-__host__ __device__ inline float tt_embedding_backward_merge_elem(const float* A, const float* G, const TtEmbeddingBackwardMergeStep& st, int64_t e) {
-    const int64_t c = e % st.n, r = (e / st.n) % st.m, i = (e / (st.n * st.m)) % st.pt, j = e / (st.n * st.m * st.pt);
-    const float* a = A + (j * st.m + r) * st.k;
-    const float* g = G + ((j / st.pA) * st.pt + i) * st.k * st.n + c;
-    float acc = 0.0f;
-    for (int64_t kk = 0; kk < st.k; kk++) acc = fmaf(a[kk], g[kk * st.n], acc);
-    return acc;
+// Item e of a merge's output C (slices (tbl pA + j) pt + i, each m x n row-major): rows 4 rb .. 4 rb + 3 of column c,
+// A[tbl pA + j] rows . G_t column c (each G_t element loaded once for four rows). 32-bit indices: C has at most
+// MAX_FLOATS elements; a thread per item, consecutive threads along c (the loads of G_t and the stores coalesce).
+__host__ __device__ inline int tt_embedding_backward_merge_items(const TtEmbeddingBackwardMergeStep& st) {
+    return (int)(st.tables * st.pA * st.pt * ((st.m + 3) / 4) * st.n);
+}
+__host__ __device__ inline void tt_embedding_backward_merge_rows(float* C, const float* A, const float* G, const TtEmbeddingBackwardMergeStep& st, int e) {
+    const int n = (int)st.n, m = (int)st.m, k = (int)st.k, pt = (int)st.pt, mb = (m + 3) / 4;
+    const int c = e % n, rb = e / n % mb, i = e / (n * mb) % pt, j = e / (n * mb * pt), r0 = 4 * rb, rows = min(4, m - r0);
+    const float* a = A + ((int64_t)j * m + r0) * k;
+    const float* g = G + ((int64_t)(j / (int)st.pA) * pt + i) * k * n + c;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kk = 0; kk < k; kk++) {
+        const float gv = g[(int64_t)kk * n];
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int r = 0; r < 4; r++)
+            if (r < rows) acc[r] = fmaf(a[r * k + kk], gv, acc[r]);
+    }
+    float* out = C + (((int64_t)j * pt + i) * m + r0) * n + c;
+    for (int r = 0; r < rows; r++) out[(int64_t)r * n] = acc[r];
 }
 __global__ void tt_embedding_backward_merge_kernel(float* __restrict__ C, const float* __restrict__ A, const float* __restrict__ G,
                                                    const TtEmbeddingBackwardMergeStep st) {
-    const int64_t total = st.tables * st.pA * st.pt * st.m * st.n;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
-        C[e] = tt_embedding_backward_merge_elem(A, G, st, e);
+    const int total = tt_embedding_backward_merge_items(st);
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) tt_embedding_backward_merge_rows(C, A, G, st, e);
 }
 
-// out[x0][x2][x1][x3] = in[x0][x1][x2][x3] (element e of out): the merges' permutes
-__host__ __device__ inline int64_t tt_embedding_backward_swap_src(int64_t d1, int64_t d2, int64_t d3, int64_t e) {
-    const int64_t x3 = e % d3, x1 = (e / d3) % d1, x2 = (e / (d3 * d1)) % d2, x0 = e / (d3 * d1 * d2);
+// out[x0][x2][x1][x3] = in[x0][x1][x2][x3] (element e of out): the merges' permutes, in 32-bit arithmetic where the
+// tensor allows (a third of the instructions of 64-bit divisions)
+template <class I>
+__host__ __device__ inline I tt_embedding_backward_swap_src(I d1, I d2, I d3, I e) {
+    const I x3 = e % d3, x1 = e / d3 % d1, x2 = e / (d3 * d1) % d2, x0 = e / (d3 * d1 * d2);
     return ((x0 * d1 + x1) * d2 + x2) * d3 + x3;
 }
 __global__ void tt_embedding_backward_swap_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t total, int64_t d1, int64_t d2, int64_t d3) {
+    if (total < INT32_MAX) {
+        for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < (int)total; e += gridDim.x * blockDim.x)
+            out[e] = in[tt_embedding_backward_swap_src<int>((int)d1, (int)d2, (int)d3, e)];
+        return;
+    }
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
-        out[e] = in[tt_embedding_backward_swap_src(d1, d2, d3, e)];
+        out[e] = in[tt_embedding_backward_swap_src<int64_t>(d1, d2, d3, e)];
 }
 
 // A merge's two backward GEMMs, row-major C = op(A) . B per table (strided batches); A, B, C as named in the launch:
@@ -3623,6 +3901,12 @@ struct TtEmbeddingBackwardArgs {
     float* stash;
     int64_t stash_floats;
     TtEmbeddingBackwardTcSplit split;    // version 7 where q_0 = 4k, k > 1
+    // version 7 at T = 2: the sort's pairs (keys in, out; lookups in, out: [4][2 nnz]), each slice's first and last
+    // pair ([2][slices]), the pieces of cut runs, CUB's scratch
+    int *two_pairs, *two_bounds;
+    float* two_parts;
+    void* two_temp;
+    size_t two_temp_bytes;
     struct TtEmbeddingBackwardMerge* merge;   // version 7 at T >= 4 where it merges cores (else nullptr)
     size_t smem_limit;                   // the device's opt-in shared memory per block, less the static copies
 };
@@ -3671,10 +3955,14 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
 // else version 2's pipeline (the times behind each choice: the notes). At another block size than 256 version 6 runs
 // wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
-       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: merged cores */ };
+       TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: merged cores */,
+       TT_EMBEDDING_BACKWARD_ROUTE_TWO = 11 /* not a version: two cores */ };
+
+
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     int first[4];
     if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
+    if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_two_reason(s, smem_limit).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TWO;
     if (tt_embedding_backward_tc_reason(s).empty() && block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit)
         return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
     int max_rank = 1;
@@ -3692,6 +3980,7 @@ inline const char* tt_embedding_backward_route_name(int route) {
            : route == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED    ? "version 6's grouped kernels (the pivot slice in shared memory)"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA  ? "version 9's per-slice GEMMs on tensor cores (the general path)"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED     ? "adjacent cores merged into two or three, then the default there"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_TWO        ? "two cores: a product per lookup and core, the lookups sorted by slice (CUB)"
                                                              : "version 2's cuBLAS pipeline (version 9's buffers would be too large)";
 }
 
@@ -3866,6 +4155,37 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
 }
 
+// version 7 at T = 2: (dG zeroed: the dense output) the pairs, CUB's sort, the bounds, a warp per span, the optimizer pass
+inline int tt_embedding_backward_two_bits(int K) {   // sort key bits: K (the pad's key) included
+    int bits = 1;
+    while (bits < 31 && (1 << bits) <= K) bits++;
+    return bits;
+}
+void tt_embedding_backward_two_step(const TtEmbeddingBackwardArgs& a) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));
+    if (s.nnz == 0) return;
+    int KQ;
+    const int Q = tt_embedding_backward_two_q(s, &KQ), N = 2 * s.nnz, K = s.key_base[2];
+    int *key_in = a.two_pairs, *key_out = key_in + N, *lk_in = key_out + N, *lk_out = lk_in + N;
+    const int key_stride = (int)tt_embedding_backward_round4(s.nnz);
+    const TtEmbeddingBackwardTwo w = {key_out, lk_out, a.ws.keys, a.ws.bag_of, a.two_bounds, a.two_bounds + K, a.ws.counts, a.two_parts, N, K, key_stride,
+                                      s.q[1] | 1, tt_embedding_backward_two_slot(s), tt_embedding_backward_two_warp_floats(s), std::max(s.S[0], s.S[1])};
+    cudaCheck(cudaMemsetAsync(a.ws.counts, 0, (size_t)K * sizeof(int)));
+    tt_embedding_backward_two_prep_kernel<<<ceil_div(s.nnz, 256), 256>>>(s, key_stride, a.offsets, a.indices, key_in, lk_in, a.ws.keys, a.ws.bag_of);
+    size_t temp = a.two_temp_bytes;
+    cudaCheck(cub::DeviceRadixSort::SortPairs(a.two_temp, temp, key_in, key_out, lk_in, lk_out, N, 0, tt_embedding_backward_two_bits(K)));
+    tt_embedding_backward_two_bounds_kernel<<<ceil_div(N, 256), 256>>>(key_out, N, K, w.first, w.last);
+    const TtEmbeddingBackwardIo io = {a.dY, a.cores, a.state, a.dG, a.opt, a.lr, a.eps};
+    const unsigned grid = (unsigned)ceil_div(ceil_div(N, TT_EMBEDDING_BACKWARD_TWO_SPAN), TT_EMBEDDING_BACKWARD_TWO_WARPS);
+    const size_t smem = tt_embedding_backward_two_smem_bytes(s);
+    auto kern = Q == 32 ? tt_embedding_backward_two_span_kernel<32, 1>
+                : Q == 16   ? (KQ == 2 ? tt_embedding_backward_two_span_kernel<16, 2> : tt_embedding_backward_two_span_kernel<16, 1>)
+                            : (KQ == 2 ? tt_embedding_backward_two_span_kernel<8, 2> : tt_embedding_backward_two_span_kernel<8, 1>);
+    kern<<<grid, 32 * TT_EMBEDDING_BACKWARD_TWO_WARPS, smem>>>(s, w, io);
+    tt_embedding_backward_optimizer_pass(a);
+}
+
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 
 // version 7 at T >= 4, merged: each group's cores folded into its merged core, the default's dense gradient
@@ -3898,7 +4218,7 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
         for (int t = a0 + 1; t <= b0; t++) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
             float* C = t == b0 ? v.cores + v.s.core_off[g] : M.prod[t];
-            tt_embedding_backward_merge_kernel<<<grid(st.tables * st.pA * st.pt * st.m * st.n), 256>>>(C, A, core(t), st);
+            tt_embedding_backward_merge_kernel<<<grid(tt_embedding_backward_merge_items(st)), 256>>>(C, A, core(t), st);
             A = C;
         }
         if (a0 == b0) copy(v.cores + v.s.core_off[g], A, tt_embedding_backward_core_elems(s, a0));
@@ -3935,6 +4255,7 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
         case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
             fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
+        case TT_EMBEDDING_BACKWARD_ROUTE_TWO: tt_embedding_backward_two_step(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA: tt_embedding_backward9(a, block_size); break;
         default:
@@ -4067,6 +4388,15 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         buf(&x.W, 4 * nv * (size_t)(v.S[0] + v.S[2]));
         buf(&x.bucket, 4 * Kv * TT_EMBEDDING_BACKWARD_BUCKET);
     }
+    if (s.T == 2) {                                                              // version 7 at T = 2
+        const size_t N = 2 * nnz1, spans = (size_t)ceil_div<int64_t>((int64_t)N, TT_EMBEDDING_BACKWARD_TWO_SPAN);
+        a.two_temp_bytes = 0;
+        cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, a.two_temp_bytes, (int*)nullptr, (int*)nullptr, (int*)nullptr, (int*)nullptr, (int)N, 0, 31));
+        buf(&a.two_pairs, 4 * 4 * N);
+        buf(&a.two_bounds, 4 * 2 * K);
+        buf(&a.two_parts, 4 * spans * 2 * (size_t)std::max(s.S[0], s.S[1]));
+        buf(&a.two_temp, a.two_temp_bytes);
+    }
     if (a.merge) {                                                               // version 7's merged cores
         TtEmbeddingBackwardMerge& M = *a.merge;
         tt_embedding_backward_buffers(M.inner, M.inner_in, M.inner_plan, f);
@@ -4144,6 +4474,10 @@ void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbed
                                        (int)tt_embedding_backward_tc_smem_bytes()));
     cudaCheck(cudaFuncSetAttribute(tt_embedding_backward_group_lists_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)(TT_EMBEDDING_BACKWARD_GROUP_LIST_STAGE * sizeof(int))));
+    for (const void* kern : {(const void*)tt_embedding_backward_two_span_kernel<8, 1>, (const void*)tt_embedding_backward_two_span_kernel<8, 2>,
+                             (const void*)tt_embedding_backward_two_span_kernel<16, 1>, (const void*)tt_embedding_backward_two_span_kernel<16, 2>,
+                             (const void*)tt_embedding_backward_two_span_kernel<32, 1>})
+        cudaCheck(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)a.smem_limit));
 }
 
 // The host memory a run takes beyond tt_embedding.h's inputs (the packed cores and state, the double reference and
