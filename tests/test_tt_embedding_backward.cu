@@ -1281,10 +1281,10 @@ static void test_v7_filter() {
 }
 
 
-// Version 7 at T = 2 on the CPU: the prep per lookup, a stable sort of the pairs (CUB's is stable too), the bounds,
-// every span's warp program (fresh NaN shared memory; spans in order, or reversed so that other warps write a cut
-// slice's last piece and add the pieces), then the optimizer pass; checked by the op's check, and bit for bit the
-// same in both orders. SPAN-long spans cut the runs of hot slices (Zipf) into several pieces.
+// Version 7 at T = 2 on the CPU: the prep per lookup, a stable sort of the pairs (CUB's is stable too), the bounds
+// (poisoned first: -1, as the launcher's memset), every span's warp program (fresh NaN shared memory; spans in order,
+// or reversed), the combine kernel, the optimizer pass; checked by the op's check, and bit for bit the same in both
+// orders. SPAN-long spans cut the runs of hot slices (Zipf) into several pieces.
 static StepOut emulate_two(const Problem& pr, int opt, float lr, float eps, bool reverse, int* cut_slices = nullptr) {
     const TtEmbeddingBackwardShape& s = pr.s;
     StepOut o = start_step(pr, opt);
@@ -1300,10 +1300,9 @@ static StepOut emulate_two(const Problem& pr, int opt, float lr, float eps, bool
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return key.i()[x] < key.i()[y]; });
     for (int i = 0; i < N; i++) { skey[i] = key.i()[order[i]]; slook[i] = lookup.i()[order[i]]; }
     for (int i = 0; i < N; i++) tt_embedding_backward_two_bounds(skey.data(), N, K, i, bounds.i(), bounds.i() + K);
-    std::vector<int> ctr(std::max(K, 1), 0);
     const int spans = (N + TT_EMBEDDING_BACKWARD_TWO_SPAN - 1) / TT_EMBEDDING_BACKWARD_TWO_SPAN, maxS = std::max(s.S[0], s.S[1]);
     Poisoned parts((size_t)spans * 2 * maxS);
-    const TtEmbeddingBackwardTwo w = {skey.data(), slook.data(), rows.i(), bag_of.i(), bounds.i(), bounds.i() + K, ctr.data(), parts.f(), N, K,
+    const TtEmbeddingBackwardTwo w = {skey.data(), slook.data(), rows.i(), bag_of.i(), bounds.i(), bounds.i() + K, parts.f(), N, K,
                                       key_stride, s.q[1] | 1, tt_embedding_backward_two_slot(s), tt_embedding_backward_two_warp_floats(s), maxS};
     const TtEmbeddingBackwardIo io = {pr.dY.data(), o.cores.data(), o.state.data(), o.dG.data(), opt, lr, eps};
     for (int i = 0; i < spans; i++) {
@@ -1316,9 +1315,12 @@ static StepOut emulate_two(const Problem& pr, int opt, float lr, float eps, bool
         else if (KQ == 2) tt_embedding_backward_two_span<8, 2, 32>(ex, s, w, io, span, sm.f());
         else tt_embedding_backward_two_span<8, 1, 32>(ex, s, w, io, span, sm.f());
     }
+    for (int g = 0; g < K; g++)                                        // the combine kernel
+        for (int e = 0; e < maxS; e++) tt_embedding_backward_two_combine(s, w, o.dG.data(), g, e);
     if (cut_slices) {
         *cut_slices = 0;
-        for (int g = 0; g < K; g++) *cut_slices += ctr[g] > 0;
+        for (int g = 0; g < K; g++)
+            *cut_slices += bounds.i()[g] >= 0 && bounds.i()[g] / TT_EMBEDDING_BACKWARD_TWO_SPAN != (bounds.i()[K + g] - 1) / TT_EMBEDDING_BACKWARD_TWO_SPAN;
     }
     emulate_optimizer_pass(s, opt, lr, eps, o);
     return o;

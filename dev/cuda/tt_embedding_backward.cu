@@ -37,10 +37,10 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271; ranks 64
   0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
-  with CUB and a warp sums each run: one product per lookup and core (H200: p 2000,3300, q 16,8 0.281 -> 0.093 ms). At
+  with CUB and a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms). At
   T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
-  runs that route and goes back through each merge by two GEMMs (H200: the grid's T 4 0.314 -> 0.217 ms, T 5 0.283 ->
-  0.211; H100: T 6 0.548 -> 0.182, T 6 rank 128 2.26 -> 0.83; logs and history: the notes).
+  runs that route and goes back through each merge by two GEMMs (H100, logs/2026-12-06_tt_backward_two_cores_h100.log:
+  the grid's T 4 0.333 -> 0.216 ms, Zipf 0.343 -> 0.217, T 5 0.293 -> 0.201; T 6 0.548 -> 0.182, rank 128 2.26 -> 0.83).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -3472,8 +3472,8 @@ inline double tt_embedding_backward_flops_per_lookup(const TtEmbeddingBackwardSh
 // warp per SPAN consecutive sorted pairs that sums each run of equal keys in it, lookup after lookup. Lane k holds
 // rank index k (and k + 32) of the run's slice: q_t sums each, their factors read from shared memory where the
 // lookups' g and other slice were copied (cp.async, a span's lookups at once). A run cut by a span's edge leaves
-// a piece in `parts`, and the warp that writes a slice's last piece (a counter) adds them in span order: the bits
-// do not depend on timing, and a hot slice (Zipf) spreads over many warps. The output is the dense gradient;
+// a piece in `parts`, and a combine kernel adds a cut slice's pieces in span order: the bits do not depend on timing,
+// and a hot slice (Zipf) spreads over many warps. The output is the dense gradient;
 // the optimizer pass follows (a core's slices are read by the other core's warps while they run).
 static const int TT_EMBEDDING_BACKWARD_TWO_SPAN = 4;    // sorted pairs per warp (all staged at once)
 static const int TT_EMBEDDING_BACKWARD_TWO_WARPS = 4;   // warps per block
@@ -3482,7 +3482,7 @@ static const int TT_EMBEDDING_BACKWARD_TWO_WARPS = 4;   // warps per block
 struct TtEmbeddingBackwardTwo {
     const int *key, *lookup;        // the sorted pairs [N]: slice key (K past the lookups), lookup
     const int *rows, *bag_of;       // per lookup: its slice row in core 0 and core 1 ([2][key_stride]), its bag
-    int *first, *last, *ctr;        // per slice key: its pairs [first, last) in sorted order, pieces written
+    int *first, *last;              // per slice key: its pairs [first, last) in sorted order (-1: untouched)
     float* parts;                   // [spans][2][max S]: a span's first and last runs where cut
     int N, K, key_stride, po;       // po: pitch of a staged G_1 slice's rows (q_1, odd)
     int slot, stage_floats, max_S;  // floats per staged lookup (g, then the other slice), per warp (stages, sums), per part
@@ -3568,8 +3568,8 @@ __host__ __device__ inline void tt_embedding_backward_two_span(Exec& ex, const T
     const int SPAN = TT_EMBEDDING_BACKWARD_TWO_SPAN, K = w.K, R = s.R[1], dpad = tt_embedding_backward_two_gfloats(s);
     const int S0 = span * SPAN, n = min(SPAN, w.N - S0);
     float acc[LANES][KQ][Q];                                           // a lane's sums (LANES: 1 on the GPU, 32 in the CPU test)
-    int* kk = reinterpret_cast<int*>(sm + SPAN * w.slot);              // the span's keys, its neighbours' keys, a flag
-    int* misc = kk + SPAN;
+    int* kk = reinterpret_cast<int*>(sm + SPAN * w.slot);              // the span's keys, then its neighbours' keys
+    int* misc = kk + SPAN;                                             // [0] key before, [1] key after
     auto core_of = [&](int g) { return g >= s.key_base[1] ? 1 : 0; };
     int64_t* src = reinterpret_cast<int64_t*>(misc + 4);              // per pair: offsets of its g in dY, its other slice in cores
     ex.phase([&](int lane) {                                           // the span's keys, and where its lookups' operands are
@@ -3638,36 +3638,6 @@ TT_EMBEDDING_BACKWARD_UNROLL
 TT_EMBEDDING_BACKWARD_UNROLL
                 for (int x = 0; x < Q; x++)
                     if (x < qx && lane + 32 * kq < R) dst[x * ex_ + (lane + 32 * kq) * ek] = a[kq][x];
-            if (cut) tt_embedding_backward_group_fence();
-        });
-        if (!cut) continue;
-        ex.phase([&](int lane) {                                       // the last piece's warp adds them, in span order
-            if (lane == 0) {
-                const int c0 = w.first[g] / SPAN, c1 = (w.last[g] - 1) / SPAN;
-                misc[2] = tt_embedding_backward_group_atomic_inc(w.ctr + g, 1) == c1 - c0;
-            }
-        });
-        if (!misc[2]) continue;
-        ex.phase([&](int lane) {
-            tt_embedding_backward_group_fence();
-            const int f = w.first[g], c0 = f / SPAN, c1 = (w.last[g] - 1) / SPAN;
-            float* out = io.dG + s.core_off[t] + (int64_t)row * St;
-            auto piece = [&](int c, int e) {   // span c's piece: its last run in the first span, else its first
-                return tt_embedding_backward_group_ldcg(w.parts + ((int64_t)c * 2 + (c == c0 && f != c0 * SPAN ? 1 : 0)) * w.max_S + e);
-            };
-            for (int e = lane; e < St; e += 32) {
-                float sum = 0.0f;
-                int c = c0;
-                for (; c + 8 <= c1 + 1; c += 8) {   // eight pieces' loads in flight (a hot slice has hundreds), added in order
-                    float v[8];
-TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int u = 0; u < 8; u++) v[u] = piece(c + u, e);
-TT_EMBEDDING_BACKWARD_UNROLL
-                    for (int u = 0; u < 8; u++) sum += v[u];
-                }
-                for (; c <= c1; c++) sum += piece(c, e);
-                out[e] = sum;
-            }
         });
     }
 }
@@ -3692,6 +3662,30 @@ inline std::string tt_embedding_backward_two_reason(const TtEmbeddingBackwardSha
     return "";
 }
 
+// Slice key g's pieces (a slice cut by span edges), added in span order into its gradient: a block per slice, a thread
+// per element (the hot slices of a Zipf input have hundreds of pieces: eight loads in flight, added in order)
+__host__ __device__ inline void tt_embedding_backward_two_combine(const TtEmbeddingBackwardShape& s, const TtEmbeddingBackwardTwo& w, float* dG,
+                                                                  int g, int e) {
+    const int SPAN = TT_EMBEDDING_BACKWARD_TWO_SPAN, f = w.first[g];
+    if (f < 0) return;                                                 // untouched (the bounds start at -1)
+    const int c0 = f / SPAN, c1 = (w.last[g] - 1) / SPAN, t = g >= s.key_base[1] ? 1 : 0;
+    if (c0 == c1 || e >= s.S[t]) return;                               // one span wrote the slice itself
+    auto piece = [&](int c) {   // span c's piece: its last run in the first span, else its first
+        return w.parts[((int64_t)c * 2 + (c == c0 && f != c0 * SPAN ? 1 : 0)) * w.max_S + e];
+    };
+    float sum = 0.0f;
+    int c = c0;
+    for (; c + 8 <= c1 + 1; c += 8) {
+        float v[8];
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int u = 0; u < 8; u++) v[u] = piece(c + u);
+TT_EMBEDDING_BACKWARD_UNROLL
+        for (int u = 0; u < 8; u++) sum += v[u];
+    }
+    for (; c <= c1; c++) sum += piece(c);
+    dG[s.core_off[t] + (int64_t)(g - s.key_base[t]) * s.S[t] + e] = sum;
+}
+
 __global__ void tt_embedding_backward_two_prep_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int64_t* offsets,
                                                       const int64_t* indices, int* key, int* lookup, int* rows, int* bag_of) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -3700,6 +3694,10 @@ __global__ void tt_embedding_backward_two_prep_kernel(const __grid_constant__ Tt
 __global__ void tt_embedding_backward_two_bounds_kernel(const int* key, int N, int K, int* first, int* last) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) tt_embedding_backward_two_bounds(key, N, K, i, first, last);
+}
+__global__ void tt_embedding_backward_two_combine_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardTwo w,
+                                                         float* dG) {
+    for (int e = threadIdx.x; e < max(s.S[0], s.S[1]); e += blockDim.x) tt_embedding_backward_two_combine(s, w, dG, blockIdx.x, e);
 }
 // a warp's phases: its own lanes, synchronized by the warp only
 struct TtEmbeddingBackwardWarpExec {
@@ -4155,7 +4153,8 @@ void tt_embedding_backward9(const TtEmbeddingBackwardArgs& a, int) {
                TT_EMBEDDING_BACKWARD_SLICE_RED_BLOCK, 0, s, P, io, (const int*)a.ws.counts, o);
 }
 
-// version 7 at T = 2: (dG zeroed: the dense output) the pairs, CUB's sort, the bounds, a warp per span, the optimizer pass
+// version 7 at T = 2: (dG zeroed: the dense output) the pairs, CUB's sort, the bounds, a warp per span, the pieces of cut
+// slices added, the optimizer pass
 inline int tt_embedding_backward_two_bits(int K) {   // sort key bits: K (the pad's key) included
     int bits = 1;
     while (bits < 31 && (1 << bits) <= K) bits++;
@@ -4169,9 +4168,9 @@ void tt_embedding_backward_two_step(const TtEmbeddingBackwardArgs& a) {
     const int Q = tt_embedding_backward_two_q(s, &KQ), N = 2 * s.nnz, K = s.key_base[2];
     int *key_in = a.two_pairs, *key_out = key_in + N, *lk_in = key_out + N, *lk_out = lk_in + N;
     const int key_stride = (int)tt_embedding_backward_round4(s.nnz);
-    const TtEmbeddingBackwardTwo w = {key_out, lk_out, a.ws.keys, a.ws.bag_of, a.two_bounds, a.two_bounds + K, a.ws.counts, a.two_parts, N, K, key_stride,
+    const TtEmbeddingBackwardTwo w = {key_out, lk_out, a.ws.keys, a.ws.bag_of, a.two_bounds, a.two_bounds + K, a.two_parts, N, K, key_stride,
                                       s.q[1] | 1, tt_embedding_backward_two_slot(s), tt_embedding_backward_two_warp_floats(s), std::max(s.S[0], s.S[1])};
-    cudaCheck(cudaMemsetAsync(a.ws.counts, 0, (size_t)K * sizeof(int)));
+    cudaCheck(cudaMemsetAsync(a.two_bounds, 0xFF, 2 * (size_t)K * sizeof(int)));   // -1: untouched
     tt_embedding_backward_two_prep_kernel<<<ceil_div(s.nnz, 256), 256>>>(s, key_stride, a.offsets, a.indices, key_in, lk_in, a.ws.keys, a.ws.bag_of);
     size_t temp = a.two_temp_bytes;
     cudaCheck(cub::DeviceRadixSort::SortPairs(a.two_temp, temp, key_in, key_out, lk_in, lk_out, N, 0, tt_embedding_backward_two_bits(K)));
@@ -4183,6 +4182,7 @@ void tt_embedding_backward_two_step(const TtEmbeddingBackwardArgs& a) {
                 : Q == 16   ? (KQ == 2 ? tt_embedding_backward_two_span_kernel<16, 2> : tt_embedding_backward_two_span_kernel<16, 1>)
                             : (KQ == 2 ? tt_embedding_backward_two_span_kernel<8, 2> : tt_embedding_backward_two_span_kernel<8, 1>);
     kern<<<grid, 32 * TT_EMBEDDING_BACKWARD_TWO_WARPS, smem>>>(s, w, io);
+    tt_embedding_backward_two_combine_kernel<<<K, 256>>>(s, w, a.dG);
     tt_embedding_backward_optimizer_pass(a);
 }
 
