@@ -1375,6 +1375,14 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
             const int64_t n = st.tables * st.pA * st.pt * st.m * st.n;
             prod[t].assign((size_t)n, NAN);
             for (int e = 0; e < tt_embedding_backward_merge_items(st); e++) tt_embedding_backward_merge_rows(prod[t].data(), A, core(t), st, e);
+            for (int ic : {TT_EMBEDDING_BACKWARD_MERGE_IC, 1, 3}) {   // the staged kernel's grid (the launcher's IC, and others): the same bits
+                std::vector<float> staged((size_t)n, NAN), As((size_t)st.m * (st.k | 1), NAN);
+                HostExec ex{96};
+                for (int j = 0; j < (int)(st.tables * st.pA); j++)
+                    for (int by = 0; by < (int)ceil_div<int64_t>(st.pt, ic); by++)
+                        tt_embedding_backward_merge_staged_block(ex, staged.data(), A, core(t), st, ic, j, by, As.data());
+                if (memcmp(staged.data(), prod[t].data(), (size_t)n * 4) != 0) why += " the staged merge differs at ic " + std::to_string(ic) + ";";
+            }
             A = prod[t].data();
         }
         const int64_t n = tt_embedding_backward_core_elems(v, g);

@@ -39,8 +39,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
   with CUB and a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms). At
   T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
-  runs that route and goes back through each merge by two GEMMs (H100, logs/2026-12-06_tt_backward_two_cores_h100.log:
-  the grid's T 4 0.333 -> 0.216 ms, Zipf 0.343 -> 0.217, T 5 0.293 -> 0.201; T 6 0.548 -> 0.182, rank 128 2.26 -> 0.83).
+  runs that route and goes back through each merge by two GEMMs (H100, logs 2026-12-06_tt_backward_two_cores_h100 and
+  _merge_staged_h100: the grid's T 4 0.336 -> 0.193 ms, Zipf 0.344 -> 0.197, T 5 0.29 -> 0.20; T 6 0.548 -> 0.182).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -3810,20 +3810,50 @@ bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* fi
 __host__ __device__ inline int tt_embedding_backward_merge_items(const TtEmbeddingBackwardMergeStep& st) {
     return (int)(st.tables * st.pA * st.pt * ((st.m + 3) / 4) * st.n);
 }
-__host__ __device__ inline void tt_embedding_backward_merge_rows(float* C, const float* A, const float* G, const TtEmbeddingBackwardMergeStep& st, int e) {
-    const int n = (int)st.n, m = (int)st.m, k = (int)st.k, pt = (int)st.pt, mb = (m + 3) / 4;
-    const int c = e % n, rb = e / n % mb, i = e / (n * mb) % pt, j = e / (n * mb * pt), r0 = 4 * rb, rows = min(4, m - r0);
-    const float* a = A + ((int64_t)j * m + r0) * k;
+// (the item (j, i, rb, c) with Aj: slice j of A, its rows lda apart)
+__host__ __device__ inline void tt_embedding_backward_merge_item(float* C, const float* Aj, int lda, const float* G, const TtEmbeddingBackwardMergeStep& st,
+                                                                 int j, int i, int rb, int c) {
+    const int n = (int)st.n, m = (int)st.m, k = (int)st.k, pt = (int)st.pt, r0 = 4 * rb, rows = min(4, m - r0);
+    const float* a = Aj + r0 * lda;
     const float* g = G + ((int64_t)(j / (int)st.pA) * pt + i) * k * n + c;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int kk = 0; kk < k; kk++) {
         const float gv = g[(int64_t)kk * n];
 TT_EMBEDDING_BACKWARD_UNROLL
         for (int r = 0; r < 4; r++)
-            if (r < rows) acc[r] = fmaf(a[r * k + kk], gv, acc[r]);
+            if (r < rows) acc[r] = fmaf(a[r * lda + kk], gv, acc[r]);
     }
     float* out = C + (((int64_t)j * pt + i) * m + r0) * n + c;
     for (int r = 0; r < rows; r++) out[(int64_t)r * n] = acc[r];
+}
+__host__ __device__ inline void tt_embedding_backward_merge_rows(float* C, const float* A, const float* G, const TtEmbeddingBackwardMergeStep& st, int e) {
+    const int n = (int)st.n, m = (int)st.m, pt = (int)st.pt, mb = (m + 3) / 4;
+    const int c = e % n, rb = e / n % mb, i = e / (n * mb) % pt, j = e / (n * mb * pt);
+    tt_embedding_backward_merge_item(C, A + (int64_t)j * m * st.k, (int)st.k, G, st, j, i, rb, c);
+}
+// Where A's slice fits 48 KB and the grid has 264 blocks or more: a block per (slice j, IC of the i), A's slice staged in
+// shared memory with rows k | 1 apart (a warp's threads span several row blocks where n < 32: different banks). Read
+// from global memory, a warp's A loads at n = 4 touched 32 rows each: the grid's T 4's second merge took 35 us; but
+// the grid's T 6 (p 10: 20 blocks) lost 0.183 -> 0.235 ms staged, so it keeps the kernel above.
+static const int TT_EMBEDDING_BACKWARD_MERGE_IC = 8;
+inline bool tt_embedding_backward_merge_staged(const TtEmbeddingBackwardMergeStep& st) {
+    return st.m * (st.k | 1) <= 12288 && st.tables * st.pA * ceil_div<int64_t>(st.pt, TT_EMBEDDING_BACKWARD_MERGE_IC) >= 264;
+}
+template <class Exec>
+__host__ __device__ inline void tt_embedding_backward_merge_staged_block(Exec& ex, float* C, const float* A, const float* G,
+                                                                         const TtEmbeddingBackwardMergeStep& st, int ic, int j, int by, float* As) {
+    const int m = (int)st.m, k = (int)st.k, lda = k | 1, n = (int)st.n, mb = (m + 3) / 4, i0 = by * ic, ni = min(ic, (int)st.pt - i0);
+    ex.phase([&](int tid) {
+        for (int x = tid; x < m * k; x += ex.nt) As[x / k * lda + x % k] = A[(int64_t)j * m * k + x];
+    });
+    ex.phase([&](int tid) {
+        for (int e = tid; e < ni * mb * n; e += ex.nt) tt_embedding_backward_merge_item(C, As, lda, G, st, j, i0 + e / (mb * n), e / n % mb, e % n);
+    });
+}
+__global__ void tt_embedding_backward_merge_staged_kernel(float* __restrict__ C, const float* __restrict__ A, const float* __restrict__ G,
+                                                          const TtEmbeddingBackwardMergeStep st, int ic) {
+    TtEmbeddingBackwardDeviceExec ex{(int)threadIdx.x, (int)blockDim.x};
+    tt_embedding_backward_merge_staged_block(ex, C, A, G, st, ic, blockIdx.x, blockIdx.y, reinterpret_cast<float*>(tt_embedding_backward_smem));
 }
 __global__ void tt_embedding_backward_merge_kernel(float* __restrict__ C, const float* __restrict__ A, const float* __restrict__ G,
                                                    const TtEmbeddingBackwardMergeStep st) {
@@ -4218,7 +4248,12 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
         for (int t = a0 + 1; t <= b0; t++) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
             float* C = t == b0 ? v.cores + v.s.core_off[g] : M.prod[t];
-            tt_embedding_backward_merge_kernel<<<grid(tt_embedding_backward_merge_items(st)), 256>>>(C, A, core(t), st);
+            const int ic = TT_EMBEDDING_BACKWARD_MERGE_IC;
+            if (tt_embedding_backward_merge_staged(st))
+                tt_embedding_backward_merge_staged_kernel<<<dim3((unsigned)(st.tables * st.pA), (unsigned)ceil_div<int64_t>(st.pt, ic)), 256,
+                                                            st.m * (st.k | 1) * sizeof(float)>>>(C, A, core(t), st, ic);
+            else
+                tt_embedding_backward_merge_kernel<<<grid(tt_embedding_backward_merge_items(st)), 256>>>(C, A, core(t), st);
             A = C;
         }
         if (a0 == b0) copy(v.cores + v.s.core_off[g], A, tt_embedding_backward_core_elems(s, a0));
