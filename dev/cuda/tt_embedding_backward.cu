@@ -37,7 +37,7 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271; ranks 64
   0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
-  with CUB and a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms). At
+  with CUB, a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms, was 6). At
   T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
   runs that route and goes back through each merge by two GEMMs (H100, logs 2026-12-06_tt_backward_two_cores_h100 and
   _merge_staged_h100: the grid's T 4 0.336 -> 0.193 ms, Zipf 0.344 -> 0.197, T 5 0.29 -> 0.20; T 6 0.548 -> 0.182).
@@ -54,7 +54,7 @@ Lessons (history, counters, dropped steps: results/notes/tt_embedding_backward.m
     the fp32 tolerance holds (split x = hi + lo by masking: 2 integer instructions; cvt.rna costs more).
   - Registers decide residency: float4 operand loads kept version 9 at <= 64 registers (4 blocks an SM, 7-13% faster).
   - Rank 128: a pivot slice (64-256 KB) crowds shared memory out; version 9 needs none (EL-Rec q 2,2,4: 18.8 -> 1.99 ms).
-  - A TT is also a TT of fewer, larger cores: at small p, merging T 6 into q 4,4,4 reached the tensor-core kernels (3x).
+  - A TT is also a TT of fewer, larger cores: at small p T 6 merged reaches the tensor cores (3x), T 4 two cores (1.7x).
   - mma.sync needs a converged warp: without a __syncwarp() after a branch, version 9 summed wrong and reruns differed.
   - PDL: let the next launch in at the end of a kernel whose last blocks still work, not its start (0.374 -> 0.342 ms).
 */
