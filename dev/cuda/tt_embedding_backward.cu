@@ -3485,7 +3485,7 @@ struct TtEmbeddingBackwardTwo {
     int *first, *last;              // per slice key: its pairs [first, last) in sorted order (-1: untouched)
     float* parts;                   // [spans][2][max S]: a span's first and last runs where cut
     int N, K, key_stride, po;       // po: pitch of a staged G_1 slice's rows (q_1, odd)
-    int slot, stage_floats, max_S;  // floats per staged lookup (g, then the other slice), per warp (stages, sums), per part
+    int slot, stage_floats, max_S;  // floats per staged lookup (g, then the other slice), per warp, per piece
 };
 
 // a staged lookup: g as q_other rows of round4(q_t) (x, the lane's sums, contiguous), then the other core's slice
