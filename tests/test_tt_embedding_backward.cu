@@ -7,6 +7,8 @@
 //    slices longer than a chunk, ranks 64 and 128 (G_h and its gradient in global memory), and block sizes
 //    that are not multiples of 32; version 6 also bit for bit in reverse block and thread order
 //  - version 7's tensor-core fragment maps and small steps, and the default version's dispatcher
+//  - version 7 at T = 2 emulated (the sort by std::stable_sort, every span's warp program, the combine), bit for bit
+//    the same with the spans reversed; its merged cores (the merge kernels' block programs over their grids)
 //  - the check itself catches a changed untouched slice and a gradient error
 //  - FBTT's optimizer update grid at its default p: which core rows it never updates, against ours
 //  - the backward's own limits (the shared validators of tt_embedding.h are tested in test_tt_embedding_forward)
