@@ -842,10 +842,7 @@ void tt_cache_tt_forward_cpu(const TtCacheTt& t, const std::vector<float>& cores
 void tt_cache_tt_free(TtCacheTt& t) {
     tt_embedding_forward_free(t.fws);
     tt_embedding_forward_free(t.bws);
-    for (TtCacheTtBackward* b : {&t.alone, &t.part}) {
-        cublasCheck(cublasDestroy(b->a.blas));
-        tt_embedding_backward_buffers(b->a, b->in, b->plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
-    }
+    for (TtCacheTtBackward* b : {&t.alone, &t.part}) tt_embedding_backward_free(b->a, b->in, b->plan);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -3954,7 +3954,9 @@ struct TtEmbeddingBackwardMerge {
     TtEmbeddingBackwardInputs inner_in;   // (copies the inner problem never reads: the buffers list makes them)
     TtEmbeddingBackwardGroupPlan inner_plan;
     float *prod[TT_EMBEDDING_BACKWARD_MAX_T], *dprod[TT_EMBEDDING_BACKWARD_MAX_T];
-    float *X, *Gt, *dGx;
+    float *X[3], *Gt[3], *dGx[3];         // each group's permute buffers (the groups run on two streams)
+    cudaStream_t side;                    // groups 1 and 2 (group 0 on the default stream)
+    cudaEvent_t fork, join;
 };
 
 // why version 6's kernels cannot run this shape at `block` threads (0: at 128, 256 and 512), "" when they can
@@ -4220,7 +4222,8 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 
 // version 7 at T >= 4, merged: each group's cores folded into its merged core, the default's dense gradient
 // of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
-// dG_t), and the optimizer over every core (untouched slices: dG exactly 0)
+// dG_t), and the optimizer over every core (untouched slices: dG exactly 0). The groups are independent before and
+// after the dense gradient: group 0 runs on the default stream, the others on a second one (events fork and join).
 void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     const TtEmbeddingBackwardMerge& M = *a.merge;
@@ -4231,19 +4234,32 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
     v.s.nnz_dev = s.nnz_dev;
     auto grid = [](int64_t n) { return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(n, 256), 8192)); };
     auto core = [&](int t) { return a.cores + s.core_off[t]; };
-    auto copy = [](float* dst, const float* src, int64_t n) { cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice)); };
+    cudaStream_t stream = 0;                   // the group's stream
+    auto copy = [&](float* dst, const float* src, int64_t n) { cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream)); };
     auto swap = [&](float* out, const float* in, int64_t total, int64_t d1, int64_t d2, int64_t d3) {
-        tt_embedding_backward_swap_kernel<<<grid(total), 256>>>(out, in, total, d1, d2, d3);
+        tt_embedding_backward_swap_kernel<<<grid(total), 256, 0, stream>>>(out, in, total, d1, d2, d3);
     };
     const float one = 1.0f, zero = 0.0f;
     auto gemm = [&](const TtEmbeddingBackwardRowGemm& g, const float* A, const float* B, float* C, int batch) {   // row-major, cuBLAS's view
+        cublasCheck(cublasSetStream(a.blas, stream));
         cublasCheck(cublasGemmStridedBatchedEx(a.blas, CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.N, g.M, g.K, &one, B, CUDA_R_32F, g.ldb, g.sb,
                                                A, CUDA_R_32F, g.lda, g.sa, &zero, C, CUDA_R_32F, g.ldc, g.sc, batch, CUBLAS_COMPUTE_32F,
                                                CUBLAS_GEMM_DEFAULT));
     };
+    auto fork = [&] {   // the side stream waits for the default stream's work so far
+        cudaCheck(cudaEventRecord(M.fork, 0));
+        cudaCheck(cudaStreamWaitEvent(M.side, M.fork, 0));
+    };
+    auto join = [&] {   // and the default stream for the side stream's
+        cudaCheck(cudaEventRecord(M.join, M.side));
+        cudaCheck(cudaStreamWaitEvent(0, M.join, 0));
+        cublasCheck(cublasSetStream(a.blas, 0));
+    };
     const int G = tt_embedding_backward_merge_groups(s, M.first);
+    fork();
     for (int g = 0; g < G; g++) {   // the merged cores
         const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
+        stream = g == 0 ? 0 : M.side;
         const float* A = core(a0);
         for (int t = a0 + 1; t <= b0; t++) {
             const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, a0, t);
@@ -4251,17 +4267,20 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
             const int ic = TT_EMBEDDING_BACKWARD_MERGE_IC;
             if (tt_embedding_backward_merge_staged(st))
                 tt_embedding_backward_merge_staged_kernel<<<dim3((unsigned)(st.tables * st.pA), (unsigned)ceil_div<int64_t>(st.pt, ic)), 256,
-                                                            st.m * (st.k | 1) * sizeof(float)>>>(C, A, core(t), st, ic);
+                                                            st.m * (st.k | 1) * sizeof(float), stream>>>(C, A, core(t), st, ic);
             else
-                tt_embedding_backward_merge_kernel<<<grid(tt_embedding_backward_merge_items(st)), 256>>>(C, A, core(t), st);
+                tt_embedding_backward_merge_kernel<<<grid(tt_embedding_backward_merge_items(st)), 256, 0, stream>>>(C, A, core(t), st);
             A = C;
         }
         if (a0 == b0) copy(v.cores + v.s.core_off[g], A, tt_embedding_backward_core_elems(s, a0));
     }
+    join();
     tt_embedding_backward7(v, block_size);   // their dense gradient
     cudaCheck(cudaMemsetAsync(a.dG, 0, s.core_off[s.T] * sizeof(float)));   // (the padding between cores)
+    fork();
     for (int g = 0; g < G; g++) {
         const int a0 = M.first[g], b0 = M.first[g + 1] - 1;
+        stream = g == 0 ? 0 : M.side;
         const float* dC = v.dG + v.s.core_off[g];
         if (a0 == b0) copy(a.dG + s.core_off[a0], dC, tt_embedding_backward_core_elems(s, a0));
         for (int t = b0; t > a0; t--) {
@@ -4269,14 +4288,15 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
             const float* A = t - 1 == a0 ? core(a0) : M.prod[t - 1];
             float* dA = t - 1 == a0 ? a.dG + s.core_off[a0] : M.dprod[t - 1];
             const int64_t nx = st.tables * st.pA * st.pt * st.m * st.n, ng = st.tables * st.pt * st.k * st.n;
-            swap(M.X, dC, nx, st.pt, st.m, st.n);          // dC[j][i][r][c] -> X[j][r][i][c]
-            swap(M.Gt, core(t), ng, st.k, st.n, 1);        // G_t[i][kk][c] -> Gt[i][c][kk]
-            gemm(tt_embedding_backward_merge_gemm(st, false), M.X, M.Gt, dA, s.tables);
-            gemm(tt_embedding_backward_merge_gemm(st, true), A, M.X, M.dGx, s.tables);
-            swap(a.dG + s.core_off[t], M.dGx, ng, st.k, st.pt, st.n);   // dGx[kk][i][c] -> dG_t[i][kk][c]
+            swap(M.X[g], dC, nx, st.pt, st.m, st.n);       // dC[j][i][r][c] -> X[j][r][i][c]
+            swap(M.Gt[g], core(t), ng, st.k, st.n, 1);     // G_t[i][kk][c] -> Gt[i][c][kk]
+            gemm(tt_embedding_backward_merge_gemm(st, false), M.X[g], M.Gt[g], dA, s.tables);
+            gemm(tt_embedding_backward_merge_gemm(st, true), A, M.X[g], M.dGx[g], s.tables);
+            swap(a.dG + s.core_off[t], M.dGx[g], ng, st.k, st.pt, st.n);   // dGx[kk][i][c] -> dG_t[i][kk][c]
             dC = dA;
         }
     }
+    join();
     tt_embedding_backward_optimizer_pass(a);
 }
 
@@ -4435,9 +4455,9 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     if (a.merge) {                                                               // version 7's merged cores
         TtEmbeddingBackwardMerge& M = *a.merge;
         tt_embedding_backward_buffers(M.inner, M.inner_in, M.inner_plan, f);
-        size_t x = 0, g = 0;
-        for (int grp = 0; grp < tt_embedding_backward_merge_groups(s, M.first); grp++)
-            for (int t = M.first[grp] + 1; t < M.first[grp + 1]; t++) {
+        for (int grp = 0; grp < 3; grp++) {
+            size_t x = 0, g = 0;
+            for (int t = M.first[grp] + 1; grp < tt_embedding_backward_merge_groups(s, M.first) && t < M.first[grp + 1]; t++) {
                 const TtEmbeddingBackwardMergeStep st = tt_embedding_backward_merge_step(s, M.first[grp], t);
                 const size_t out = (size_t)(st.tables * st.pA * st.pt * st.m * st.n);
                 x = std::max(x, out);
@@ -4447,9 +4467,10 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
                     buf(&M.dprod[t], 4 * out);
                 }
             }
-        buf(&M.X, 4 * x);
-        buf(&M.Gt, 4 * g);
-        buf(&M.dGx, 4 * g);
+            buf(&M.X[grp], 4 * x);
+            buf(&M.Gt[grp], 4 * g);
+            buf(&M.dGx[grp], 4 * g);
+        }
     }
 }
 
@@ -4475,7 +4496,26 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
                   need / 1e9, (double)free_b / 1e9);
     tt_embedding_backward_buffers(a, in, P, [](void** p, size_t bytes, bool) { cudaCheck(cudaMalloc(p, bytes)); });
     tt_embedding_backward_after_alloc(a, P);
-    if (a.merge) tt_embedding_backward_after_alloc(a.merge->inner, a.merge->inner_plan);
+    if (a.merge) {
+        tt_embedding_backward_after_alloc(a.merge->inner, a.merge->inner_plan);
+        cudaCheck(cudaStreamCreateWithFlags(&a.merge->side, cudaStreamNonBlocking));   // (a blocking stream would wait on the default one)
+        cudaCheck(cudaEventCreateWithFlags(&a.merge->fork, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&a.merge->join, cudaEventDisableTiming));
+    }
+}
+
+// everything alloc made: the buffers, the cuBLAS handles, the merged path's stream and events
+void tt_embedding_backward_free(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
+    cublasCheck(cublasDestroy(a.blas));
+    if (a.merge) {
+        cublasCheck(cublasDestroy(a.merge->inner.blas));
+        cudaCheck(cudaStreamDestroy(a.merge->side));
+        cudaCheck(cudaEventDestroy(a.merge->fork));
+        cudaCheck(cudaEventDestroy(a.merge->join));
+    }
+    tt_embedding_backward_buffers(a, in, P, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
+    delete a.merge;
+    a.merge = nullptr;
 }
 
 // what the buffers need once made: the workspace's views, the cuBLAS handle, the kernels' shared memory limits
@@ -4750,10 +4790,7 @@ int main(int argc, char** argv) {
         tt_embedding_backward_download(b, b.c, b.st, b.g);
         tt_embedding_backward_dump(cli.dump_dir, c, in, s, b.ref, b.c, b.st, b.g);
     }
-    cublasCheck(cublasDestroy(b.a.blas));
-    if (b.a.merge) cublasCheck(cublasDestroy(b.a.merge->inner.blas));
-    tt_embedding_backward_buffers(b.a, b.in, b.plan, [](void** ptr, size_t, bool) { cudaCheck(cudaFree(*ptr)); });
-    delete b.a.merge;
+    tt_embedding_backward_free(b.a, b.in, b.plan);
     return rc;
 }
 #endif
