@@ -3956,6 +3956,7 @@ struct TtEmbeddingBackwardMerge {
     float *prod[TT_EMBEDDING_BACKWARD_MAX_T], *dprod[TT_EMBEDDING_BACKWARD_MAX_T];
     float *X[3], *Gt[3], *dGx[3];         // each group's permute buffers (the groups run on two streams)
     cudaStream_t side;                    // groups 1 and 2 (group 0 on the default stream)
+    cublasHandle_t side_blas;             // their GEMMs: a handle of its own (a handle's workspace serves one stream at a time)
     cudaEvent_t fork, join;
 };
 
@@ -4241,8 +4242,7 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
     };
     const float one = 1.0f, zero = 0.0f;
     auto gemm = [&](const TtEmbeddingBackwardRowGemm& g, const float* A, const float* B, float* C, int batch) {   // row-major, cuBLAS's view
-        cublasCheck(cublasSetStream(a.blas, stream));
-        cublasCheck(cublasGemmStridedBatchedEx(a.blas, CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.N, g.M, g.K, &one, B, CUDA_R_32F, g.ldb, g.sb,
+        cublasCheck(cublasGemmStridedBatchedEx(stream == 0 ? a.blas : M.side_blas, CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.N, g.M, g.K, &one, B, CUDA_R_32F, g.ldb, g.sb,
                                                A, CUDA_R_32F, g.lda, g.sa, &zero, C, CUDA_R_32F, g.ldc, g.sc, batch, CUBLAS_COMPUTE_32F,
                                                CUBLAS_GEMM_DEFAULT));
     };
@@ -4253,7 +4253,6 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
     auto join = [&] {   // and the default stream for the side stream's
         cudaCheck(cudaEventRecord(M.join, M.side));
         cudaCheck(cudaStreamWaitEvent(0, M.join, 0));
-        cublasCheck(cublasSetStream(a.blas, 0));
     };
     const int G = tt_embedding_backward_merge_groups(s, M.first);
     fork();
@@ -4501,6 +4500,9 @@ void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackward
         cudaCheck(cudaStreamCreateWithFlags(&a.merge->side, cudaStreamNonBlocking));   // (a blocking stream would wait on the default one)
         cudaCheck(cudaEventCreateWithFlags(&a.merge->fork, cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&a.merge->join, cudaEventDisableTiming));
+        cublasCheck(cublasCreate(&a.merge->side_blas));
+        cublasCheck(cublasSetMathMode(a.merge->side_blas, CUBLAS_DEFAULT_MATH));   // fp32 FMA, no TF32
+        cublasCheck(cublasSetStream(a.merge->side_blas, a.merge->side));
     }
 }
 
@@ -4509,6 +4511,7 @@ void tt_embedding_backward_free(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardI
     cublasCheck(cublasDestroy(a.blas));
     if (a.merge) {
         cublasCheck(cublasDestroy(a.merge->inner.blas));
+        cublasCheck(cublasDestroy(a.merge->side_blas));
         cudaCheck(cudaStreamDestroy(a.merge->side));
         cudaCheck(cudaEventDestroy(a.merge->fork));
         cudaCheck(cudaEventDestroy(a.merge->join));
