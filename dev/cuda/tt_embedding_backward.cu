@@ -39,8 +39,8 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
   0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
   with CUB, a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms, was 6). At
   T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
-  runs that route and goes back through each merge by two GEMMs (H100, logs 2026-12-06_tt_backward_two_cores_h100 and
-  _merge_staged_h100: the grid's T 4 0.336 -> 0.193 ms, Zipf 0.344 -> 0.197, T 5 0.29 -> 0.20; T 6 0.548 -> 0.182).
+  runs that route and goes back by two GEMMs a merge, the groups on two streams (H100: the grid's T 4 0.336 -> 0.180
+  ms, Zipf 0.344 -> 0.185, T 5 0.29 -> 0.18, T 6 0.548 -> 0.159; logs 2026-12-06_tt_backward_*_h100).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
