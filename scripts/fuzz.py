@@ -6,8 +6,10 @@ CPU mode (the default; `make test` runs it): valid and invalid command lines, bu
 Every run must exit 2 (bad input, refused) or 3 (no usable CUDA device), or 0 for -h; a timeout (a hang),
 a signal (an abort, a crash) or any other code is a failure.
 
-GPU mode (--gpu, on a machine with a GPU): `all --check-only` on random valid shapes of each op; every run
-must exit 0.
+GPU mode (--gpu, on a machine with a GPU): `--check-only` on random valid shapes of each op (every version, or
+for the TT ops half the time the default alone, over their whole grid: T 2..6, D <= 256, ranks 1..64, tables,
+Zipf, ragged bags, every optimizer, the stash); every run must exit 0. Ends with the lines per binary and the
+five slowest.
 
     python3 scripts/fuzz.py [--seed N] [--seconds S] [--jobs J] [--gpu] [--only SUBSTRING]
 
@@ -148,21 +150,64 @@ def gpu_line(rng, op):
         if "backward" in op:
             a += ["--optimizer", rng.choice(["dense", "sgd", "rowwise_adagrad", "adagrad"])]
         return a
-    if op.startswith("tt_embedding"):
-        n = rng.randint(2, 3)
-        p = [rng.randint(2, 12) for _ in range(n)]
-        q = [rng.choice([1, 2, 4]) for _ in range(n)]
-        ranks = [rng.choice([1, 2, 4, 8, 16]) for _ in range(n - 1)]
-        E = 1
-        for x in p:
-            E *= x
-        D = 1
-        for x in q:
-            D *= x
-        return ["all", "--check-only", "--p", ",".join(map(str, p)), "--q", ",".join(map(str, q)),
-                "--ranks", ",".join(map(str, ranks)), "--E", str(rng.randint(1, E)), "--D", str(D),
-                "--B", str(rng.randint(1, 40)), "--L", str(rng.randint(1, 12)), "--alpha", "0"] + seed
+    if op.startswith("tt_"):
+        return tt_line(rng, op) + seed
     return None
+
+
+def tt_line(rng, op):
+    """A random shape of the TT grid for tt_embedding_forward / _backward / tt_cache: T = 2..6 cores, q_t in 1..16
+    with D = prod q <= 256, ranks 1..64, small p_t (where the backward merges cores) or large, 1..3 tables, uniform
+    or Zipf ids, ragged bags, every optimizer, the stash. The lookups are cut down until the CPU reference's chain
+    products stay near 3e8 multiply-adds, and the cores under 4M floats. Half the lines run every version, the
+    others the default only (it must run every shape: exit 0)."""
+    T = rng.randint(2, 6)
+    q, D = [], 1
+    for _ in range(T):
+        x = rng.choice([c for c in (1, 2, 3, 4, 4, 8, 16) if D * c <= 256])
+        q.append(x)
+        D *= x
+    ranks = [rng.choice([1, 2, 3, 5, 8, 16, 16, 17, 32, 32, 64]) for _ in range(T - 1)]
+    small = rng.random() < 0.5 or T >= 4
+    p = [rng.randint(2, 12) if small else rng.randint(2, 300) for _ in range(T)]
+    R = [1] + ranks + [1]
+    tables = rng.choice([1, 1, 2, 3])
+    core_floats = tables * sum(p[t] * R[t] * q[t] * R[t + 1] for t in range(T))
+    while core_floats > 4_000_000:                      # shrink the largest core's p
+        t = max(range(T), key=lambda u: p[u] * R[u] * q[u] * R[u + 1])
+        if p[t] <= 2:
+            return tt_line(rng, op)
+        p[t] = max(2, p[t] // 2)
+        core_floats = tables * sum(p[u] * R[u] * q[u] * R[u + 1] for u in range(T))
+    E = 1
+    for x in p:
+        E *= x
+    Q, per_lookup = q[0], 0
+    for t in range(1, T):
+        per_lookup += Q * R[t] * q[t] * R[t + 1]
+        Q *= q[t]
+    cache = "cache" in op                               # tt_cache: bags of L >= 1 lookups, none ragged
+    B, L, E = rng.randint(1, 40), rng.randint(1 if cache else 0, 12), rng.randint(1, E)
+    while tables * B * L * per_lookup > 3e8 and B * L > 1:
+        if B > 1:
+            B = (B + 1) // 2
+        else:
+            L = max(L // 2, 1)
+    args = [] if rng.random() < 0.5 else ["all"]
+    args += ["--check-only", "--p", ",".join(map(str, p)), "--q", ",".join(map(str, q)),
+             "--ranks", ",".join(map(str, ranks)), "--tables", str(tables), "--E", str(E),
+             "--B", str(B), "--L", str(L), "--alpha", rng.choice(["0", "0", "1.15", "2"]),
+             "--distinct", rng.choice(["on", "off"])]
+    if rng.random() < 0.3 and not cache:
+        args.append("--ragged")
+    if "backward" in op or cache:
+        args += ["--optimizer", rng.choice(["dense", "sgd", "adagrad"])]
+    if cache:
+        args += ["--cache-rows", str(rng.choice([-1, 1, rng.randint(1, tables * E)])),
+                 "--H", str(2 * tables * E + rng.randint(0, 7)), "--part-rows", rng.choice(["auto", "warp", "tt"])]
+    elif rng.random() < 0.2:
+        args.append("--stash")
+    return args
 
 
 def limit_memory():
@@ -209,7 +254,7 @@ def main():
         return 1
     helps = {b: parse_help(os.path.join(CUDA_DIR, b)) for b in binaries}
     deadline = time.time() + opt.seconds
-    hist, fails, n = collections.Counter(), [], 0
+    hist, fails, n, times = collections.Counter(), [], 0, []
 
     def draw():
         b = rng.choice(binaries)
@@ -234,6 +279,7 @@ def main():
                 rc, sec, tail = fut.result()
                 n += 1
                 hist[rc] += 1
+                times.append((sec, fut.line))
                 if opt.gpu:
                     ok = rc == 0
                 else:
@@ -243,6 +289,10 @@ def main():
                     fails.append("%s after %.1f s: %s   [%s]" % (why, sec, fut.line, tail))
     for f in fails[:20]:
         print("  " + f)
+    if opt.gpu:
+        print("lines per binary: " + ", ".join("%s %d" % (b, sum(1 for _, l in times if l.split()[0] == b)) for b in binaries))
+        for sec, line in sorted(times, reverse=True)[:5]:
+            print("  slowest: %.1f s  %s" % (sec, line))
     mode = "GPU (all --check-only, valid shapes)" if opt.gpu else "CPU (no GPU visible)"
     histo = ", ".join("%s: %d" % (k, v) for k, v in sorted(hist.items(), key=lambda kv: str(kv[0])))
     print("%s fuzz %s: %d command lines over %d binaries, seed %d; exit codes {%s}; %d failed" %
