@@ -1522,6 +1522,9 @@ int main() {
     test_v9_stash({"T4_ragged", {4, 3, 5, 2}, {2, 3, 1, 2}, {3, 5, 4}, 2, 13, 7, 0.0, true, 24}, A);
     test_v9_stash({"T6", {2, 3, 2, 2, 3, 2}, {2, 1, 2, 3, 2, 2}, {3, 2, 4, 2, 3}, 1, 11, 6, 0.0, false, 25}, D);
     test_v9({"q448_ragged", {3, 4, 5}, {4, 4, 8}, {40, 24}, 1, 9, 4, 0.0, true, 22}, {A});
+    // a lookup of 128 rows at core 3 (m_2 = 2 * 8 * 8) and few lookups: the plan's halving of parts must stop at one
+    // lookup a part (it spun forever there once: every version's workspace, the default's too, is planned at allocation)
+    test_v9({"prefix128_few_lookups", {3, 2, 3, 2}, {2, 8, 8, 2}, {2, 3, 4}, 2, 5, 3, 0.0, false, 26}, {S, D});
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
     test_v7(TT_EMBEDDING_BACKWARD_TC_NB);

@@ -2754,7 +2754,9 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
         P.lpp[t] = std::max(1, (split && wide ? klong : kshort) / P.mp[t]);
         // Few slices of many lookups (the grid's T 4, core 1: 50 slices, 180 blocks): parts halved until G's launch has
         // FILL_BLOCKS blocks, down to 64 rows (T 4 0.360 -> 0.350 ms on an H100; 1,024 blocks: 0.371, the parts' sums cost more)
-        while ((ceil_div<int64_t>(nnz, P.lpp[t]) + slices) * tiles < TT_EMBEDDING_BACKWARD_SLICE_FILL_BLOCKS && P.lpp[t] * P.mp[t] >= 128)
+        // (lpp >= 2: where one lookup already has 128 rows, m_{t-1} >= 128, there is nothing left to halve)
+        while ((ceil_div<int64_t>(nnz, P.lpp[t]) + slices) * tiles < TT_EMBEDDING_BACKWARD_SLICE_FILL_BLOCKS && P.lpp[t] >= 2 &&
+               P.lpp[t] * P.mp[t] >= 128)
             P.lpp[t] = std::max(1, P.lpp[t] / 2);
         if (t >= 1 && t <= s.T - 2 && !stash) { P.P_off[t] = X; X += nnz * per; }
         if (t <= s.T - 2) { P.dM_off[t] = X; X += nnz * per; }

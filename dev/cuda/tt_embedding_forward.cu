@@ -16,7 +16,7 @@ Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + ta
 
 Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md, 3: results/logs/
 2026-12-01_tt_forward_v3_v6_ranks64.log):                                                          ms     % FMA
-  1  the explicit sum: a thread per (bag, element) sums the T-fold product over every rank tuple  5.690    0.1
+  1  the explicit sum: a thread per (bag, element) over every rank tuple (now in double; timed in fp32) 5.690 0.1
   2  FBTT's pipeline (the baseline): per chunk of lookups, a pointer kernel, one cuBLAS batched
      GEMM per chain step, a reduce                                                                 0.381    1.7
   3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
@@ -276,23 +276,24 @@ __host__ __device__ __forceinline__ const float* tt_embedding_forward_slice_ptr(
 // The explicit sum of one row element: g[t] points at element (0, a_t, 0) of core t's slice, so that
 // element (k, a_t, k') is g[t][k * row_len[t] + k'] (row_len[t] = q_t R_{t+1}). Sums the product of the T
 // factors over every rank tuple (k_1..k_{T-1}), walking the tuples like an odometer (k_{T-1} fastest) and
-// recomputing only the prefix products that the last increment changed. Host-callable (tested on the CPU).
+// recomputing only the prefix products that the last increment changed. In double: at ranks 64 an element sums
+// millions of tuples, which an fp32 sum rounds past the check's tolerance. Host-callable (tested on the CPU).
 __host__ __device__ inline float tt_embedding_forward_explicit_sum(const float* const* g, const int* row_len, const int* R, int T) {
     int k[TT_EMBEDDING_FORWARD_MAX_CORES + 1];
     for (int t = 0; t <= T; t++) k[t] = 0;              // k[0] = k[T] = 0 always (R_0 = R_T = 1)
-    float pre[TT_EMBEDDING_FORWARD_MAX_CORES + 1];      // pre[t] = product of factors 0..t-1
-    pre[0] = 1.0f;
-    float sum = 0.0f;
+    double pre[TT_EMBEDDING_FORWARD_MAX_CORES + 1];     // pre[t] = product of factors 0..t-1
+    pre[0] = 1.0;
+    double sum = 0.0;
     int from = 0;
     for (;;) {
-        for (int u = from; u < T; u++) pre[u + 1] = pre[u] * g[u][k[u] * row_len[u] + k[u + 1]];
+        for (int u = from; u < T; u++) pre[u + 1] = pre[u] * (double)g[u][k[u] * row_len[u] + k[u + 1]];
         sum += pre[T];
         int u = T - 1;                                  // advance the odometer k_{T-1} .. k_1
         while (u >= 1 && ++k[u] == R[u]) { k[u] = 0; u--; }
         if (u == 0) break;
         from = u - 1;                                   // factors u-1 .. T-1 read the changed k's
     }
-    return sum;
+    return (float)sum;
 }
 
 // Version 1: one thread per (bag, output element d). d's digits (a_0..a_{T-1}) fix the middle index of
