@@ -12,11 +12,13 @@
 //  - the check itself catches a changed untouched slice and a gradient error
 //  - FBTT's optimizer update grid at its default p: which core rows it never updates, against ours
 //  - the backward's own limits (the shared validators of tt_embedding.h are tested in test_tt_embedding_forward)
+//  - every host planner (the routes, the group, merge and slice plans) ends, with sane plans, at 4,000 random grid shapes
 // Prints PASS <case> / FAIL <case>: <why> per case; exits 1 if any failed.
 #define NO_MAIN
 #include "test_util.h"
 #include "../dev/cuda/tt_embedding_backward.cu"
 
+#include <csignal>
 #include <fcntl.h>
 #include <random>
 #include <unistd.h>
@@ -1442,6 +1444,80 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
     report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + desc + ": same rows; the merged gradient back through the merges = the reference", why);
 }
 
+// Every host planner the default's allocation and dispatch run (the route, version 6's group plan, the merge plan and
+// its inner shape's plans, version 9's slice plan with and without the stash, the q_0 = 4k cut) at 4,000 random shapes
+// of the TT grid (T 2..6, q_t up to 16 with D <= 256, ranks up to 128, small and large p, 1..3 tables, few and many
+// lookups): each must end (an alarm turns a spin into a FAIL: version 9's plan once spun where m_{t-1} >= 128) and,
+// where version 9's plan accepts the shape, give every core at least one lookup a part and one part.
+static void test_plans_terminate() {
+    std::mt19937 rng(2026);
+    auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + std::uniform_int_distribution<int>(0, (int)v.size() - 1)(rng)); };
+    auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    signal(SIGALRM, [](int) {
+        printf("FAIL host planners at random grid shapes: a plan did not end within 20 s\n");
+        fflush(stdout);
+        _exit(1);
+    });
+    alarm(20);
+    int shapes = 0, bad = 0, routes[16] = {};
+    std::string why;
+    for (int it = 0; it < 4000; it++) {
+        const int T = uni(2, 6);
+        std::vector<int> p(T), q(T), r(T - 1);
+        int D = 1;
+        for (int t = 0; t < T; t++) {
+            do q[t] = pick({1, 2, 3, 4, 8, 16}); while (D * q[t] > 256);
+            D *= q[t];
+        }
+        for (int& x : r) x = pick({1, 2, 3, 5, 8, 16, 17, 32, 64, 128});
+        const bool small = uni(0, 1) || T >= 4;
+        for (int& x : p) x = small ? uni(2, 12) : uni(2, 300);
+        double E = 1;
+        for (int x : p) E *= x;
+        const int tables = uni(1, 3), B = pick({1, 7, 40, 512, 4096}), L = pick({0, 1, 3, 12, 20});
+        if ((double)tables * B * L * T >= 2e9 || E > 2e9) continue;
+        TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape(p, q, r, (int64_t)std::max(1.0, E / 2), tables, B);
+        sh.nnz = tables * B * L;
+        TtEmbeddingBackwardArgs a;
+        memset(&a, 0, sizeof a);
+        a.s = sh;
+        a.smem_limit = 232448 - 1024;
+        (void)tt_embedding_backward_group_make_plan(sh, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
+        int first[4];
+        if (tt_embedding_backward_merge_plan(sh, first)) {
+            TtEmbeddingBackwardArgs inner;
+            memset(&inner, 0, sizeof inner);
+            inner.s = tt_embedding_backward_merged_shape(sh, first);
+            (void)tt_embedding_backward_group_make_plan(inner.s, inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
+            TtEmbeddingBackwardSlicePlan Pi;
+            (void)tt_embedding_backward_slice_make_plan(inner.s, Pi);
+            routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) & 15]++;
+        }
+        if (tt_embedding_backward_tc_reason(sh).empty() && tt_embedding_backward_tc_split(sh) > 1)
+            (void)tt_embedding_backward_tc_split_shape(sh, tt_embedding_backward_tc_split(sh));
+        for (bool stash : {false, true}) {
+            TtEmbeddingBackwardSlicePlan P;
+            if (!tt_embedding_backward_slice_make_plan(sh, P, stash).empty()) continue;
+            for (int t = 0; t < T; t++)
+                if (P.lpp[t] < 1 || P.max_pt[t] < 1) {
+                    bad++;
+                    why = "T " + std::to_string(T) + ", core " + std::to_string(t) + ": " + std::to_string(P.lpp[t]) + " lookups a part, " +
+                          std::to_string(P.max_pt[t]) + " parts";
+                }
+        }
+        routes[tt_embedding_backward_route(sh, a.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) & 15]++;
+        for (int k : {1, 2, 3, 6, 7, 9}) (void)tt_embedding_backward_skip_reason(k, sh, a, a.smem_limit, 0);
+        shapes++;
+    }
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    std::string seen;
+    for (int k = 0; k < 16; k++)
+        if (routes[k]) seen += " " + std::to_string(k) + ":" + std::to_string(routes[k]);
+    report(bad == 0 && shapes > 3000 && routes[TT_EMBEDDING_BACKWARD_ROUTE_MERGED] > 0 && routes[TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA] > 0,
+           "host planners at " + std::to_string(shapes) + " random grid shapes: all end, version 9's parts sane (routes seen:" + seen + ")", why);
+}
+
 int main() {
     test_decode_and_counts();
     test_validators();
@@ -1525,6 +1601,7 @@ int main() {
     // a lookup of 128 rows at core 3 (m_2 = 2 * 8 * 8) and few lookups: the plan's halving of parts must stop at one
     // lookup a part (it spun forever there once: every version's workspace, the default's too, is planned at allocation)
     test_v9({"prefix128_few_lookups", {3, 2, 3, 2}, {2, 8, 8, 2}, {2, 3, 4}, 2, 5, 3, 0.0, false, 26}, {S, D});
+    test_plans_terminate();
 
     // version 7 (tensor cores: its maps and small steps here, the whole step in tests/gpu_cases.txt)
     test_v7(TT_EMBEDDING_BACKWARD_TC_NB);
