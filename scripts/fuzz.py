@@ -203,8 +203,15 @@ def tt_line(rng, op):
     if "backward" in op or cache:
         args += ["--optimizer", rng.choice(["dense", "sgd", "adagrad"])]
     if cache:
+        # --part-rows warp forces a warp per lookup, whose chain buffers (the forward's two ping-pong buffers, rows
+        # padded to odd) times the block's 4 warps must fit a block's shared memory (227 KB on sm_90): else exit 2
+        buf, Q = [0, 0], q[0]
+        for t in range(1, T - 1):
+            Q *= q[t]
+            buf[1 - t % 2] = max(buf[1 - t % 2], (Q * (R[t + 1] | 1) + 3) // 4 * 4)
+        modes = ["auto", "tt"] + (["warp"] if 4 * 4 * sum(buf) <= 232448 else [])
         args += ["--cache-rows", str(rng.choice([-1, 1, rng.randint(1, tables * E)])),
-                 "--H", str(2 * tables * E + rng.randint(0, 7)), "--part-rows", rng.choice(["auto", "warp", "tt"])]
+                 "--H", str(2 * tables * E + rng.randint(0, 7)), "--part-rows", rng.choice(modes)]
     elif rng.random() < 0.2:
         args.append("--stash")
     return args

@@ -849,9 +849,29 @@ static void test_digit_mask() {
     report(bad.empty(), "version 6's scan mask = a per-position check (" + std::to_string(checked) + " vectors)", bad);
 }
 
+// the narrow kernel's staging and row functions for a run-time n (the kernel's template argument)
+template <int N>
+static void narrow_stage_n(float* Ms, float* Gs, const void* const* G, const void* const* M, int64_t b0, int64_t r0, int nrows, int kk, int nd,
+                           int tid, int nthreads) {
+    tt_embedding_forward_narrow_stage<N>(Ms, Gs, G, M, b0, r0, nrows, kk, nd, tid, nthreads);
+}
+static void narrow_stage(int n, float* Ms, float* Gs, const void* const* G, const void* const* M, int64_t b0, int64_t r0, int nrows, int kk,
+                         int nd, int tid, int nthreads) {
+    static void (*const f[8])(float*, float*, const void* const*, const void* const*, int64_t, int64_t, int, int, int, int, int) = {
+        nullptr, narrow_stage_n<1>, narrow_stage_n<2>, narrow_stage_n<3>, narrow_stage_n<4>, narrow_stage_n<5>, narrow_stage_n<6>, narrow_stage_n<7>};
+    f[n](Ms, Gs, G, M, b0, r0, nrows, kk, nd, tid, nthreads);
+}
+static void narrow_row(int n, float* const* C, const float* Ms, const float* Gs, int kk, int nd, int64_t r, int row) {
+    static void (*const f[8])(float* const*, const float*, const float*, int, int, int64_t, int) = {
+        nullptr, tt_embedding_forward_narrow_row<1>, tt_embedding_forward_narrow_row<2>, tt_embedding_forward_narrow_row<3>,
+        tt_embedding_forward_narrow_row<4>, tt_embedding_forward_narrow_row<5>, tt_embedding_forward_narrow_row<6>, tt_embedding_forward_narrow_row<7>};
+    f[n](C, Ms, Gs, kk, nd, r, row);
+}
+
 // Version 6's prefix and suffix tables on the CPU: for every case of test_random_shapes' kind and every cut k, the
 // step buffers and tables (NaN, with a NaN guard after each) are built by the launch's steps: the op's pointer
-// function for every batch entry, each step's GEMM through the column-major reference with the launch's arguments;
+// function for every batch entry, each step's GEMM through the column-major reference with the launch's arguments (a step narrower than 8
+// columns: the narrow kernel's staging and row functions, block by block and thread by thread);
 // then for lookups across the index range (all of them where there are few) the row warp's staging and product
 // (lanes in turn, both staging paths) must give the reference row, and no guard float may change; and the plan's
 // choice: a cut at T 6 / T 4 of the bench grid, none at FBTT's default.
@@ -868,10 +888,12 @@ static void test_split() {
         {{3, 2, 3, 2, 3, 2}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32}, 1},
         {{3, 2, 5}, {1, 2, 2}, {3, 128}, 1},
         {{3, 5, 2, 3}, {3, 1, 5, 3}, {7, 5, 3}, 3},
+        {{4, 5, 3, 11}, {4, 4, 2, 4}, {32, 32, 32}, 2},   // narrow steps: row tiles of 128 and 64, digit groups of 8 and 3
+        {{2, 3, 17}, {2, 3, 3}, {5, 6}, 1},
     };
     Rng rng(77);
     std::string bad;
-    int checked = 0, vec_rows = 0;
+    int checked = 0, vec_rows = 0, narrow_steps = 0, narrow_dpb = 0;
     const int guard = 64;
     for (const Case& cs : cases) {
         Problem P;
@@ -892,8 +914,30 @@ static void test_split() {
                 const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
                 for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++) tt_embedding_forward_split_pointers(G.data(), M.data(), C.data(), c, s, P.c, bufs, j, b);
             }
-            for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS
+            for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS or the narrow kernel
                 const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+                // its blocks in turn, threads in turn; the plan at 132 SMs and at 1 (more rows and digits a block)
+                const TtEmbeddingForwardNarrow w = tt_embedding_forward_narrow_plan(g, s.p[g.t], s.tables, 232448, (j + k) % 2 ? 1 : 132);
+                if (w.rows) {
+                    const int rows = w.rows, groups = (s.p[g.t] + w.dpb - 1) / w.dpb;
+                    std::vector<float> Ms((size_t)tt_embedding_forward_narrow_g_at(rows, g.kk), NAN);
+                    std::vector<float> Gs((size_t)w.dpb * g.kk * g.n, NAN);
+                    for (int64_t r0 = 0; r0 < g.m; r0 += rows)
+                        for (int64_t y = 0; y < (int64_t)s.tables * groups; y++) {
+                            const int tbl = (int)(y / groups), i0 = (int)(y % groups) * w.dpb;
+                            const int nd = std::min(w.dpb, s.p[g.t] - i0);
+                            const int nrows = (int)std::min<int64_t>(rows, g.m - r0);
+                            const int64_t b0 = (int64_t)tbl * s.p[g.t] + i0;
+                            float* Cd[TT_EMBEDDING_FORWARD_NARROW_DPB] = {};
+                            for (int d = 0; d < nd; d++) Cd[d] = (float*)C[g.at + b0 + d];
+                            for (int tid = 0; tid < rows; tid++)
+                                narrow_stage(g.n, Ms.data(), Gs.data(), G.data() + g.at, M.data() + g.at, b0, r0, nrows, g.kk, nd, tid, rows);
+                            for (int row = 0; row < nrows; row++) narrow_row(g.n, Cd, Ms.data(), Gs.data(), g.kk, nd, r0 + row, row);
+                        }
+                    narrow_steps++;
+                    narrow_dpb |= 1 << w.dpb;
+                    continue;
+                }
                 const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
                 for (int64_t b = 0; b < (int64_t)s.tables * s.p[g.t]; b++)
                     colmajor_gemm(a, (const float*)G[g.at + b], (const float*)M[g.at + b], (float*)C[g.at + b]);
@@ -930,9 +974,10 @@ static void test_split() {
             }
         }
     }
-    report(bad.empty() && checked > 1000 && vec_rows > 100,
-           "version 6's tables: every cut's P and S tables (pointers and cuBLAS steps through the reference GEMM) and each row's staging and "
-           "product = the reference row (" + std::to_string(checked) + " rows, " + std::to_string(vec_rows) + " staged by float4)",
+    report(bad.empty() && checked > 1000 && vec_rows > 100 && narrow_steps > 5 && (narrow_dpb & 2) && (narrow_dpb & 256),
+           "version 6's tables: every cut's P and S tables (pointers, cuBLAS steps through the reference GEMM, steps narrower than 8 "
+           "columns by the narrow kernel's blocks) and each row's staging and product = the reference row (" + std::to_string(checked) +
+           " rows, " + std::to_string(vec_rows) + " staged by float4, " + std::to_string(narrow_steps) + " narrow steps)",
            bad.substr(0, 300));
     // the plan at the bench grid: T 6 and T 4 cut, FBTT's default and q 4,8,8 not; no lookups: no cut
     auto plan = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int B, int L) {

@@ -1783,6 +1783,111 @@ __global__ void tt_embedding_forward_kernel_split_pointers(const void** G, const
     }
 }
 
+// A step whose output is narrower than 8 columns (the last of S: n = q_{T-1}) goes around cuBLAS, which tiles it 32 or
+// 128 wide in its column-major view, nearly all padding (T 4's suffix step took 31 of the forward's 71 us under ncu).
+// Every digit i of core t multiplies the same stacked table M_tbl, so a block stages `rows` rows of it once, with dpb
+// digits' slices G_t[i] (kk x n), in shared memory, and a thread makes its row of C_b for those dpb digits: each M value
+// is loaded once for dpb n FMAs. The plan trades dpb, then rows, for blocks: small steps (T 5's: 1,280 rows, 14
+// digits) need the parallelism more than the reuse. (A thread per row and digit, reading its row of M from global
+// memory for every digit, lost to cuBLAS: tag tt-forward-narrow-steps-lost.)
+constexpr int TT_EMBEDDING_FORWARD_NARROW = 8, TT_EMBEDDING_FORWARD_NARROW_DPB = 8;
+struct TtEmbeddingForwardNarrow { int rows = 0, dpb = 0; };   // rows = 0: cuBLAS runs the step
+__host__ __device__ inline int tt_embedding_forward_narrow_pitch(int kk) { return kk | 1; }   // odd: rows on distinct banks
+__host__ __device__ inline int tt_embedding_forward_narrow_g_at(int rows, int kk) {           // Gs after the M tile, 16-byte aligned
+    return (rows * tt_embedding_forward_narrow_pitch(kk) + 3) / 4 * 4;
+}
+inline size_t tt_embedding_forward_smem_bytes_narrow(const TtEmbeddingForwardNarrow& w, int kk, int n) {
+    return sizeof(float) * ((size_t)tt_embedding_forward_narrow_g_at(w.rows, kk) + (size_t)w.dpb * kk * n);
+}
+// the block of a step narrower than 8 columns: the most rows and digits that still give 4 blocks per SM
+inline TtEmbeddingForwardNarrow tt_embedding_forward_narrow_plan(const TtEmbeddingForwardSplitGemm& g, int p, int tables, size_t max_smem,
+                                                                int num_sms) {
+    TtEmbeddingForwardNarrow best;
+    if (g.n >= TT_EMBEDDING_FORWARD_NARROW) return best;
+    for (const TtEmbeddingForwardNarrow w : {TtEmbeddingForwardNarrow{128, 8}, {128, 4}, {128, 2}, {128, 1}, {64, 1}, {32, 1}}) {
+        if (tt_embedding_forward_smem_bytes_narrow(w, g.kk, g.n) > max_smem) continue;
+        best = w;
+        if ((double)ceil_div(g.m, w.rows) * tables * ceil_div(p, w.dpb) >= 4.0 * num_sms) break;
+    }
+    return best;
+}
+// one thread's row r (row `row` of the staged tile Ms) of C_b for the nd staged digits (Gs: nd slices of kk x N, C[d]:
+// digit d's output). Host-callable: the CPU test runs it for every row.
+template <int N>
+__host__ __device__ inline void tt_embedding_forward_narrow_row(float* const* C, const float* Ms, const float* Gs, int kk, int nd, int64_t r,
+                                                                int row) {
+    float acc[TT_EMBEDDING_FORWARD_NARROW_DPB][N] = {};
+    const float* a = Ms + row * tt_embedding_forward_narrow_pitch(kk);
+    for (int k = 0; k < kk; k++) {
+        const float v = a[k];
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int d = 0; d < TT_EMBEDDING_FORWARD_NARROW_DPB; d++) {
+            if (d >= nd) break;
+            const float* gk = Gs + (d * kk + k) * N;        // one float4 (float2) load where N = 4 (2): Gs is 16-byte aligned
+            float g[N];
+            if constexpr (N == 4) {
+                const float4 t = *reinterpret_cast<const float4*>(gk);
+                g[0] = t.x; g[1] = t.y; g[2] = t.z; g[3] = t.w;
+            } else if constexpr (N == 2) {
+                const float2 t = *reinterpret_cast<const float2*>(gk);
+                g[0] = t.x; g[1] = t.y;
+            } else {
+TT_EMBEDDING_FORWARD_UNROLL
+                for (int x = 0; x < N; x++) g[x] = gk[x];
+            }
+TT_EMBEDDING_FORWARD_UNROLL
+            for (int x = 0; x < N; x++) acc[d][x] = fmaf(v, g[x], acc[d][x]);
+        }
+    }
+TT_EMBEDDING_FORWARD_UNROLL
+    for (int d = 0; d < TT_EMBEDDING_FORWARD_NARROW_DPB; d++)
+TT_EMBEDDING_FORWARD_UNROLL
+        for (int x = 0; x < N; x++)
+            if (d < nd) C[d][r * N + x] = acc[d][x];
+}
+// the staging of block (row tile r0, digits i0 .. i0 + nd - 1 of table tbl) by thread tid of nthreads. Host-callable.
+template <int N>
+__host__ __device__ inline void tt_embedding_forward_narrow_stage(float* Ms, float* Gs, const void* const* G, const void* const* M, int64_t b0,
+                                                                  int64_t r0, int nrows, int kk, int nd, int tid, int nthreads) {
+    const float* Mt = static_cast<const float*>(M[b0]) + r0 * kk;
+    const int pitch = tt_embedding_forward_narrow_pitch(kk);
+    for (int e = tid; e < nrows * kk; e += nthreads) Ms[(e / kk) * pitch + e % kk] = Mt[e];
+    for (int e = tid; e < nd * kk * N; e += nthreads) {
+        const int d = e / (kk * N);
+        Gs[e] = static_cast<const float*>(G[b0 + d])[e - d * kk * N];
+    }
+}
+template <int N>
+__global__ void tt_embedding_forward_kernel_narrow(const void* const* G, const void* const* M, void* const* C, int m, int kk, int p, int tables,
+                                                   int dpb) {
+    extern __shared__ float4 tt_embedding_forward_smem_narrow[];
+    float* Ms = reinterpret_cast<float*>(tt_embedding_forward_smem_narrow);
+    float* Gs = Ms + tt_embedding_forward_narrow_g_at(blockDim.x, kk);
+    const int groups = (p + dpb - 1) / dpb;
+    const int64_t r0 = (int64_t)blockIdx.x * blockDim.x;
+    const int nrows = (int)min((int64_t)blockDim.x, (int64_t)m - r0);
+    for (int64_t y = blockIdx.y; y < (int64_t)tables * groups; y += gridDim.y) {
+        const int tbl = (int)(y / groups), i0 = (int)(y % groups) * dpb, nd = min(dpb, p - i0);
+        const int64_t b0 = (int64_t)tbl * p + i0;
+        __syncthreads();                                    // the previous group's tiles are read
+        tt_embedding_forward_narrow_stage<N>(Ms, Gs, G, M, b0, r0, nrows, kk, nd, threadIdx.x, blockDim.x);
+        __syncthreads();
+        if ((int)threadIdx.x < nrows) {
+            float* Cd[TT_EMBEDDING_FORWARD_NARROW_DPB];
+            for (int d = 0; d < TT_EMBEDDING_FORWARD_NARROW_DPB; d++) Cd[d] = d < nd ? static_cast<float*>(C[b0 + d]) : nullptr;
+            tt_embedding_forward_narrow_row<N>(Cd, Ms, Gs, kk, nd, r0 + threadIdx.x, threadIdx.x);
+        }
+    }
+}
+typedef void (*TtEmbeddingForwardNarrowKernel)(const void* const*, const void* const*, void* const*, int, int, int, int, int);
+inline TtEmbeddingForwardNarrowKernel tt_embedding_forward_narrow_kernel(int n) {
+    static const TtEmbeddingForwardNarrowKernel k[TT_EMBEDDING_FORWARD_NARROW] = {
+        nullptr, tt_embedding_forward_kernel_narrow<1>, tt_embedding_forward_kernel_narrow<2>, tt_embedding_forward_kernel_narrow<3>,
+        tt_embedding_forward_kernel_narrow<4>, tt_embedding_forward_kernel_narrow<5>, tt_embedding_forward_kernel_narrow<6>,
+        tt_embedding_forward_kernel_narrow<7>};
+    return n >= 1 && n < TT_EMBEDDING_FORWARD_NARROW ? k[n] : nullptr;
+}
+
 // entry of a lookup's index in a side's table (cores first..last): its digits with the later ones more significant
 __host__ __device__ inline int64_t tt_embedding_forward_split_entry(const TtEmbeddingForwardShape& s, int64_t idx, int first, int last) {
     int64_t j = 0, w = 1;
@@ -2042,6 +2147,8 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
             ws.split_c = device_alloc<void*>((size_t)c.pointers);
         }
         cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_kernel_split_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
+        for (int n = 1; n < TT_EMBEDDING_FORWARD_NARROW; n++)
+            cudaCheck(cudaFuncSetAttribute(tt_embedding_forward_narrow_kernel(n), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ws.max_smem));
         cudaCheck(cudaFuncGetAttributes(&attr, tt_embedding_forward_kernel_split_rows));
         ws.max_threads[TT_EMBEDDING_FORWARD_SPLIT] = attr.maxThreadsPerBlock;
         ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
@@ -2213,6 +2320,13 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
     const float one = 1.0f, zero = 0.0f;
     for (int j = 0; j < c.n_gemms; j++) {
         const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
+        const TtEmbeddingForwardNarrow w = tt_embedding_forward_narrow_plan(g, s.p[g.t], s.tables, ws.max_smem, ws.num_sms);
+        if (w.rows) {
+            const dim3 grid((unsigned)ceil_div(g.m, w.rows), (unsigned)std::min<int64_t>((int64_t)s.tables * ceil_div(s.p[g.t], w.dpb), 65535));
+            tt_embedding_forward_narrow_kernel(g.n)<<<grid, w.rows, tt_embedding_forward_smem_bytes_narrow(w, g.kk, g.n)>>>(
+                ws.split_g + g.at, ws.split_m + g.at, ws.split_c + g.at, g.m, g.kk, s.p[g.t], s.tables, w.dpb);
+            continue;
+        }
         const TtEmbeddingForwardGemmArgs a = tt_embedding_forward_split_gemm_args(g);
         cublasCheck(cublasGemmBatchedEx(ws.handle, CUBLAS_OP_N, CUBLAS_OP_N, a.rows, a.cols, a.inner, &one, ws.split_g + g.at, CUDA_R_32F, a.lda,
                                         ws.split_m + g.at, CUDA_R_32F, a.ldb, &zero, ws.split_c + g.at, CUDA_R_32F, a.ldc,
