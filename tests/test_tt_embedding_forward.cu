@@ -916,7 +916,8 @@ static void test_split() {
             }
             for (int j = 0; j < c.n_gemms; j++) {               // in launch order, as the launch calls cuBLAS or the narrow kernel
                 const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
-                // its blocks in turn, threads in turn; the plan at 132 SMs and at 1 (more rows and digits a block)
+                // its blocks in turn, threads in turn, for every step narrower than 8 columns (the launch gives cuBLAS
+                // the small ones: tt_embedding_forward_narrow_pays); the plan at 132 SMs and at 1 (more rows and digits)
                 const TtEmbeddingForwardNarrow w = tt_embedding_forward_narrow_plan(g, s.p[g.t], s.tables, 232448, (j + k) % 2 ? 1 : 132);
                 if (w.rows) {
                     const int rows = w.rows, groups = (s.p[g.t] + w.dpb - 1) / w.dpb;
@@ -992,6 +993,21 @@ static void test_split() {
     report(t6 >= 0 && t4 >= 0 && fbtt < 0 && d256 < 0 && none < 0,
            "version 6 cuts T 6 (after core " + std::to_string(t6) + ") and T 4 (after " + std::to_string(t4) +
                ") of the bench grid, not FBTT's default, q 4,8,8 or a call with no lookups");
+    // which steps the narrow kernel takes (the measured ones): T 4's and T 6's last, not T 5's, p 10,10,10's or 20,20,20's
+    auto narrow = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r) {
+        TtEmbeddingForwardShape s;
+        if (!shape_of(s, p, q, r, 0, 0, 1, 512, 20).empty()) return -1;
+        const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, 232448);
+        int n = 0;
+        for (int j = 0; j < c.n_gemms; j++) n += tt_embedding_forward_narrow_pays(c.gemm[j], s.p[c.gemm[j].t], s.tables);
+        return n;
+    };
+    const int n4 = narrow({40, 50, 55, 60}, {4, 4, 2, 4}, {32, 32, 32}), n6 = narrow({10, 10, 10, 10, 10, 11}, {2, 2, 2, 2, 2, 2}, {32, 32, 32, 32, 32});
+    const int n5 = narrow({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}), n10 = narrow({10, 10, 10}, {4, 4, 4}, {32, 32});
+    const int n20 = narrow({20, 20, 20}, {4, 4, 4}, {32, 32});
+    report(n4 == 1 && n6 == 1 && n5 == 0 && n10 == 0 && n20 == 0,
+           "version 6's narrow kernel takes the last step of T 4 and T 6 (" + std::to_string(n4) + ", " + std::to_string(n6) +
+               "), cuBLAS T 5's, p 10,10,10's and p 20,20,20's (" + std::to_string(n5 + n10 + n20) + " narrow)");
 }
 
 // Version 6 at the grid of shapes TT-Rec and EL-Rec train with (T = 2..6, q_t 1..16 with D = prod q in 4..256, ranks

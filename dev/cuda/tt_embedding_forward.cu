@@ -29,16 +29,16 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
      FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
      build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137 (2026-12-03)
-  retired (code: git show 33f44ba:dev/cuda/tt_embedding_forward.cu, where they were versions 4-8 and 12; history
-  in results/notes/tt_embedding_forward.md): CUB-sorted groups 0.0824, the heavy step in TF32 0.1365, a one-block
-  planner 0.0888, G_1 streamed row by row 0.0519, a cp.async ring 0.0481, items sized by counts 0.0421.
+  retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
+  0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
 q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
-column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables,
-one batched cuBLAS GEMM per core (T 4 0.053 ms, a warp per entry 0.071; T 6 0.054; version 2 0.520, 0.603); else version 3
+column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix
+tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054,
+version 2 0.520, 0.603; H100, logs 2026-12-06_*narrow*: T 4 0.053 -> 0.044, T 6 0.061 -> 0.045); else version 3
 (buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
-block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go
-by the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
+block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go by
+the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
 (0.135), FBTT's shape 0.066 (0.035), ranks 64 0.203 (0.112; results/logs/2026-12-04_tt_forward_stash_route_ab.log).
 
 Compile and run:
@@ -1787,10 +1787,12 @@ __global__ void tt_embedding_forward_kernel_split_pointers(const void** G, const
 // 128 wide in its column-major view, nearly all padding (T 4's suffix step took 31 of the forward's 71 us under ncu).
 // Every digit i of core t multiplies the same stacked table M_tbl, so a block stages `rows` rows of it once, with dpb
 // digits' slices G_t[i] (kk x n), in shared memory, and a thread makes its row of C_b for those dpb digits: each M value
-// is loaded once for dpb n FMAs. The plan trades dpb, then rows, for blocks: small steps (T 5's: 1,280 rows, 14
-// digits) need the parallelism more than the reuse. (A thread per row and digit, reading its row of M from global
-// memory for every digit, lost to cuBLAS: tag tt-forward-narrow-steps-lost.)
+// is loaded once for dpb n FMAs. The plan trades dpb, then rows, for blocks. It pays on big steps only (H100: T 4's
+// 211,200 row-digit pairs 0.0533 -> 0.0438 ms, T 6's 140,800 0.0608 -> 0.0447; p 20,20,20's 51,200 a tie; T 5's
+// 17,920 0.0410 -> 0.0423, p 10,10,10's 12,800 0.0227 -> 0.0258), so smaller ones stay on cuBLAS. (A thread per row
+// and digit, reading its row of M from global memory for every digit, lost to cuBLAS: tag tt-forward-narrow-steps-lost.)
 constexpr int TT_EMBEDDING_FORWARD_NARROW = 8, TT_EMBEDDING_FORWARD_NARROW_DPB = 8;
+constexpr double TT_EMBEDDING_FORWARD_NARROW_MIN_PAIRS = 65536;   // tables x rows of M x digits of core t
 struct TtEmbeddingForwardNarrow { int rows = 0, dpb = 0; };   // rows = 0: cuBLAS runs the step
 __host__ __device__ inline int tt_embedding_forward_narrow_pitch(int kk) { return kk | 1; }   // odd: rows on distinct banks
 __host__ __device__ inline int tt_embedding_forward_narrow_g_at(int rows, int kk) {           // Gs after the M tile, 16-byte aligned
@@ -1799,7 +1801,11 @@ __host__ __device__ inline int tt_embedding_forward_narrow_g_at(int rows, int kk
 inline size_t tt_embedding_forward_smem_bytes_narrow(const TtEmbeddingForwardNarrow& w, int kk, int n) {
     return sizeof(float) * ((size_t)tt_embedding_forward_narrow_g_at(w.rows, kk) + (size_t)w.dpb * kk * n);
 }
-// the block of a step narrower than 8 columns: the most rows and digits that still give 4 blocks per SM
+// where the narrow kernel runs a step: narrower than 8 columns, and big enough
+inline bool tt_embedding_forward_narrow_pays(const TtEmbeddingForwardSplitGemm& g, int p, int tables) {
+    return g.n < TT_EMBEDDING_FORWARD_NARROW && (double)tables * g.m * p >= TT_EMBEDDING_FORWARD_NARROW_MIN_PAIRS;
+}
+// its block: the most rows and digits that still give 4 blocks per SM (rows = 0: no block fits shared memory)
 inline TtEmbeddingForwardNarrow tt_embedding_forward_narrow_plan(const TtEmbeddingForwardSplitGemm& g, int p, int tables, size_t max_smem,
                                                                 int num_sms) {
     TtEmbeddingForwardNarrow best;
@@ -2306,8 +2312,8 @@ inline TtEmbeddingForwardGemmArgs tt_embedding_forward_split_gemm_args(const TtE
     return {g.n, g.m, g.kk, g.n, g.kk, g.n};
 }
 
-// version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step,
-// then the row and pooling kernels (both with PDL)
+// version 6's tables: the steps' pointer arrays (written again only when the cores move), a batched GEMM per step (big
+// steps narrower than 8 columns: the narrow kernel), then the row and pooling kernels (both with PDL)
 void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64_t* offsets, const TtEmbeddingForwardCores& cores,
                                 const TtEmbeddingForwardShape& s, TtEmbeddingForwardWorkspace& ws, int block_size) {
     const TtEmbeddingForwardSplit& c = ws.split;
@@ -2320,7 +2326,9 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
     const float one = 1.0f, zero = 0.0f;
     for (int j = 0; j < c.n_gemms; j++) {
         const TtEmbeddingForwardSplitGemm& g = c.gemm[j];
-        const TtEmbeddingForwardNarrow w = tt_embedding_forward_narrow_plan(g, s.p[g.t], s.tables, ws.max_smem, ws.num_sms);
+        const TtEmbeddingForwardNarrow w = tt_embedding_forward_narrow_pays(g, s.p[g.t], s.tables)
+                                               ? tt_embedding_forward_narrow_plan(g, s.p[g.t], s.tables, ws.max_smem, ws.num_sms)
+                                               : TtEmbeddingForwardNarrow();
         if (w.rows) {
             const dim3 grid((unsigned)ceil_div(g.m, w.rows), (unsigned)std::min<int64_t>((int64_t)s.tables * ceil_div(s.p[g.t], w.dpb), 65535));
             tt_embedding_forward_narrow_kernel(g.n)<<<grid, w.rows, tt_embedding_forward_smem_bytes_narrow(w, g.kk, g.n)>>>(
