@@ -695,13 +695,13 @@ static void test_fast_digits() {
 // k of G_0's rows, the 3xTF32 mma per n-tile (emulate_mma, by the PTX layouts), step 2 on the accumulators, the
 // quad sums and the writes shared out over the quad; every element of the 4 rows must be written once and match
 // the double chain. Also: the fragment-order positions are a permutation, and the k mapping is one too.
-static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
-    const int Q1 = 4, JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = Q0 * Q1 * 4, LPT = 16 / Q0;
-    const std::string name = "tensor-core tile (q_0 = " + std::to_string(Q0) + ", R_1 = R_2 = " + std::to_string(R1) + ", " +
-                             std::to_string(nlookups) + " of " + std::to_string(LPT) + " lookups)";
+static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng, int Q1 = 4, int Q2 = 4) {
+    const int JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = Q0 * Q1 * Q2, LPT = 16 / Q0;
+    const std::string name = "tensor-core tile (q = " + std::to_string(Q0) + "," + std::to_string(Q1) + "," + std::to_string(Q2) +
+                             ", R_1 = R_2 = " + std::to_string(R1) + ", " + std::to_string(nlookups) + " of " + std::to_string(LPT) + " lookups)";
     std::vector<float> g1 = make_random_floats((size_t)R1 * NCOLS, rng, -1.0f, 1.0f);
     std::vector<float> g0 = make_random_floats((size_t)LPT * Q0 * R1, rng, -1.0f, 1.0f);   // [lookup][a_0][k_1]
-    std::vector<float> g2 = make_random_floats((size_t)LPT * R2 * 4, rng, -1.0f, 1.0f);    // [lookup][k_2][a_2]
+    std::vector<float> g2 = make_random_floats((size_t)LPT * R2 * Q2, rng, -1.0f, 1.0f);   // [lookup][k_2][a_2]
     // the fragment-order arrays (and the permutation checks)
     std::vector<float> bhi((size_t)R1 * NCOLS, NAN), blo((size_t)R1 * NCOLS, NAN);
     std::vector<int> hits((size_t)R1 * NCOLS, 0);
@@ -721,7 +721,9 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
         for (int c = 0; c < 8; c++) khits[tt_embedding_forward_tc_k(KS, st, c)]++;
     for (int h : khits) if (h != 1) { report(false, name, "the k of (k-step, column) is not a permutation"); return; }
     // the lanes
-    float x[32][2][16] = {}, acc[32][4][2][4] = {};
+    static float x[32][2][16], acc[32][8][2][8];
+    std::fill(&x[0][0][0], &x[0][0][0] + 32 * 2 * 16, 0.0f);
+    std::fill(&acc[0][0][0][0], &acc[0][0][0][0] + 32 * 8 * 2 * 8, 0.0f);
     for (int lane = 0; lane < 32; lane++) {
         const int group = lane >> 2, tig = lane & 3;
         for (int h = 0; h < 2; h++) {
@@ -753,8 +755,8 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
                     for (int e = 0; e < 2; e++) {
                         const int k2 = 8 * jj + 2 * tig + e;
                         const float m1 = big[lane][2 * h + e] + small[lane][2 * h + e];
-                        for (int c = 0; c < 4; c++)
-                            acc[lane][b][h][c] = fmaf(m1, slot < nlookups ? g2[((size_t)slot * R2 + k2) * 4 + c] : 0.0f, acc[lane][b][h][c]);
+                        for (int c = 0; c < Q2; c++)
+                            acc[lane][b][h][c] = fmaf(m1, slot < nlookups ? g2[((size_t)slot * R2 + k2) * Q2 + c] : 0.0f, acc[lane][b][h][c]);
                     }
                 }
             }
@@ -769,9 +771,9 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
             if (slot >= nlookups) continue;
             for (int b = 0; b < Q1; b++) {
                 if (((2 * b + h) & 3) != tig) continue;
-                for (int c = 0; c < 4; c++) {
+                for (int c = 0; c < Q2; c++) {
                     const float sum = (acc[q0][b][h][c] + acc[q0 + 1][b][h][c]) + (acc[q0 + 2][b][h][c] + acc[q0 + 3][b][h][c]);
-                    const int d = ((group % Q0) * Q1 + b) * 4 + c;
+                    const int d = ((group % Q0) * Q1 + b) * Q2 + c;
                     rows[(size_t)slot * D + d] = sum;
                     written[(size_t)slot * D + d]++;
                 }
@@ -782,15 +784,15 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng) {
     for (int slot = 0; slot < nlookups; slot++)
         for (int a0 = 0; a0 < Q0; a0++)
             for (int a1 = 0; a1 < Q1; a1++)
-                for (int a2 = 0; a2 < 4; a2++) {
+                for (int a2 = 0; a2 < Q2; a2++) {
                     double want = 0.0;
                     for (int k2 = 0; k2 < R2; k2++) {
                         double m1 = 0.0;
                         for (int k1 = 0; k1 < R1; k1++)
                             m1 += (double)g0[((size_t)slot * Q0 + a0) * R1 + k1] * (double)g1[(size_t)k1 * NCOLS + a1 * R2 + k2];
-                        want += m1 * (double)g2[((size_t)slot * R2 + k2) * 4 + a2];
+                        want += m1 * (double)g2[((size_t)slot * R2 + k2) * Q2 + a2];
                     }
-                    const size_t i = (size_t)slot * D + (a0 * Q1 + a1) * 4 + a2;
+                    const size_t i = (size_t)slot * D + (a0 * Q1 + a1) * Q2 + a2;
                     if (written[i] != 1 || !close(rows[i], want, TT_EMBEDDING_FORWARD_ATOL, TT_EMBEDDING_FORWARD_RTOL)) {
                         if (bad.size() < 200) bad += " lookup " + std::to_string(slot) + " d " + std::to_string(i % D) + " written " +
                                                      std::to_string(written[i]) + " got " + std::to_string(rows[i]) + " want " + std::to_string(want);
@@ -811,8 +813,11 @@ static void test_v5_filter() {
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs ranks 64,64");
     shape_of(s, {30, 40, 50}, {8, 4, 4}, {32, 32}, 0, 0, 1, 1, 3);
     report(tt_embedding_forward_reason5(s).empty(), "version 5 runs q 8,4,4 ranks 32,32");
+    shape_of(s, {30, 40, 50}, {4, 8, 8}, {32, 32}, 0, 0, 1, 1, 3);
+    report(tt_embedding_forward_reason5(s).empty(), "version 5 runs q 4,8,8 ranks 32,32");
     const struct { std::vector<int> p, q, r; } no[] = {{{20, 22, 25}, {4, 4, 4}, {32, 16}}, {{20, 22, 25}, {4, 2, 4}, {32, 32}},
-                                                      {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}}, {{20, 22, 25}, {2, 4, 8}, {32, 32}}};
+                                                      {{20, 22, 25, 20}, {4, 2, 2, 4}, {32, 32, 32}}, {{20, 22, 25}, {2, 4, 8}, {32, 32}},
+                                                      {{20, 22, 25}, {4, 8, 8}, {64, 64}}, {{20, 22, 25}, {4, 8, 4}, {32, 32}}};
     for (const auto& c : no) {
         shape_of(s, c.p, c.q, c.r, 0, 0, 1, 1, 1);
         const std::string why = tt_embedding_forward_reason5(s);
@@ -1250,6 +1255,8 @@ int main() {
         test_tc_tile(8, 4, 2, rng);    // q 8,4,4: two lookups of 8 rows per tile
         test_tc_tile(8, 4, 1, rng);
         test_tc_tile(2, 4, 8, rng);    // q_0 = 2 (the mapping; no such instantiation): eight lookups of 2 rows
+        test_tc_tile(4, 4, 4, rng, 8, 8);   // q 4,8,8 (D 256): 8 a_1 of 8 a_2 values each
+        test_tc_tile(4, 4, 3, rng, 8, 8);
     }
     test_v5_filter();
     test_digit_mask();
