@@ -693,8 +693,9 @@ static void test_fast_digits() {
 
 // the tensor-core tile of versions 5 and 6, lane by lane: G_1 in fragment order (hi and lo), each lane's A values from its KL contiguous
 // k of G_0's rows, the 3xTF32 mma per n-tile (emulate_mma, by the PTX layouts), step 2 on the accumulators, the
-// quad sums and the writes shared out over the quad; every element of the 4 rows must be written once and match
-// the double chain. Also: the fragment-order positions are a permutation, and the k mapping is one too.
+// quad sums and the writes shared out over the quad (q_2 = 8: the wide tile's reduce-scatter, a float4 a lane); every
+// element of the 4 rows must be written once and match the double chain. Also: the fragment-order positions are a
+// permutation, and the k mapping is one too.
 static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng, int Q1 = 4, int Q2 = 4) {
     const int JT = KS, R1 = 8 * KS, R2 = 8 * JT, NCOLS = Q1 * R2, KL = 2 * KS, D = Q0 * Q1 * Q2, LPT = 16 / Q0;
     const std::string name = "tensor-core tile (q = " + std::to_string(Q0) + "," + std::to_string(Q1) + "," + std::to_string(Q2) +
@@ -770,8 +771,10 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng, int Q1 = 4, int
             const int slot = tt_embedding_forward_tc_slot(Q0, group, h);
             if (slot >= nlookups) continue;
             for (int b = 0; b < Q1; b++) {
-                if (((2 * b + h) & 3) != tig) continue;
+                if (Q2 == 4 && ((2 * b + h) & 3) != tig) continue;  // q_2 = 4: lane tig writes the (a_1, row) runs it is dealt
+                if (Q2 == 8 && h != tig >> 1) continue;             // q_2 = 8 (the wide tile's reduce-scatter): row tig / 2,
                 for (int c = 0; c < Q2; c++) {
+                    if (Q2 == 8 && c / 4 != (tig & 1)) continue;     // half tig % 2 of its a_2
                     const float sum = (acc[q0][b][h][c] + acc[q0 + 1][b][h][c]) + (acc[q0 + 2][b][h][c] + acc[q0 + 3][b][h][c]);
                     const int d = ((group % Q0) * Q1 + b) * Q2 + c;
                     rows[(size_t)slot * D + d] = sum;

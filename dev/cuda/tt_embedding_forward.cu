@@ -31,15 +31,15 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
      build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137 (2026-12-03)
   retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
   0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
-Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64 and q 8,4,4 at ranks 32 (p_1 <= 65536):
-q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; results/logs/2026-12-01_tt_forward_*.log). Its
-column tiles take T = 3, q_0 in {1,2,4,8}, q_2 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix
-tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054,
-version 2 0.520, 0.603; H100, logs 2026-12-06_*narrow*: T 4 0.053 -> 0.044, T 6 0.061 -> 0.045); else version 3
-(buffers in global memory where a warp's exceed shared memory): the default never skips, and is deterministic at any
-block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward, written as they go by
-the column tiles on tensor cores or else version 3's chain: EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173
-(0.135), FBTT's shape 0.066 (0.035), ranks 64 0.203 (0.112; results/logs/2026-12-04_tt_forward_stash_route_ab.log).
+Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <=
+65536): q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; logs 2026-12-01_tt_forward_*); q 4,8,8 on
+an H100 0.076 (3: 0.096; step 2 a_1 by a_1, a reduce-scatter over the quad). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2
+= 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps
+under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100, logs
+2026-12-06_*narrow*: T 4 0.053 -> 0.044, T 6 0.061 -> 0.045); else version 3: the default never skips, and is
+deterministic at any block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward
+(column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), FBTT's
+shape 0.066 (0.035), ranks 64 0.203 (0.112; logs 2026-12-04_tt_forward_stash_route_ab).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -901,31 +901,12 @@ TT_EMBEDDING_FORWARD_UNROLL
         on_ready(fresh);
         compute(tbl, counters[1]);
         __syncthreads();                                    // the block's rows are written (visible to the block)
-        // copies for equal indices, COPY entries per warp at once: a lane loads its element of every copied row before
-        // it stores one, so COPY loads are in flight. One row at a time waited on L2 once per row, and Zipf's hot
-        // keys copy hundreds of rows in one item, on the path that ends the wave.
-        constexpr int COPY = 8;
-        for (int i0 = warp * COPY; i0 < m; i0 += W * COPY) {
-            int64_t from[COPY], to[COPY];
-#pragma unroll
-            for (int u = 0; u < COPY; u++) {
-                const int i = i0 + u;
-                from[u] = -1;
-                to[u] = 0;
-                if (i >= m) continue;
-                const int f = list.first[i];
-                to[u] = list.pos[i];
-                from[u] = f == i ? list.pos[i] : f >= 0 ? list.pos[f] : list.keep_pos[-2 - f];
-                if (source && lane == 0) source[to[u]] = from[u];   // its P_1 (Q_1 R_2 floats, 32x a row): copied by the grid after
-                if (f == i) from[u] = -1;                   // computed here: nothing to copy
-            }
-            for (int e = lane; e < s.D; e += 32) {
-                float v[COPY];
-#pragma unroll
-                for (int u = 0; u < COPY; u++) if (from[u] >= 0) v[u] = rowbuf[from[u] * s.D + e];
-#pragma unroll
-                for (int u = 0; u < COPY; u++) if (from[u] >= 0) rowbuf[to[u] * s.D + e] = v[u];
-            }
+        for (int i = warp; i < m; i += W) {                 // copies for equal indices
+            const int f = list.first[i];
+            const int64_t from = f == i ? list.pos[i] : f >= 0 ? list.pos[f] : list.keep_pos[-2 - f], to = list.pos[i];
+            if (source && lane == 0) source[to] = from;     // its P_1 (Q_1 R_2 floats, 32x a row): copied by the grid after
+            if (f == i) continue;
+            for (int e = lane; e < s.D; e += 32) rowbuf[to * s.D + e] = rowbuf[from * s.D + e];
         }
         __syncthreads();                                    // before the list is reused
     }
@@ -1173,9 +1154,9 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // slice, stored once per item in fragment order (hi and lo; lane l's KL values of n-tile j at (32 j + l) KL), gives
 // each k-step's B fragment in 512 contiguous bytes per warp. The slice is copied (cp.async, rows padded by 4 floats)
 // under the index scan and split into fragment order once the list is ready.
-// Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2, q_2) = (Q0, 8 KS, Q1, 8 JT, Q2) with template
-// arguments (4, 4, 4, 4, 4) (FBTT's default), (4, 2, 4, 2, 4) (ranks 16), (4, 8, 4, 8, 4) (ranks 64), (8, 4, 4, 4, 4)
-// (q 8,4,4: 2 lookups of 8 rows) and (4, 4, 8, 4, 8) (q 4,8,8, D 256).
+// Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2) = (Q0, 8 KS, Q1, 8 JT), q_2 = 4: (4, 4, 4, 4)
+// (FBTT's default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64), (8, 4, 4, 4) (q 8,4,4: 2 lookups of 8 rows);
+// and with q_2 = 8 (the wide tile below) for (4, 4, 8, 4) (q 4,8,8, D 256).
 
 // fragment column c (0..7) of k-step s -> the k of G_1's row / G_0's column it holds
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_k(int KS, int s, int c) { return 2 * KS * (c & 3) + 2 * s + (c >> 2); }
@@ -1221,16 +1202,40 @@ __device__ __forceinline__ void tt_embedding_forward_quad_sum(float* v) {
     }
 }
 
+// n-tile j of the tile's step 1 in 3xTF32: the lane's B fragments of every k-step from the fragment-order copies
+// (hi, lo), then big = hi.hi and small = lo.hi + hi.lo
+template <int KS>
+__device__ __forceinline__ void tt_embedding_forward_tc_ntile(float (&big)[4], float (&small)[4], const uint32_t (&ahi)[KS][4],
+                                                              const uint32_t (&alo)[KS][4], const float* __restrict__ bhi,
+                                                              const float* __restrict__ blo, int j, int lane) {
+    constexpr int KL = 2 * KS;
+    uint32_t bh[KL], bl[KL];
+#pragma unroll
+    for (int v = 0; v < KL / 4; v++) {
+        const uint4 fh = reinterpret_cast<const uint4*>(bhi + (j * 32 + lane) * KL)[v];
+        const uint4 fl = reinterpret_cast<const uint4*>(blo + (j * 32 + lane) * KL)[v];
+        bh[4 * v] = fh.x; bh[4 * v + 1] = fh.y; bh[4 * v + 2] = fh.z; bh[4 * v + 3] = fh.w;
+        bl[4 * v] = fl.x; bl[4 * v + 1] = fl.y; bl[4 * v + 2] = fl.z; bl[4 * v + 3] = fl.w;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) big[c] = small[c] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < KS; st++) {
+        mma_tf32_m16n8k8(small, alo[st], bh[2 * st], bh[2 * st + 1]);
+        mma_tf32_m16n8k8(small, ahi[st], bl[2 * st], bl[2 * st + 1]);
+        mma_tf32_m16n8k8(big, ahi[st], bh[2 * st], bh[2 * st + 1]);
+    }
+}
+
 // One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
-// are zeros and not written). Step 2 keeps a lane's (a_1, row, a_2) partials, Q1 x 2 x Q2 floats (Q2 = q_2 = 4 or 8).
-template <int Q0, int KS, int Q1, int JT, int Q2>
+// are zeros and not written)
+template <int Q0, int KS, int Q1, int JT>
 __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
                                                               int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
                                                               const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                               const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
     static_assert(Q0 == 2 || Q0 == 4 || Q0 == 8, "a lane's two tile rows share a_0 only where q_0 divides 8");
-    static_assert(Q2 % 4 == 0, "G_2's rows are read as float4s");
-    constexpr int KL = 2 * KS, R1 = 8 * KS, V2 = Q2 / 4;
+    constexpr int KL = 2 * KS, R1 = 8 * KS;
     const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     int entry[2];
     bool valid[2];
@@ -1244,7 +1249,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
         if (valid[h]) {
             const int64_t idx = list.idx[list.uniq[entry[h]]];
             const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
-            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
+            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 8 * tig;   // row k_2 = 2 tig
 #pragma unroll
             for (int v = 0; v < KL / 4; v++) {
                 const float4 f = __ldg(reinterpret_cast<const float4*>(g0) + v);
@@ -1258,86 +1263,116 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
     uint32_t ahi[KS][4], alo[KS][4];                        // A fragments of every k-step: col t (+4) -> k = KL t + 2 s (+1)
 #pragma unroll
     for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
+    float acc[Q1][2][4] = {};                               // (a_1, row, a_2) partial sums over this lane's k_2
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    auto load_g2 = [&](int jj, float4 (&w)[2][2][V2]) {     // G_2 rows k_2 = 8 jj + 2 tig + e of each row's lookup
+#pragma unroll
+    for (int jj = 0; jj < JT; jj++) {                       // k_2 = 8 jj + 2 tig + e of every a_1
+        float4 w[2][2];                                     // G_2 rows k_2 of each row's lookup
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int e = 0; e < 2; e++)
+            for (int e = 0; e < 2; e++) w[h][e] = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + 32 * jj + 4 * e)) : zero4;
 #pragma unroll
-                for (int v = 0; v < V2; v++)
-                    w[h][e][v] = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + (8 * jj + e) * Q2) + v) : zero4;
-    };
-    // step 1 on n-tile j (columns a_1 = j / JT, k_2 = 8 (j % JT) .. + 7) in 3xTF32, then step 2 on its accumulators
-    // C: c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col 2t+1)
-    auto ntile = [&](int j, const float4 (&w)[2][2][V2], float (&acc)[2][V2][4]) {
-        uint32_t bh[KL], bl[KL];
-#pragma unroll
-        for (int v = 0; v < KL / 4; v++) {
-            const uint4 fh = reinterpret_cast<const uint4*>(bhi + (j * 32 + lane) * KL)[v];
-            const uint4 fl = reinterpret_cast<const uint4*>(blo + (j * 32 + lane) * KL)[v];
-            bh[4 * v] = fh.x; bh[4 * v + 1] = fh.y; bh[4 * v + 2] = fh.z; bh[4 * v + 3] = fh.w;
-            bl[4 * v] = fl.x; bl[4 * v + 1] = fl.y; bl[4 * v + 2] = fl.z; bl[4 * v + 3] = fl.w;
-        }
-        float big[4] = {0.0f, 0.0f, 0.0f, 0.0f}, small[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int st = 0; st < KS; st++) {
-            mma_tf32_m16n8k8(small, alo[st], bh[2 * st], bh[2 * st + 1]);
-            mma_tf32_m16n8k8(small, ahi[st], bl[2 * st], bl[2 * st + 1]);
-            mma_tf32_m16n8k8(big, ahi[st], bh[2 * st], bh[2 * st + 1]);
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-#pragma unroll
-                for (int v = 0; v < V2; v++) tt_embedding_forward_fma4(acc[h][v], big[2 * h + e] + small[2 * h + e], w[h][e][v]);
-    };
-    // a_1 = b's (row, a_2) sums (quad-summed), shared out over the quad: element (a_0, b, a_2) of the row
-    auto write = [&](int b, const float (&acc)[2][V2][4]) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (!valid[h] || ((2 * b + h) & 3) != tig) continue;
-            float* row = rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + (a0 * Q1 + b) * Q2;
-#pragma unroll
-            for (int v = 0; v < V2; v++)
-                *reinterpret_cast<float4*>(row + 4 * v) = make_float4(acc[h][v][0], acc[h][v][1], acc[h][v][2], acc[h][v][3]);
-        }
-    };
-    if constexpr (Q1 * Q2 <= 16) {                          // every a_1's partials in registers: G_2's rows loaded once per jj
-        float acc[Q1][2][V2][4] = {};                       // (a_1, row, a_2) partial sums over this lane's k_2
-#pragma unroll
-        for (int jj = 0; jj < JT; jj++) {
-            float4 w[2][2][V2];
-            load_g2(jj, w);
-#pragma unroll
-            for (int b = 0; b < Q1; b++) ntile(b * JT + jj, w, acc[b]);
-        }
-        // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
-        tt_embedding_forward_quad_sum<Q1 * 2 * Q2>(&acc[0][0][0][0]);
-#pragma unroll
-        for (int b = 0; b < Q1; b++) write(b, acc[b]);
-    } else {                                                // q 4,8,8: 128 partials spilled, so a_1 by a_1, G_2's rows (L1) again each
-#pragma unroll 1
         for (int b = 0; b < Q1; b++) {
-            float acc[2][V2][4] = {};
+            const int j = b * JT + jj;                      // n-tile: columns a_1 = b, k_2 = 8 jj .. 8 jj + 7
+            float big[4], small[4];
+            tt_embedding_forward_tc_ntile<KS>(big, small, ahi, alo, bhi, blo, j, lane);
+            // C: c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col 2t+1)
 #pragma unroll
-            for (int jj = 0; jj < JT; jj++) {
-                float4 w[2][2][V2];
-                load_g2(jj, w);
-                ntile(b * JT + jj, w, acc);
-            }
-            tt_embedding_forward_quad_sum<2 * Q2>(&acc[0][0][0]);
-            write(b, acc);
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) tt_embedding_forward_fma4(acc[b][h], big[2 * h + e] + small[2 * h + e], w[h][e]);
         }
+    }
+    // the quad's lanes hold the other k_2 of the same rows: add them (every lane ends with the sums)
+    tt_embedding_forward_quad_sum<Q1 * 2 * 4>(&acc[0][0][0]);
+    // the quad's 2 x Q1 float4s, shared out over its lanes: element (a_0, a_1 = b, a_2) of the row
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!valid[h]) continue;
+        float* row = rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + a0 * Q1 * 4;
+#pragma unroll
+        for (int b = 0; b < Q1; b++)
+            if (((2 * b + h) & 3) == tig) *reinterpret_cast<float4*>(row + 4 * b) = make_float4(acc[b][h][0], acc[b][h][1], acc[b][h][2], acc[b][h][3]);
     }
 }
 
-// (two blocks of 256 per SM at ranks up to 32 with q_1 q_2 = 16; at rank 64 the slice and its split copies fill one SM's
+// The tile at q_2 = 8 (q 4,8,8): the partials of every a_1 at once (Q1 x 2 x 8 = 128 floats) spilled 1.2 KB a thread
+// at 255 registers, so step 2 runs a_1 by a_1 (16 partials; G_2's rows read again for each a_1, from L1), and the quad
+// sums by a reduce-scatter: two shuffle rounds leave lane tig with one float4 of the four (row h, half v) runs, which it
+// writes (12 shuffles an a_1 instead of 32: on an H100, 0.093 -> 0.076 ms at q 4,8,8).
+template <int Q0, int KS, int Q1, int JT>
+__device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
+                                                                   int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
+                                                                   const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                                                                   const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    constexpr int KL = 2 * KS, R1 = 8 * KS, Q2 = 8;
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
+    int entry[2];
+    bool valid[2];
+    const float* g2s[2];
+    float x[2][KL];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {                           // as the tile above, G_2's rows Q2 = 8 floats long
+        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
+        valid[h] = entry[h] < nu;
+        g2s[h] = nullptr;
+        const int64_t idx = valid[h] ? list.idx[list.uniq[entry[h]]] : 0;
+        const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
+        if (valid[h]) g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
+#pragma unroll
+        for (int v = 0; v < KL / 4; v++) {
+            const float4 f = valid[h] ? __ldg(reinterpret_cast<const float4*>(g0) + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+        }
+    }
+    uint32_t ahi[KS][4], alo[KS][4];
+#pragma unroll
+    for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
+    for (int b = 0; b < Q1; b++) {
+        float acc[2][2][4] = {};                            // (row h, half v of a_2) over this lane's k_2
+#pragma unroll
+        for (int jj = 0; jj < JT; jj++) {
+            float big[4], small[4];
+            tt_embedding_forward_tc_ntile<KS>(big, small, ahi, alo, bhi, blo, b * JT + jj, lane);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int v = 0; v < 2; v++) {
+                        const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + (8 * jj + e) * Q2) + v) : zero4;
+                        tt_embedding_forward_fma4(acc[h][v], big[2 * h + e] + small[2 * h + e], w);
+                    }
+        }
+        // reduce-scatter over the quad: round 1 (xor 1) keeps half v = tig & 1 of both rows, round 2 (xor 2) row h = tig >> 1
+        const int v = tig & 1, h = tig >> 1;
+        float keep[2][4], sum[4];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float mine = v ? acc[r][1][c] : acc[r][0][c], other = v ? acc[r][0][c] : acc[r][1][c];
+                keep[r][c] = mine + __shfl_xor_sync(0xffffffffu, other, 1);
+            }
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float mine = h ? keep[1][c] : keep[0][c], other = h ? keep[0][c] : keep[1][c];
+            sum[c] = mine + __shfl_xor_sync(0xffffffffu, other, 2);
+        }
+        if (valid[h])                                       // element (a_0, a_1 = b, a_2 = 4 v ..) of the row
+            *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[entry[h]]] * s.D + (a0 * Q1 + b) * Q2 + 4 * v) =
+                make_float4(sum[0], sum[1], sum[2], sum[3]);
+    }
+}
+
+// (two blocks of 256 per SM at ranks up to 32 with q_2 = 4; at rank 64 the slice and its split copies fill one SM's
 // shared memory, so one block, and the registers of a 255-per-thread budget for the 2 x 8 k-steps of A fragments; at
-// q 4,8,8 likewise, for the 128 partials of step 2)
+// q_2 = 8 likewise, for the wide tile)
 template <int Q0, int KS, int Q1, int JT, int Q2, bool DIGITS>
-__global__ void __launch_bounds__(256, KS <= 4 && Q1 * Q2 <= 16 ? 2 : 1)
+__global__ void __launch_bounds__(256, KS <= 4 && Q2 == 4 ? 2 : 1)
 tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restrict__ indices, const uint16_t* __restrict__ digits1,
                              const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
                              const __grid_constant__ TtEmbeddingForwardShape s, int segments,
@@ -1376,7 +1411,8 @@ tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restri
     };
     auto compute = [&](int tbl, int nu) {
         for (int mt = warp; 16 / Q0 * mt < nu; mt += W)    // warp-uniform
-            tt_embedding_forward_tc_tile<Q0, KS, Q1, JT, Q2>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
+            if constexpr (Q2 == 4) tt_embedding_forward_tc_tile<Q0, KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
+            else tt_embedding_forward_tc_tile_wide<Q0, KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
     if constexpr (DIGITS) {
