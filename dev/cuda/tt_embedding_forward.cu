@@ -1317,13 +1317,18 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restr
         entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
         valid[h] = entry[h] < nu;
         g2s[h] = nullptr;
-        const int64_t idx = valid[h] ? list.idx[list.uniq[entry[h]]] : 0;
-        const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
-        if (valid[h]) g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
+        if (valid[h]) {
+            const int64_t idx = list.idx[list.uniq[entry[h]]];
+            const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
+            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
 #pragma unroll
-        for (int v = 0; v < KL / 4; v++) {
-            const float4 f = valid[h] ? __ldg(reinterpret_cast<const float4*>(g0) + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+            for (int v = 0; v < KL / 4; v++) {
+                const float4 f = __ldg(reinterpret_cast<const float4*>(g0) + v);
+                x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
         }
     }
     uint32_t ahi[KS][4], alo[KS][4];
@@ -1335,6 +1340,14 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restr
         float acc[2][2][4] = {};                            // (row h, half v of a_2) over this lane's k_2
 #pragma unroll
         for (int jj = 0; jj < JT; jj++) {
+            float4 w[2][2][2];                              // G_2 rows k_2 = 8 jj + 2 tig + e, both halves
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int v = 0; v < 2; v++)
+                        w[h][e][v] = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + (8 * jj + e) * Q2) + v) : zero4;
             float big[4], small[4];
             tt_embedding_forward_tc_ntile<KS>(big, small, ahi, alo, bhi, blo, b * JT + jj, lane);
 #pragma unroll
@@ -1342,10 +1355,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restr
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
-                    for (int v = 0; v < 2; v++) {
-                        const float4 w = valid[h] ? __ldg(reinterpret_cast<const float4*>(g2s[h] + (8 * jj + e) * Q2) + v) : zero4;
-                        tt_embedding_forward_fma4(acc[h][v], big[2 * h + e] + small[2 * h + e], w);
-                    }
+                    for (int v = 0; v < 2; v++) tt_embedding_forward_fma4(acc[h][v], big[2 * h + e] + small[2 * h + e], w[h][e][v]);
         }
         // reduce-scatter over the quad: round 1 (xor 1) keeps half v = tig & 1 of both rows, round 2 (xor 2) row h = tig >> 1
         const int v = tig & 1, h = tig >> 1;
