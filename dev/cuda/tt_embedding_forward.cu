@@ -33,7 +33,7 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <=
 65536): q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; logs 2026-12-01_tt_forward_*); q 4,8,8 on
-an H100 0.076 (3: 0.096; step 2 a_1 by a_1, a reduce-scatter over the quad). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2
+an H100 0.072 (3: 0.096; step 2 a_1 by a_1, a reduce-scatter over the quad). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2
 = 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps
 under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100, logs
 2026-12-06_*narrow*: T 4 0.053 -> 0.044, T 6 0.061 -> 0.045); else version 3: the default never skips, and is
@@ -1227,19 +1227,17 @@ __device__ __forceinline__ void tt_embedding_forward_tc_ntile(float (&big)[4], f
     }
 }
 
-// One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
-// are zeros and not written)
-template <int Q0, int KS, int Q1, int JT>
-__device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
-                                                              int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
-                                                              const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
-                                                              const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+// A tile's rows (both tiles below): lane (group, tig) = (lane / 4, lane % 4) holds rows h = 0, 1 of the 16, each an entry of the list
+// (tt_embedding_forward_tc_slot; valid: below nu), at a_0 = group % Q0. Out: the entries, G_2's slice of each from row
+// k_2 = 2 tig (rows Q2 floats long), and the A fragments of every k-step split for 3xTF32: col t (+4) -> k = KL t + 2 s
+// (+1), from the lane's KL values of G_0's row a_0 (zeros for an invalid row).
+template <int Q0, int KS, int Q2>
+__device__ __forceinline__ void tt_embedding_forward_tc_rows(const TtEmbeddingForwardList& list, int mt, int nu, const TtEmbeddingForwardCores& cores,
+                                                              const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd, bool fast,
+                                                              int tbl, int group, int tig, int a0, int (&entry)[2], bool (&valid)[2],
+                                                              const float* (&g2s)[2], uint32_t (&ahi)[KS][4], uint32_t (&alo)[KS][4]) {
     static_assert(Q0 == 2 || Q0 == 4 || Q0 == 8, "a lane's two tile rows share a_0 only where q_0 divides 8");
     constexpr int KL = 2 * KS, R1 = 8 * KS;
-    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
-    int entry[2];
-    bool valid[2];
-    const float* g2s[2];
     float x[2][KL];                                         // this lane's KL values of K in each of its two rows
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1249,7 +1247,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
         if (valid[h]) {
             const int64_t idx = list.idx[list.uniq[entry[h]]];
             const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
-            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 8 * tig;   // row k_2 = 2 tig
+            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
 #pragma unroll
             for (int v = 0; v < KL / 4; v++) {
                 const float4 f = __ldg(reinterpret_cast<const float4*>(g0) + v);
@@ -1260,9 +1258,23 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
             for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
         }
     }
-    uint32_t ahi[KS][4], alo[KS][4];                        // A fragments of every k-step: col t (+4) -> k = KL t + 2 s (+1)
 #pragma unroll
     for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
+}
+
+// One 16-row tile: unique entries LPT mt .. LPT mt + LPT - 1 of the list, LPT = 16 / Q0 (fewer at the end: their rows
+// are zeros and not written)
+template <int Q0, int KS, int Q1, int JT>
+__device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
+                                                              int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
+                                                              const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
+                                                              const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
+    const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
+    int entry[2];
+    bool valid[2];
+    const float* g2s[2];
+    uint32_t ahi[KS][4], alo[KS][4];
+    tt_embedding_forward_tc_rows<Q0, KS, 4>(list, mt, nu, cores, s, fd, fast, tbl, group, tig, a0, entry, valid, g2s, ahi, alo);
     float acc[Q1][2][4] = {};                               // (a_1, row, a_2) partial sums over this lane's k_2
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -1306,34 +1318,13 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restr
                                                                    int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
                                                                    const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                                    const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
-    constexpr int KL = 2 * KS, R1 = 8 * KS, Q2 = 8;
+    constexpr int Q2 = 8;
     const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     int entry[2];
     bool valid[2];
     const float* g2s[2];
-    float x[2][KL];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {                           // as the tile above, G_2's rows Q2 = 8 floats long
-        entry[h] = 16 / Q0 * mt + tt_embedding_forward_tc_slot(Q0, group, h);
-        valid[h] = entry[h] < nu;
-        g2s[h] = nullptr;
-        if (valid[h]) {
-            const int64_t idx = list.idx[list.uniq[entry[h]]];
-            const float* g0 = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 0) + a0 * R1 + KL * tig;
-            g2s[h] = tt_embedding_forward_fast_slice(cores, s, fd, fast, tbl, idx, 2) + 2 * tig * Q2;   // row k_2 = 2 tig
-#pragma unroll
-            for (int v = 0; v < KL / 4; v++) {
-                const float4 f = __ldg(reinterpret_cast<const float4*>(g0) + v);
-                x[h][4 * v] = f.x; x[h][4 * v + 1] = f.y; x[h][4 * v + 2] = f.z; x[h][4 * v + 3] = f.w;
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < KL; e++) x[h][e] = 0.0f;
-        }
-    }
     uint32_t ahi[KS][4], alo[KS][4];
-#pragma unroll
-    for (int st = 0; st < KS; st++) tt_embedding_forward_split_a<KL>(ahi[st], alo[st], x, st);
+    tt_embedding_forward_tc_rows<Q0, KS, Q2>(list, mt, nu, cores, s, fd, fast, tbl, group, tig, a0, entry, valid, g2s, ahi, alo);
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 1
     for (int b = 0; b < Q1; b++) {
