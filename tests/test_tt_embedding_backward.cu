@@ -1153,7 +1153,8 @@ static void test_v7_split(const Case& c, const std::vector<int>& opts) {
     report(why.empty(), ("version 7 at q_0 = 4k: lookups cut in k, " + c.name).c_str(), why);
 }
 
-// Version 7's grids: kernel 2 launches ceil(nnz / PART) + tables p_1 blocks for the parts of core 1's slices, the
+// Version 7's grids: kernel 2 launches ceil(nnz / part) + tables p_1 blocks for the parts of core 1's slices (part: 64
+// or 48 lookups, the host's choice, and the smallest a sweep may build), the
 // side kernel tc_side_items for the parts of core 0's and core 2's (each lookup counts in both). A block past the
 // last item exits; an item without a block would leave its slice's gradient unsummed. Counted on real bags.
 static void test_v7_grids(const Case& c) {
@@ -1166,16 +1167,25 @@ static void test_v7_grids(const Case& c) {
             tt_embedding_backward_decode_row(s, pr.indices[j], idx);
             for (int t = 0; t < s.T; t++) n[(size_t)s.key_base[t] + (bag / s.B) * s.p[t] + idx[t]]++;
         }
-    int64_t chain = 0, side = 0;
-    for (int k = s.key_base[1]; k < s.key_base[2]; k++) chain += tt_embedding_backward_tc_parts(n[k]);
+    int64_t side = 0;
     for (int k = 0; k < s.key_base[1]; k++) side += tt_embedding_backward_tc_side_parts(n[k]);
     for (int k = s.key_base[2]; k < s.key_base[3]; k++) side += tt_embedding_backward_tc_side_parts(n[k]);
-    const int64_t chain_grid = ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + (int64_t)s.tables * s.p[1];
-    char why[160];
-    snprintf(why, sizeof why, "items: chain %lld of grid %lld, side %lld of grid %lld", (long long)chain, (long long)chain_grid, (long long)side,
-             (long long)tt_embedding_backward_tc_side_items(s));
-    report(chain <= chain_grid && side <= tt_embedding_backward_tc_side_items(s) && side > s.tables * (s.p[0] + s.p[2]),
-           ("version 7's grids cover every part, " + c.name).c_str(), why);
+    bool ok = side <= tt_embedding_backward_tc_side_items(s) && side > s.tables * (s.p[0] + s.p[2]);
+    char why[200];
+    snprintf(why, sizeof why, "side %lld of grid %lld", (long long)side, (long long)tt_embedding_backward_tc_side_items(s));
+    for (int part : {TT_EMBEDDING_BACKWARD_TC_PART, TT_EMBEDDING_BACKWARD_TC_PART_SHORT, TT_EMBEDDING_BACKWARD_TC_PART_MIN}) {
+        int64_t chain = 0;
+        for (int k = s.key_base[1]; k < s.key_base[2]; k++) chain += tt_embedding_backward_tc_parts(n[k], part);
+        const int64_t chain_grid = ceil_div<int64_t>(s.nnz, part) + (int64_t)s.tables * s.p[1];
+        // the partial buffer (sized at the smallest part) holds every item's
+        const int64_t buffer_items = ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART_MIN) + (int64_t)s.tables * s.p[1];
+        if (chain > chain_grid || chain_grid > buffer_items) {
+            ok = false;
+            snprintf(why, sizeof why, "part %d: chain %lld items of grid %lld (buffer %lld)", part, (long long)chain, (long long)chain_grid,
+                     (long long)buffer_items);
+        }
+    }
+    report(ok, ("version 7's grids cover every part, " + c.name).c_str(), why);
 }
 
 static void test_v7_filter() {
@@ -1280,8 +1290,23 @@ static void test_v7_filter() {
     report(route({200, 220, 250}, {4, 4, 4}, {32, 32}, 1024) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA, "default version: version 9 at --block 1024");
     report(route({20, 22, 25}, {64, 64, 16}, {128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS,
            "default version: cuBLAS pipeline where version 9's buffers pass 32 GB (D = 65536, rank 128, 81,920 lookups)");
-    report(tt_embedding_backward_tc_parts(0) == 0 && tt_embedding_backward_tc_parts(1) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART) == 1 && tt_embedding_backward_tc_parts(TT_EMBEDDING_BACKWARD_TC_PART + 1) == 2,
-           "version 7's parts per slice: ceil(n / PART)");
+    const int P = TT_EMBEDDING_BACKWARD_TC_PART;
+    report(tt_embedding_backward_tc_parts(0, P) == 0 && tt_embedding_backward_tc_parts(1, P) == 1 && tt_embedding_backward_tc_parts(P, P) == 1 &&
+               tt_embedding_backward_tc_parts(P + 1, P) == 2 && tt_embedding_backward_tc_parts(97, 48) == 3,
+           "version 7's parts per slice: ceil(n / part)");
+#ifndef TT_EMBEDDING_BACKWARD_TC_PART_FIXED
+    // the part size: 48 where parts of 64 pass one wave of two items per SM (132 SMs) but fit two, else 64
+    auto part_at = [](int q0, int sms) {
+        TtEmbeddingBackwardShape x = tt_embedding_backward_make_shape({200, 220, 250}, {q0, 4, 4}, {32, 32}, 0, 1, 512);
+        x.nnz = 512 * 20;
+        return tt_embedding_backward_tc_part_size(q0 > 4 ? tt_embedding_backward_tc_split_shape(x, q0 / 4) : x, sms);
+    };
+    char msg[160];
+    snprintf(msg, sizeof msg, "FBTT's default %d, q 8,4,4 %d, q 16,4,4 %d, q 8,4,4 on 512 SMs %d", part_at(4, 132), part_at(8, 132),
+             part_at(16, 132), part_at(8, 512));
+    report(part_at(4, 132) == 64 && part_at(8, 132) == 48 && part_at(16, 132) == 64 && part_at(8, 512) == 64,
+           "version 7's part size: 48 where parts of 64 spill into a second wave, else 64", msg);
+#endif
 }
 
 

@@ -36,11 +36,11 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
   Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
   2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271; ranks 64
-  0.266; q 8,4,4 cut in 2 0.118 (version 6 0.204). Version 6 keeps ranks 16. At T = 2 7 sorts (slice, lookup) pairs
-  with CUB, a warp sums each run: one product per lookup and core (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms, was 6). At
-  T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups, else two groups for the T = 2 kernels),
-  runs that route and goes back by two GEMMs a merge, the groups on two streams (H100: the grid's T 4 0.336 -> 0.180
-  ms, Zipf 0.344 -> 0.185, T 5 0.29 -> 0.18, T 6 0.548 -> 0.159; logs 2026-12-06_tt_backward_*_h100).
+  0.266; q 8,4,4 cut in 2 0.118 (6: 0.204; H100 with items of 48 lookups: 0.120 -> 0.111). 6 keeps ranks 16. At T = 2
+  7 sorts (slice, lookup) pairs with CUB, a warp sums each run: one product per lookup and core (H100: p 2000,3300, q
+  16,8 0.281 -> 0.089 ms, was 6). At T >= 4 with small p it merges adjacent cores (a tensor-core cut of three groups,
+  else two groups for the T = 2 kernels), runs that route and goes back by two GEMMs a merge, the groups on two streams
+  (H100: the grid's T 4 0.336 -> 0.180 ms, Zipf 0.344 -> 0.185, T 5 0.29 -> 0.18, T 6 0.548 -> 0.159).
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)
@@ -2036,7 +2036,14 @@ tt_embedding_backward_group_final_kernel(const TtEmbeddingBackwardShape shape, c
 // (4 rows k_1 = tig, 8 columns group): no padding serves both, so its copy is swizzled (tt_embedding_backward_tc_g1). (III)
 // takes K in the order (k_1 block of 8 per 4 k-steps, a_1 = ks % 4), and L^T is stored (a_2, a_1, k_1) to match.
 static const int TT_EMBEDDING_BACKWARD_TC_BLOCK = 256;        // 8 warps: the warp tiling below assumes it
-static const int TT_EMBEDDING_BACKWARD_TC_PART = 64;          // lookups per item (longer slices split evenly into parts)
+static const int TT_EMBEDDING_BACKWARD_TC_PART = 64;          // lookups per item at most (longer slices split evenly into parts)
+static const int TT_EMBEDDING_BACKWARD_TC_PART_SHORT = 48;    // lookups per item at most where the slices exceed a wave (below)
+#ifdef TT_EMBEDDING_BACKWARD_TC_PART_FIXED                   // a sweep's build: every launch at this part size
+static_assert(TT_EMBEDDING_BACKWARD_TC_PART_FIXED >= 1 && TT_EMBEDDING_BACKWARD_TC_PART_FIXED <= TT_EMBEDDING_BACKWARD_TC_PART, "1 .. PART lookups");
+static const int TT_EMBEDDING_BACKWARD_TC_PART_MIN = TT_EMBEDDING_BACKWARD_TC_PART_FIXED;
+#else
+static const int TT_EMBEDDING_BACKWARD_TC_PART_MIN = TT_EMBEDDING_BACKWARD_TC_PART_SHORT;   // (the partial buffers' size)
+#endif
 static const int TT_EMBEDDING_BACKWARD_TC_NB = 16;            // lookups per segment: 4 m-tiles of 4 lookups
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK = 256;   // side kernel
 static const int TT_EMBEDDING_BACKWARD_TC_SIDE_RG = 32;       // side kernel: rows per group (summed in lookup order)
@@ -2198,8 +2205,36 @@ __host__ __device__ inline int tt_embedding_backward_tc_input_dst(int f) {
 }
 
 // the chain kernel's item `item`: which slice and part; items are numbered slice by slice, a slice with n
-// lookups taking ceil(n / PART) of them (host-callable: the test checks it against a direct enumeration)
-__host__ __device__ inline int tt_embedding_backward_tc_parts(int n) { return (n + TT_EMBEDDING_BACKWARD_TC_PART - 1) / TT_EMBEDDING_BACKWARD_TC_PART; }
+// lookups taking ceil(n / part) of them (host-callable: the test checks it against a direct enumeration)
+__host__ __device__ inline int tt_embedding_backward_tc_parts(int n, int part) { return (n + part - 1) / part; }
+
+// Lookups per item, at most (the host's choice). Items are the chain kernel's blocks, two resident per SM (a wave:
+// 264 on 132 SMs), and the kernel ends when its last item does. Where parts of 64 fit one wave (FBTT's default: 220
+// slices of ~47 lookups), 64 keeps one item per slice and no partial sums. Where they spill into a second wave
+// (q 8,4,4 cut in 2: 440 parts of ~47), parts of at most 48 make two full waves of shorter items instead of a full and
+// a ragged one (H100: q 8,4,4 0.1204 -> 0.1111 ms, Zipf 0.1368 -> 0.1302). Past two waves (q 16,4,4: 660 parts of ~62)
+// shorter parts only add a wave (0.2602 -> 0.2677), and at the default 48 costs 6% (0.0654 -> 0.0693), so 64 stays
+// (results/notes/tt_embedding_backward.md). -DTT_EMBEDDING_BACKWARD_TC_PART_FIXED=n builds a fixed choice.
+inline int tt_embedding_backward_tc_part_size(const TtEmbeddingBackwardShape& s, int sms) {
+#ifdef TT_EMBEDDING_BACKWARD_TC_PART_FIXED
+    (void)s; (void)sms; (void)TT_EMBEDDING_BACKWARD_TC_PART_SHORT;
+    return TT_EMBEDDING_BACKWARD_TC_PART_FIXED;
+#else
+    const int64_t slices = (int64_t)s.tables * s.p[1], per = ceil_div<int64_t>(std::max(s.nnz, 1), slices);
+    const int64_t items = slices * ceil_div<int64_t>(per, TT_EMBEDDING_BACKWARD_TC_PART), wave = 2 * (int64_t)sms;
+    return items > wave && items <= 2 * wave ? TT_EMBEDDING_BACKWARD_TC_PART_SHORT : TT_EMBEDDING_BACKWARD_TC_PART;
+#endif
+}
+// the SMs of the current device (the part size's wave), asked once
+inline int tt_embedding_backward_num_sms() {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
 
 #ifdef __CUDA_ARCH__
 // inclusive sum of v over the block (8 warps); total = the block's sum. Two barriers.
@@ -2421,7 +2456,7 @@ tt_embedding_backward_tc_prep_kernel(const __grid_constant__ TtEmbeddingBackward
 __global__ void __launch_bounds__(TT_EMBEDDING_BACKWARD_TC_BLOCK, 2)
 tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, int key_stride, const int* __restrict__ keys,
                                     const int* __restrict__ bag_of, const int* __restrict__ counts, const int* __restrict__ bucket, int* __restrict__ ctr,
-                                    float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2,
+                                    float* __restrict__ partial, float* __restrict__ W0, float* __restrict__ W2, int part_size,
                                     const __grid_constant__ TtEmbeddingBackwardIo io) {
 #ifdef __CUDA_ARCH__
     float* g1s = reinterpret_cast<float*>(tt_embedding_backward_smem);
@@ -2436,7 +2471,7 @@ tt_embedding_backward_tc_chain_kernel(const __grid_constant__ TtEmbeddingBackwar
     pdl_allow_next();
     // the item: a block scan of the parts per slice
     const int item = blockIdx.x;
-    tt_embedding_backward_tc_find_item(s.tables * s.p[1], TT_EMBEDDING_BACKWARD_TC_PART, [&](int k) { return counts[s.key_base[1] + k]; },
+    tt_embedding_backward_tc_find_item(s.tables * s.p[1], part_size, [&](int k) { return counts[s.key_base[1] + k]; },
                                        warp_sums, info);
     const int k = info[0];
     if (k < 0) return;                          // past the last item
@@ -4135,10 +4170,11 @@ void tt_embedding_backward_tc_tensor(const TtEmbeddingBackwardArgs& a) {
     launch_pdl(
         tt_embedding_backward_tc_prep_kernel, (unsigned)ceil_div<int64_t>((int64_t)s.num_bags * 32, TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK),
         (unsigned)TT_EMBEDDING_BACKWARD_GROUP_PREP_BLOCK, (size_t)0, s, key_stride, a.offsets, a.indices, w.keys, w.bag_of, w.counts, a.bucket);
-    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + (int64_t)s.tables * s.p[1]);
+    const int part = tt_embedding_backward_tc_part_size(s, tt_embedding_backward_num_sms());
+    const unsigned items = (unsigned)(ceil_div<int64_t>(s.nnz, part) + (int64_t)s.tables * s.p[1]);
     launch_pdl(tt_embedding_backward_tc_chain_kernel, items, (unsigned)TT_EMBEDDING_BACKWARD_TC_BLOCK, tt_embedding_backward_tc_smem_bytes(), s,
                                      key_stride, (const int*)w.keys, (const int*)w.bag_of, (const int*)w.counts, (const int*)a.bucket, w.ctr, w.partial,
-                                     W0, W2, io);
+                                     W0, W2, part, io);
     launch_pdl(tt_embedding_backward_tc_side_kernel, (unsigned)tt_embedding_backward_tc_side_items(s), (unsigned)TT_EMBEDDING_BACKWARD_TC_SIDE_BLOCK,
                                      (size_t)0, s, key_stride, (const int*)w.keys, (const int*)w.counts, (const int*)a.bucket, (const float*)W0,
                                      (const float*)W2, w.ctr + s.tables * s.p[1], w.side, io);
@@ -4320,8 +4356,6 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
             break;
     }
 }
-static_assert(TT_EMBEDDING_BACKWARD_TC_PART >= TT_EMBEDDING_BACKWARD_GROUP_CHUNK,
-              "version 7 uses version 6's partial buffer (one slice per chunk of 64 lookups at most)");
 
 void tt_embedding_backward(int kernel_num, const TtEmbeddingBackwardArgs& a, int block_size) {
     if (a.s.nnz_dev && kernel_num < 6) fail_args("tt_embedding_backward: version %d has no device-side lookup count (versions 6, 7 and 9 have)", kernel_num);
@@ -4415,9 +4449,11 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
     buf(&w.item_desc, 16 * (size_t)P.max_items);
     buf(&w.start, 4 * (K + 1));
     buf(&w.list, 4 * (size_t)s.T * nnz1);
-    buf(&w.partial, 4 * (size_t)P.max_chunks * s.S[P.h]);
-    buf(&w.final_parts, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     const bool tc = tt_embedding_backward_tc_reason(s).empty();                  // version 7 (below: its cut shape's)
+    // version 6's chunk partials, or version 7's parts (at the smallest part size its host may choose)
+    const size_t tc_items = tc && s.T == 3 ? (size_t)ceil_div<int64_t>(s.nnz, TT_EMBEDDING_BACKWARD_TC_PART_MIN) + (size_t)s.tables * s.p[1] : 0;
+    buf(&w.partial, 4 * std::max((size_t)P.max_chunks * s.S[P.h], tc_items * TT_EMBEDDING_BACKWARD_TC_S1));
+    buf(&w.final_parts, 4 * (size_t)P.max_items * TT_EMBEDDING_BACKWARD_GROUP_CW);
     buf(&w.side, tc && tt_embedding_backward_tc_split(s) == 1 ? 4 * (size_t)tt_embedding_backward_tc_side_items(s) * TT_EMBEDDING_BACKWARD_TC_S0 : 4);
     buf(&a.bucket, 4 * K * TT_EMBEDDING_BACKWARD_BUCKET);
     TtEmbeddingBackwardSlicePlan P8;                                                 // version 9 (none where it skips)
@@ -4433,7 +4469,7 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
         const TtEmbeddingBackwardShape v = tt_embedding_backward_tc_split_shape(s, k);
         TtEmbeddingBackwardTcSplit& x = a.split;
         const size_t Kv = (size_t)v.key_base[v.T], nv = (size_t)std::max(v.nnz, 1), Kc = (size_t)v.tables * v.p[1];
-        const size_t items = (size_t)ceil_div<int64_t>(v.nnz, TT_EMBEDDING_BACKWARD_TC_PART) + Kc;
+        const size_t items = (size_t)ceil_div<int64_t>(v.nnz, TT_EMBEDDING_BACKWARD_TC_PART_MIN) + Kc;
         buf(&x.offsets, 8 * ((size_t)v.num_bags + 1));
         buf(&x.indices, 8 * nv);
         buf(&x.ws.keys, 4 * (size_t)v.T * tt_embedding_backward_round4((int64_t)nv));
