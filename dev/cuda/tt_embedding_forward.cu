@@ -1227,10 +1227,10 @@ __device__ __forceinline__ void tt_embedding_forward_tc_ntile(float (&big)[4], f
     }
 }
 
-// A tile's rows (both tiles below): lane (group, tig) = (lane / 4, lane % 4) holds rows h = 0, 1 of the 16, each an entry of the list
-// (tt_embedding_forward_tc_slot; valid: below nu), at a_0 = group % Q0. Out: the entries, G_2's slice of each from row
-// k_2 = 2 tig (rows Q2 floats long), and the A fragments of every k-step split for 3xTF32: col t (+4) -> k = KL t + 2 s
-// (+1), from the lane's KL values of G_0's row a_0 (zeros for an invalid row).
+// A tile's rows (both tiles below): lane (group, tig) = (lane / 4, lane % 4) holds rows h = 0, 1 of the 16, each an
+// entry of the list (tt_embedding_forward_tc_slot; valid: below nu), at a_0 = group % Q0. Out: the entries, G_2's slice
+// of each from row k_2 = 2 tig (rows Q2 floats long), and the A fragments of every k-step split for 3xTF32: col t (+4)
+// -> k = KL t + 2 s (+1), from the lane's KL values of G_0's row a_0 (zeros for an invalid row).
 template <int Q0, int KS, int Q2>
 __device__ __forceinline__ void tt_embedding_forward_tc_rows(const TtEmbeddingForwardList& list, int mt, int nu, const TtEmbeddingForwardCores& cores,
                                                               const TtEmbeddingForwardShape& s, const TtEmbeddingForwardFastDigits& fd, bool fast,
