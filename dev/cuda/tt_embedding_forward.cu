@@ -113,8 +113,8 @@ struct TtEmbeddingForwardShape {
 };
 
 // the device pointers of the T cores (each [tables, p_t, slice_t]); stash: where the column-tile kernel writes P_1 (the
-// stash, tt_embedding.h) as it goes, null where it does not; source: with it, each lookup's position in indices of
-// the lookup whose tile wrote its P_1 (its own, or that of an equal index), for the copy after the forward
+// stash, tt_embedding.h) as it goes, null where it does not; source (version 6's item kernels): each lookup's position
+// in indices of the lookup that computed its row and P_1 (its own, or that of an equal index)
 struct TtEmbeddingForwardCores {
     const float* c[TT_EMBEDDING_FORWARD_MAX_CORES];
     float* stash;
@@ -559,16 +559,18 @@ __global__ void tt_embedding_forward_kernel3(floatX* __restrict__ out, const int
 
 // PDL (common.h): kernels of versions 4-6 that follow another kernel call pdl_wait_prior() before reading its output.
 
-// The pooling of versions 4-6: one thread per (bag, element), the bag's rows summed in lookup order
+// The pooling of versions 4-6: one thread per (bag, element), the bag's rows summed in lookup order. source (version 6,
+// else null): lookup n's row is row source[n] of rowbuf, so a repeated index's row is computed and stored once.
 __global__ void tt_embedding_forward_kernel_pool(floatX* __restrict__ out, const float* __restrict__ rowbuf,
-                                                  const int64_t* __restrict__ offsets, int64_t nbags, int D) {
+                                                  const int64_t* __restrict__ source, const int64_t* __restrict__ offsets,
+                                                  int64_t nbags, int D) {
     pdl_wait_prior();                      // the rows (version 6 launches this with PDL)
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nbags * D) return;
     const int64_t bag = i / D;
     const int e = (int)(i - bag * D);
     float sum = 0.0f;
-    for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) sum += rowbuf[n * D + e];
+    for (int64_t n = offsets[bag]; n < offsets[bag + 1]; n++) sum += rowbuf[(source ? source[n] : n) * D + e];
     out[i] = from_float<floatX>(sum);
 }
 
@@ -674,8 +676,9 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 // per 16-byte load (__vcmpeq2), CHUNKS loads per thread in flight. The list is filled in position order by a prefix
 // count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
 // past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
-__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
-                                                     const __grid_constant__ TtEmbeddingForwardShape s,
+// It also sets every lookup's row source to itself; the item loop then marks only the lookups of repeated indices.
+__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, int64_t* __restrict__ source,
+                                                     const int64_t* __restrict__ indices, const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
     pdl_allow_next();                      // the chain kernel's blocks may start (and wait)
     const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -683,6 +686,7 @@ __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digit
     const int64_t idx = indices[l];
     const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
     digits1[l] = (uint16_t)d;
+    source[l] = l;
 }
 
 // version 6's list capacity
@@ -788,8 +792,9 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
 //   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
-// after which the entries equal to another copy its row; with a stash (T = 3), every entry notes in source where its
-// P_1 is. DIGITS: version 6's digit scan and hash set.
+// after which the entries equal to another take its row: versions 4 and 5 copy it, version 6 (DIGITS) writes its
+// position into source, which the pooling (and, with a stash, the copy of P_1) reads. DIGITS: version 6's digit scan,
+// hash set and row sources.
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
 __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, int64_t* __restrict__ source,
                                                                    const int64_t* __restrict__ indices,
@@ -850,8 +855,8 @@ TT_EMBEDDING_FORWARD_UNROLL
         if (m == 0) continue;                               // block-uniform
         const bool fresh = !worked;
         if (fresh) { on_work(tbl, i1); worked = true; }
-        // equal indices: one entry computes, the others copy its row. DIGITS: a hash set, O(m) (else O(m^2)); an index
-        // in keep_idx (met twice in an earlier round of the item: its slot was marked, bit 30) copies that row, so
+        // equal indices: one entry computes, the others take its row. DIGITS: a hash set, O(m) (else O(m^2)); an index
+        // in keep_idx (met twice in an earlier round of the item: its slot was marked, bit 30) takes that row, so
         // where one row is most of an item (Zipf's hottest row at L 1, ~95% of the bags) rounds do not recompute it.
         if constexpr (DIGITS) {
             constexpr int K = TT_EMBEDDING_FORWARD_KEEP, MARK = 1 << 30;
@@ -900,13 +905,20 @@ TT_EMBEDDING_FORWARD_UNROLL
         __syncthreads();
         on_ready(fresh);
         compute(tbl, counters[1]);
-        __syncthreads();                                    // the block's rows are written (visible to the block)
-        for (int i = warp; i < m; i += W) {                 // copies for equal indices
-            const int f = list.first[i];
-            const int64_t from = f == i ? list.pos[i] : f >= 0 ? list.pos[f] : list.keep_pos[-2 - f], to = list.pos[i];
-            if (source && lane == 0) source[to] = from;     // its P_1 (Q_1 R_2 floats, 32x a row): copied by the grid after
-            if (f == i) continue;
-            for (int e = lane; e < s.D; e += 32) rowbuf[to * s.D + e] = rowbuf[from * s.D + e];
+        // DIGITS: an equal index gets a position to read, not a row copy. Zipf's hot rows put hundreds of lookups in a few
+        // items, and their blocks alone copied every row (a warp each, an L2 round trip per row) on the critical path.
+        if constexpr (DIGITS) {
+            for (int i = threadIdx.x; i < m; i += blockDim.x) {
+                const int f = list.first[i];
+                if (f != i) source[list.pos[i]] = f >= 0 ? list.pos[f] : list.keep_pos[-2 - f];
+            }
+        } else {
+            __syncthreads();                                // the block's rows are written (visible to the block)
+            for (int i = warp; i < m; i += W) {             // copies for equal indices
+                const int f = list.first[i];
+                if (f == i) continue;
+                for (int e = lane; e < s.D; e += 32) rowbuf[list.pos[i] * s.D + e] = rowbuf[list.pos[f] * s.D + e];
+            }
         }
         __syncthreads();                                    // before the list is reused
     }
@@ -1420,8 +1432,8 @@ tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restri
         pdl_wait_prior();                  // the digit kernel's output (launched with PDL)
         pdl_allow_next();
     }
-    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, nullptr, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
-                                               on_work, on_ready, compute);
+    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, DIGITS ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast, work,
+                                               list, cap, on_item, on_work, on_ready, compute);
 }
 
 // the signature of versions 4-6's item kernels (version 4 ignores the digits)
@@ -1724,8 +1736,8 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
     };
     pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
     pdl_allow_next();
-    tt_embedding_forward_grouped_items<true>(rowbuf, cores.stash ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast,
-                                             work, list, cap, on_item, on_work, on_ready, compute);
+    tt_embedding_forward_grouped_items<true>(rowbuf, cores.source, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
+                                             on_work, on_ready, compute);
 }
 
 // the column-tile kernel for the shape's q_0 and a block of `warps` (TC: 12 takes the wide build), null where none is
@@ -2069,14 +2081,15 @@ __global__ void tt_embedding_forward_kernel_split_rows(float* __restrict__ rowbu
 // The column tiles write P_1 of the lookups they compute; a lookup whose index another lookup of its item computed (a
 // twin) gets a copy here, a warp per lookup over the whole grid. Not in the item loop: at Zipf one item holds most
 // lookups (the hot rows share i_1), and its block alone copying ~8 KB per twin made the forward 9x slower at L 1; nor
-// through a list with an atomic per twin (those atomics, in series on the same block, still cost 1.8x). The item loop
-// writes each lookup's source position (no list, no count), and a twin costs its 2 x 4 B x Q_1 R_2 of traffic.
+// through a list with an atomic per twin (those atomics, in series on the same block, still cost 1.8x). The digit kernel
+// sets each lookup's source to itself, the item loop marks the twins (no list, no count), and a twin costs its
+// 2 x 4 B x Q_1 R_2 of traffic. The rows themselves are not copied at all: the pooling reads them through source.
 __global__ void tt_embedding_forward_kernel_stash_twins(float4* __restrict__ stash, const int64_t* __restrict__ source, int64_t nnz,
                                                         int64_t w4) {
     const int lane = threadIdx.x % 32;
     for (int64_t n = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; n < nnz; n += (int64_t)gridDim.x * blockDim.x / 32) {
         const int64_t from = source[n];
-        if (from == n || from < 0) continue;                // its own tile wrote it (warp-uniform); < 0: unwritten (the check's poison)
+        if (from == n) continue;                            // its own tile wrote it (warp-uniform)
         for (int64_t e = lane; e < w4; e += 32) stash[n * w4 + e] = stash[from * w4 + e];
     }
 }
@@ -2107,10 +2120,10 @@ struct TtEmbeddingForwardWorkspace {
     TtEmbeddingForwardFastDigits fast_digits = {};
     bool use_fast_digits = false;
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
+    int64_t* row_source = nullptr;         // version 6: [nnz] where each lookup's row (and P_1) is (TtEmbeddingForwardCores)
     // --stash (version 6): the lookups' prefixes P_1..P_{T-2} (tt_embedding.h's layout)
     float* stash = nullptr;
     int64_t stash_off[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, stash_floats = 0;
-    int64_t* stash_source = nullptr;       // [nnz]: where each lookup's P_1 is (the column tiles on tensor cores)
     // version 6 at small p_t: the cut, the prefix and suffix tables
     TtEmbeddingForwardSplit split;
     float* split_buf[4] = {};              // two step buffers, P's table [tables][n_pre][pre_len], S's [tables][n_suf][suf_len]
@@ -2196,7 +2209,7 @@ inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s
     b += 4.0 * nnz + 3.0 * 8.0 * (s.T - 1) * chunk;
     for (int t = 0; t + 1 < s.T; t++) b += 4.0 * chunk * s.Q[t + 1] * s.R[t + 2];
     if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason_tiled(s).empty())
-        b += 4.0 * nnz * s.D + 2.0 * nnz + 64;
+        b += 4.0 * nnz * s.D + 10.0 * nnz + 64;
     const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, SIZE_MAX);
     if (c.k >= 0) b += 4.0 * (double)(c.floats[0] + c.floats[1] + c.floats[2] + c.floats[3]) + 24.0 * c.pointers + 4.0 * nnz * s.D;
     return b + (256 << 20);
@@ -2258,6 +2271,7 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     const size_t i1_len = (size_t)(nnz + 7) / 8 * 8 + 8;
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
     cudaCheck(cudaMemset(ws.lookup_i1, 0, i1_len * sizeof(uint16_t)));     // the padding
+    ws.row_source = device_alloc<int64_t>((size_t)nnz);
     auto fit = [&](int v) {                                 // opt-in shared memory, block limit, residency
         for (int w : {1, 32}) {                             // the widest block's build sets the limit
             const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s, w);
@@ -2285,7 +2299,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1, (void*)ws.stash, (void*)ws.stash_source, (void*)ws.split_buf[0], (void*)ws.split_buf[1],
+                    (void*)ws.lookup_i1, (void*)ws.row_source, (void*)ws.stash, (void*)ws.split_buf[0], (void*)ws.split_buf[1],
                     (void*)ws.split_buf[2], (void*)ws.split_buf[3], (void*)ws.split_m, (void*)ws.split_c})
         cudaCheck(cudaFree(p));
     cudaCheck(cudaFree(const_cast<void**>(ws.split_g)));
@@ -2298,7 +2312,7 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     if (ws.rowbuf) poison(ws.rowbuf, std::max<size_t>((size_t)s.nnz * s.D, 1) * sizeof(float));
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
     if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
-    if (ws.stash_source) poison(ws.stash_source, (size_t)s.nnz * sizeof(int64_t));      // -1: read as unwritten
+    if (ws.row_source) poison(ws.row_source, (size_t)s.nnz * sizeof(int64_t));
     for (int i = 0; i < 4; i++)
         if (ws.split_buf[i]) poison(ws.split_buf[i], (size_t)ws.split.floats[i] * sizeof(float));
 }
@@ -2372,7 +2386,7 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     const int64_t nbags = (int64_t)s.tables * s.B, n = nbags * s.D;
     const unsigned pool_blocks = (unsigned)ceil_div<int64_t>(n, 256);
     if (s.nnz == 0) {
-        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, nullptr, offsets, nbags, s.D);
         return;
     }
     const int segments = tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
@@ -2383,14 +2397,15 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
     if (kernel == 4 || kernel == 5) {
         chain<<<blocks, block_size, smem>>>(ws.rowbuf, indices, ws.lookup_i1, offsets, cores, s, segments, ws.fast_digits, ws.use_fast_digits,
                                             ws.item_counters);
-        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, offsets, nbags, s.D);
+        tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, nullptr, offsets, nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, s, ws.fast_digits,
-                                                                                      ws.use_fast_digits);
+    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, cores.source, indices, s,
+                                                                                      ws.fast_digits, ws.use_fast_digits);
     launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
                ws.fast_digits, ws.use_fast_digits, ws.item_counters);
-    launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, offsets, nbags, s.D);
+    launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, (const int64_t*)cores.source,
+               offsets, nbags, s.D);
     if (cores.stash)                                        // the twins' P_1 (stream order: after the chain kernel)
         tt_embedding_forward_kernel_stash_twins<<<(unsigned)std::min<int64_t>(ceil_div<int64_t>(s.nnz, 8), 16 * ws.num_sms), 256>>>(
             reinterpret_cast<float4*>(cores.stash), cores.source, s.nnz, (int64_t)s.Q[1] * s.R[2] / 4);
@@ -2437,7 +2452,7 @@ void tt_embedding_forward_split(floatX* out, const int64_t* indices, const int64
     launch_pdl(tt_embedding_forward_kernel_split_rows, (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(s.nnz, warps), INT32_MAX)),
                (unsigned)block_size, tt_embedding_forward_smem_bytes_split_rows(c, warps), ws.rowbuf, indices, offsets, pre, suf, vec, s, c);
     launch_pdl(tt_embedding_forward_kernel_pool, (unsigned)ceil_div<int64_t>(nbags * s.D, 256), 256u, (size_t)0, out, (const float*)ws.rowbuf,
-               offsets, nbags, s.D);
+               (const int64_t*)nullptr, offsets, nbags, s.D);
 }
 
 void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, const int64_t* offsets,
@@ -2453,7 +2468,7 @@ void tt_embedding_forward(int kernel_num, floatX* out, const int64_t* indices, c
             const int k = tt_embedding_forward_runs6(s, ws.max_smem, ws.stash != nullptr);
             TtEmbeddingForwardCores c6 = cores;     // --stash: the routes that write it as they go
             c6.stash = ws.stash;
-            c6.source = ws.stash_source;
+            c6.source = ws.row_source;
             if (k == TT_EMBEDDING_FORWARD_SPLIT) tt_embedding_forward_split(out, indices, offsets, cores, s, ws, block_size);
             else if (k == 3) tt_embedding_forward3(out, indices, offsets, c6, s, ws, block_size);
             else tt_embedding_forward_grouped(out, indices, offsets, c6, s, ws, block_size, k);
@@ -2508,8 +2523,8 @@ void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbedd
                                       bool need_ref, bool stash) {
     const TtEmbeddingForwardShape& s = b.s;
     const int64_t stash_floats = stash ? tt_embedding_stash_layout(s.T, s.q, s.R, s.nnz, b.ws.stash_off) : 0;
-    require_device_memory(tt_embedding_forward_device_bytes(s, chunk) + (stash ? 4.0 * (double)stash_floats + 8.0 * (double)s.nnz : 0.0),
-                          "tt_embedding_forward (inputs, output, every version's workspace, the stash and its sources)");
+    require_device_memory(tt_embedding_forward_device_bytes(s, chunk) + (stash ? 4.0 * (double)stash_floats : 0.0),
+                          "tt_embedding_forward (inputs, output, every version's workspace, the stash)");
     std::vector<const float*> core_ptrs(s.T);
     for (int t = 0; t < s.T; t++) {
         b.cores.c[t] = device_upload(in.cores[t]);
@@ -2522,7 +2537,6 @@ void tt_embedding_forward_setup_bench(TtEmbeddingForwardBench& b, const TtEmbedd
     if (stash_floats) {
         b.ws.stash_floats = stash_floats;
         b.ws.stash = device_alloc<float>((size_t)stash_floats);
-        b.ws.stash_source = device_alloc<int64_t>((size_t)s.nnz);
     }
     if (!need_ref) return;
     b.ref.resize((size_t)s.tables * s.B * s.D);
