@@ -10,7 +10,7 @@ several tables, SUM pooling. Each looked-up row is rebuilt as a chain of small m
               each bag's rows (an empty bag gives zeros). Chains in fp32 in both builds; bf16 rounds the output.
 FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 200,220,250, q 4,4,4, ranks 32,32,
   B 512, L 20): 36,864 per lookup, 377.5 MFLOP per call. % below: of the FP32 FMA peak measured in the same run;
-  the count is nominal (every lookup's chain): version 6 copies a repeated index's row, so Zipf rates can pass 100%.
+  the count is nominal (every lookup's chain): version 6 makes a repeated index's row once, so Zipf rates can pass 100%.
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
@@ -22,8 +22,8 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
-  6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices, PDL
-     (Zipf 1.15: 0.0442, where 4 is faster, 0.0404); where G_1's slice exceeds shared memory (rank
+  6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices read through a map,
+     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); where G_1's slice exceeds shared memory (rank
      128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
      FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
@@ -53,7 +53,7 @@ Lessons:
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
-  - The stash's copies for repeated indices, made in their item, cost 9x at Zipf L 1: one block held the hot item.
+  - Repeats of a hot row copied in their item all ran on one block; a map read by the pooling won 1.6x at Zipf 1.15.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
     1.780 to 1.122. At L 1 the SM issues on 20% of its cycles (ncu): each warp's serial path rules, so a warp's rows
     loaded once instead of per a_1 won 15%, two a_1 at once won only at Zipf, columns over warps lost 17-108%.
