@@ -634,29 +634,37 @@ static void test_tiled() {
     }, rng);
 }
 
-// The column-tile kernel's tensor-core tile (R_2 = 128): every (k, n) at its own 16-byte-aligned-row place inside the
-// buffer, and each B-fragment read of a warp (k = 32 tig + 2 s (+1), n = 8 j + group) on 32 distinct banks.
+// The column-tile kernel's tensor-core tile (R_2 = TR = 64 or 128): every (k, n) at its own 16-byte-aligned-row place
+// inside the buffer, and each B-fragment read of a warp (k = KL tig + 2 s (+1), n = 8 j + group) on 32 distinct banks.
+template <int TR>
 static void test_tiled_tc_layout() {
-    std::vector<int> owner(TT_EMBEDDING_FORWARD_TILED_TC_FLOATS, -1);
+    constexpr int KL = TR / 4, FLOATS = tt_embedding_forward_tiled_tc_floats(TR);
+    std::vector<int> owner(FLOATS, -1);
     std::string bad;
-    for (int k = 0; k < 128; k++) {
-        if (tt_embedding_forward_tiled_tc_at(k, 0) % 4) bad += " row" + std::to_string(k) + "unaligned";
-        for (int n = 0; n < 128; n++) {
-            const int a = tt_embedding_forward_tiled_tc_at(k, n);
-            if (a < 0 || a >= TT_EMBEDDING_FORWARD_TILED_TC_FLOATS || owner[a] != -1) { bad += " (" + std::to_string(k) + "," + std::to_string(n) + ")"; continue; }
-            owner[a] = 128 * k + n;
+    for (int k = 0; k < TR; k++) {
+        if (tt_embedding_forward_tiled_tc_at<TR>(k, 0) % 4) bad += " row" + std::to_string(k) + "unaligned";
+        for (int n = 0; n < TR; n++) {
+            const int a = tt_embedding_forward_tiled_tc_at<TR>(k, n);
+            if (a < 0 || a >= FLOATS || owner[a] != -1) { bad += " (" + std::to_string(k) + "," + std::to_string(n) + ")"; continue; }
+            owner[a] = TR * k + n;
         }
+        if (tt_embedding_forward_tiled_tc_at<TR>(k, 1) - tt_embedding_forward_tiled_tc_at<TR>(k, 0) != 1) bad += " row not contiguous";
     }
     int conflicts = 0;
-    for (int st = 0; st < 16; st++)
+    for (int st = 0; st < TR / 8; st++)
         for (int e = 0; e < 2; e++)
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < TR / 8; j++) {
                 unsigned banks = 0;
                 for (int lane = 0; lane < 32; lane++)
-                    banks |= 1u << (tt_embedding_forward_tiled_tc_at(32 * (lane & 3) + 2 * st + e, 8 * j + (lane >> 2)) % 32);
+                    banks |= 1u << (tt_embedding_forward_tiled_tc_at<TR>(KL * (lane & 3) + 2 * st + e, 8 * j + (lane >> 2)) % 32);
                 conflicts += banks != 0xffffffffu;
             }
-    report(bad.empty() && conflicts == 0, "version 6's tensor-core tile: 128 x 128 places distinct, B reads on 32 banks",
+    // the kernel reads row k + 1 at pitch floats past row k (k even, both in one lane's block of KL rows)
+    for (int k = 0; k + 1 < TR; k += 2)
+        if (tt_embedding_forward_tiled_tc_at<TR>(k + 1, 0) - tt_embedding_forward_tiled_tc_at<TR>(k, 0) != tt_embedding_forward_tiled_tc_pitch(TR))
+            bad += " pitch";
+    report(bad.empty() && conflicts == 0,
+           "version 6's tensor-core tile, rank " + std::to_string(TR) + ": places distinct, B reads on 32 banks",
            bad.substr(0, 200) + " conflicting reads " + std::to_string(conflicts));
 }
 
@@ -1245,7 +1253,8 @@ int main() {
     test_digits();
     test_v4();
     test_tiled();
-    test_tiled_tc_layout();
+    test_tiled_tc_layout<64>();
+    test_tiled_tc_layout<128>();
     test_fast_digits();
     {
         Rng rng(101);

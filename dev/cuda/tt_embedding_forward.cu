@@ -23,23 +23,23 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices read through a map,
-     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); where G_1's slice exceeds shared memory (rank
-     128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 128 (else
-     FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel            0.0332  20.0
+     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); at R_2 = 64 and where G_1's slice exceeds
+     shared memory (rank 128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 64
+     or 128 (else FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel  0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
      FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
      build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137 (2026-12-03)
   retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
   0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
-Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16, 32 or 64, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <=
-65536): q 8,4,4 0.0492 ms (version 3 0.0817), ranks 64,64 0.1102 (3: 0.1547; logs 2026-12-01_tt_forward_*); q 4,8,8 on
-an H100 0.072 (3: 0.096; step 2 a_1 by a_1, a reduce-scatter over the quad). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2
-= 4, R_2 a power of two <= 128. Small p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps
-under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100, logs
-2026-12-06_*narrow*: T 4 0.053 -> 0.044, T 6 0.061 -> 0.045); else version 3: the default never skips, and is
-deterministic at any block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward
-(column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), FBTT's
-shape 0.066 (0.035), ranks 64 0.203 (0.112; logs 2026-12-04_tt_forward_stash_route_ab).
+Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <= 65536): q
+8,4,4 0.0492 ms (version 3 0.0817); q 4,8,8 on an H100 0.072 (3: 0.096). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2 = 4,
+R_2 a power of two <= 128; at rank 64 every a_1's tile held, the (m-tile, a_1) units spread evenly over the warps (H100
+2026-12-07, was the compiled kernel: ranks 64,64 0.1115 -> 0.0726, Zipf 0.0577 -> 0.0344, q 8,4,4 0.278 -> 0.118). Small
+p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours
+(H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603); else version 3: the default never skips, and is deterministic
+at any block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward (column tiles on
+tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), FBTT's shape 0.066
+(0.035), ranks 64 on an H100 0.089 (0.073; logs 2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank64*).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -1451,7 +1451,7 @@ inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_tc_kernel(const TtEm
     if (s.q[0] == 8) return R != 32 ? nullptr : digits ? tt_embedding_forward_kernel5<8, 4, 4, 4, 4, true> : tt_embedding_forward_kernel5<8, 4, 4, 4, 4, false>;
     if (R == 32) return digits ? tt_embedding_forward_kernel5<4, 4, 4, 4, 4, true> : tt_embedding_forward_kernel5<4, 4, 4, 4, 4, false>;
     if (R == 16) return digits ? tt_embedding_forward_kernel5<4, 2, 4, 2, 4, true> : tt_embedding_forward_kernel5<4, 2, 4, 2, 4, false>;
-    if (R == 64) return digits ? tt_embedding_forward_kernel5<4, 8, 4, 8, 4, true> : tt_embedding_forward_kernel5<4, 8, 4, 8, 4, false>;
+    if (R == 64) return digits ? nullptr : tt_embedding_forward_kernel5<4, 8, 4, 8, 4, false>;   // (6: the column tiles)
     return nullptr;
 }
 
@@ -1463,10 +1463,12 @@ inline std::string tt_embedding_forward_reason5(const TtEmbeddingForwardShape& s
            "); add an instantiation for others";
 }
 
-// where version 6 runs its compiled kernel (version 5's shapes, p_1 <= 65536); it runs version 3's elsewhere
+// where version 6 runs its compiled kernel (version 5's shapes but rank 64, p_1 <= 65536); elsewhere the column tiles
+// or version 3's (tt_embedding_forward_runs6)
 inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s) {
     const std::string why = tt_embedding_forward_reason5(s);
     if (!why.empty()) return "as " + why;
+    if (!tt_embedding_forward_tc_kernel(s, true)) return "version 6 runs ranks 64,64 on its column tiles";
     if (s.p[1] > 65536) return "version 6's compiled kernel stores i_1 as uint16: p_1 (" + std::to_string(s.p[1]) + ") must be <= 65536";
     return "";
 }
@@ -1514,43 +1516,53 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile(float* dst, const
 
 __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
-// Step 1 on tensor cores where R_2 = 128 (a tile is one a_1; EL-Rec's ranks): the FP32 lane step ran at 43% of the
-// FMA peak. The tile stays raw in shared memory, two buffers so the next a_1's copy (cp.async) runs under this one's
-// mma. A warp takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's 32 values of K per row in registers,
-// split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile (all 128 k_2 of
-// the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end.
-#define TT_EMBEDDING_FORWARD_TILED_TC_R2 128
-// Compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168, which costs
-// 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
-__host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return R2 == TT_EMBEDDING_FORWARD_TILED_TC_R2 && R1 <= 128; }
-// The tile: 128 rows k (zeros past R_1) of 128 floats k_2, 152 apart, row k shifted by 8 (k / 32). K is permuted so
-// that lane tig holds k = 32 tig .. 32 tig + 31 (its A values: eight float4 loads per row, not 32 scalars), and its B
-// fragment reads rows 32 tig + 2 s (+1), column 8 j + group: pitch and shift put the quad's four rows on distinct banks.
-constexpr int TT_EMBEDDING_FORWARD_TILED_TC_PITCH = 152, TT_EMBEDDING_FORWARD_TILED_TC_FLOATS = 128 * TT_EMBEDDING_FORWARD_TILED_TC_PITCH;
-__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_at(int k, int n) { return TT_EMBEDDING_FORWARD_TILED_TC_PITCH * k + 8 * (k >> 5) + n; }
+// Step 1 on tensor cores where R_2 = TR is 128 (EL-Rec's ranks) or 64, and R_1 <= TR (a tile is one a_1): the FP32
+// lane step ran at 43% of the FMA peak at rank 128. The tile stays raw in shared memory, two buffers so the next
+// a_1's copy (cp.async) runs under this one's mma. A warp takes 16-row tiles (16 / q_0 lookups, as version 5): its
+// lane's TR / 4 values of K per row in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32
+// into one accumulator per n-tile (all TR k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes
+// adding their k_2 at the end. At rank 64 it runs ahead of version 5's compiled kernel, whose slice and its two split
+// copies (197 KB) leave one block of 255 registers an SM: here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks
+// of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms; capped at 128 registers for two blocks of 256, it spilled).
+// TR = 128 is compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168,
+// which costs 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
+__host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64) && R1 <= R2; }
+// The tile: TR rows k (zeros past R_1) of TR floats k_2, TR + 24 apart, row k shifted by 8 (k / KL), KL = TR / 4. K
+// is permuted so that lane tig holds k = KL tig .. KL tig + KL - 1 (its A values: float4 loads along a row, not
+// scalars), and its B fragment reads rows KL tig + 2 s (+1), column 8 j + group: the rows of the quad's lanes are 16
+// or 32 rows apart (a multiple of 32 banks at either pitch), so the shift alone puts them 8 banks apart.
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_pitch(int TR) { return TR + 24; }
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_floats(int TR) { return TR * (TR + 24); }
+// tiles a block holds: at rank 64 with q_1 <= 4 every a_1's (22.5 KB each), so that a warp's work is any (m-tile, a_1)
+// and an item's units spread evenly over the warps; else two, double-buffered
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_held(int TR, int q1) { return TR == 64 && q1 <= 4 ? q1 : 2; }
+template <int TR>
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_at(int k, int n) { return (TR + 24) * k + 8 * (k / (TR / 4)) + n; }
 
-// a_1's tile of G_1's slice g1 into dst (rows below R_1; R_2 = 128: 32 float4s a row), thread tid of nthreads
+// a_1's tile of G_1's slice g1 into dst (rows below R_1; TR / 4 float4s a row), thread tid of nthreads
+template <int TR>
 __device__ __forceinline__ void tt_embedding_forward_tiled_tc_copy(float* dst, const float* g1, int R1, int q1, int a1, int tid, int nthreads) {
-    for (int c = tid; c < 32 * R1; c += nthreads) {
-        const int k = c >> 5, n = 4 * (c & 31);
-        async_copy(dst + tt_embedding_forward_tiled_tc_at(k, n), g1 + ((int64_t)k * q1 + a1) * TT_EMBEDDING_FORWARD_TILED_TC_R2 + n, true);
+    constexpr int V = TR / 4;
+    for (int c = tid; c < V * R1; c += nthreads) {
+        const int k = c / V, n = 4 * (c % V);
+        async_copy(dst + tt_embedding_forward_tiled_tc_at<TR>(k, n), g1 + ((int64_t)k * q1 + a1) * TR + n, true);
     }
 }
 
 // A warp's 16-row tile: its lookups (two rows a lane), their G_0 rows in registers (k = 32 tig + v, zeros past R_1) and
 // G_2 slices. Independent of a_1: where a warp keeps one m-tile for all a_1 it loads them once, under the first copy.
+template <int KL_>
 struct TtEmbeddingForwardTcRows {
-    static constexpr int KL = 32;
+    static constexpr int KL = KL_;
     int entry[2];
     bool valid[2];
     const float* g2s[2];
     float x[2][KL];
 };
-template <int Q0>
-__device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingForwardTcRows& r, const TtEmbeddingForwardList& list, int mt, int nu,
+template <int Q0, int KL>
+__device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingForwardTcRows<KL>& r, const TtEmbeddingForwardList& list, int mt, int nu,
                                                            const TtEmbeddingForwardCores& cores, const TtEmbeddingForwardShape& s,
                                                            const TtEmbeddingForwardFastDigits& fd, bool fast, int tbl, int lane) {
-    constexpr int KL = TtEmbeddingForwardTcRows::KL;
     const int group = lane >> 2, tig = lane & 3, a0 = group % Q0, R1 = s.R[1];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1574,11 +1586,11 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingFo
 }
 
 // the tile's rows times a_1's tile (step 1, 3xTF32; P_1 into the stash where it is kept), then x G_2 (step 2) into rowbuf
-template <int Q0>
+template <int Q0, int TR>
 __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, float* __restrict__ stash, const TtEmbeddingForwardList& list,
-                                                           const TtEmbeddingForwardTcRows& r, const float* __restrict__ tile, int a1,
+                                                           const TtEmbeddingForwardTcRows<TR / 4>& r, const float* __restrict__ tile, int a1,
                                                            const TtEmbeddingForwardShape& s, int lane) {
-    constexpr int KS = 16, NT = 16, KL = TtEmbeddingForwardTcRows::KL;   // R_1 <= 128: 16 k-steps of 8 (zeros past R_1)
+    constexpr int KS = TR / 8, NT = TR / 8, KL = TR / 4;   // R_1 <= TR: TR / 8 k-steps of 8 (zeros past R_1)
     const int group = lane >> 2, tig = lane & 3, a0 = group % Q0;
     float acc[NT][4] = {};
 #pragma unroll
@@ -1587,10 +1599,10 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
         tt_embedding_forward_split_a<KL>(ahi, alo, r.x, st);
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const float* b = tile + tt_embedding_forward_tiled_tc_at(32 * tig + 2 * st, 8 * j + group);   // B: (k, n) = (tig (+4), group)
+            const float* b = tile + tt_embedding_forward_tiled_tc_at<TR>(KL * tig + 2 * st, 8 * j + group);   // B: (k, n) = (tig (+4), group)
             uint32_t bhi[2], blo[2];
             tf32_split_fast(b[0], bhi[0], blo[0]);
-            tf32_split_fast(b[TT_EMBEDDING_FORWARD_TILED_TC_PITCH], bhi[1], blo[1]);
+            tf32_split_fast(b[tt_embedding_forward_tiled_tc_pitch(TR)], bhi[1], blo[1]);
             mma_tf32_m16n8k8(acc[j], alo, bhi[0], bhi[1]);
             mma_tf32_m16n8k8(acc[j], ahi, blo[0], blo[1]);
             mma_tf32_m16n8k8(acc[j], ahi, bhi[0], bhi[1]);
@@ -1600,8 +1612,7 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
 #pragma unroll
         for (int h = 0; h < 2; h++)
             if (r.valid[h]) {
-                float* dst = stash + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.Q[1] * TT_EMBEDDING_FORWARD_TILED_TC_R2 +
-                             (a0 * s.q[1] + a1) * TT_EMBEDDING_FORWARD_TILED_TC_R2 + 2 * tig;
+                float* dst = stash + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.Q[1] * TR + (a0 * s.q[1] + a1) * TR + 2 * tig;
 #pragma unroll
                 for (int j = 0; j < NT; j++) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
             }
@@ -1630,13 +1641,13 @@ inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShap
     if (s.T != 3 || s.R[2] < 1) return 0;
     const size_t list = tt_embedding_forward_list_bytes(tt_embedding_forward_digit_list_cap(32 * warps), true);
     if (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))
-        return sizeof(float) * 2 * TT_EMBEDDING_FORWARD_TILED_TC_FLOATS + list;
+        return sizeof(float) * tt_embedding_forward_tiled_tc_held(s.R[2], s.q[1]) * tt_embedding_forward_tiled_tc_floats(s.R[2]) + list;
     const size_t tile = (size_t)s.R[1] * tt_embedding_forward_tile_a1(s.q[1], s.R[2]) * s.R[2];
     const size_t stage = (size_t)tt_embedding_forward_r1_pad(s.R[1]) * s.q[0] * tt_embedding_forward_lpw_tiled(s.q[0]);
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
 }
 
-template <int Q0, bool TC, bool WIDE = false>
+template <int Q0, bool TC, bool WIDE = false, int TR = 128>
 __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -1648,14 +1659,15 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
     const int tile_a1 = tt_embedding_forward_tile_a1(q1, R2), cap = tt_embedding_forward_digit_list_cap(blockDim.x);
     constexpr int LPW = tt_embedding_forward_lpw_tiled(Q0);
     const int stage_floats = TC ? 0 : R1p * Q0 * LPW;
-    const int tc_floats = TT_EMBEDDING_FORWARD_TILED_TC_FLOATS;
-    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem_tiled);    // [R1][tile_a1 R2] (TC: 2 x TILED_TC_FLOATS)
-    float* stages = tile + (TC ? 2 * tc_floats : R1 * tile_a1 * R2);       // [W][2][stage_floats]
+    constexpr int tc_floats = tt_embedding_forward_tiled_tc_floats(TR);
+    const int held = tt_embedding_forward_tiled_tc_held(TR, q1);
+    float* tile = reinterpret_cast<float*>(tt_embedding_forward_smem_tiled);    // [R1][tile_a1 R2] (TC: `held` tiles of tc_floats)
+    float* stages = tile + (TC ? held * tc_floats : R1 * tile_a1 * R2);    // [W][2][stage_floats]
     const TtEmbeddingForwardList list = tt_embedding_forward_list(stages + W * 2 * stage_floats, cap);
     for (int st = 0; st < 2 * W; st++)                      // transposed G_0's padding rows stay zero
         for (int e = R1 * Q0 * LPW + threadIdx.x; e < stage_floats; e += blockDim.x) stages[st * stage_floats + e] = 0.0f;
-    for (int e = TT_EMBEDDING_FORWARD_TILED_TC_PITCH * R1 + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
-        tile[e] = tile[tc_floats + e] = 0.0f;
+    for (int e = tt_embedding_forward_tiled_tc_pitch(TR) * R1 + threadIdx.x; TC && e < tc_floats; e += blockDim.x)   // and the TC tiles'
+        for (int h = 0; h < held; h++) tile[h * tc_floats + e] = 0.0f;
     int item_i1 = 0;
     auto on_item = [&](int, int i1) { item_i1 = i1; };
     auto on_work = [](int, int) {};                         // G_1 is copied per tile, in compute
@@ -1665,24 +1677,44 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
         const float* g1 = cores.c[1] + ((int64_t)tbl * s.p[1] + item_i1) * s.slice[1];
         if constexpr (TC) {
             const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0), u = threadIdx.x / 32, lane = threadIdx.x % 32;
-            auto mma = [&](const TtEmbeddingForwardTcRows& r, const float* t, int a1) {
-                tt_embedding_forward_tiled_tc_tile<Q0>(rowbuf, cores.stash, list, r, t, a1, s, lane);
+            using Rows = TtEmbeddingForwardTcRows<TR / 4>;
+            auto mma = [&](const Rows& r, const float* t, int a1) {
+                tt_embedding_forward_tiled_tc_tile<Q0, TR>(rowbuf, cores.stash, list, r, t, a1, s, lane);
             };
-            auto load = [&](TtEmbeddingForwardTcRows& r, int mt) {
+            auto load = [&](Rows& r, int mt) {
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
             };
+            // rank 64, q_1 <= 4: every a_1's tile at once; warp u takes a contiguous run of the item's n_mt q_1 units
+            // (m-tile, a_1), loading a tile's rows once per run of its a_1 (at the default 12 m-tiles: 6 units a warp,
+            // where one m-tile per warp and a_1 would leave half the warps with two and half with one)
+            if (TR == 64 && held == q1) {
+                for (int a1 = 0; a1 < q1; a1++) tt_embedding_forward_tiled_tc_copy<TR>(tile + a1 * tc_floats, g1, R1, q1, a1, threadIdx.x, blockDim.x);
+                async_commit();
+                const int units = n_mt * q1, per = (units + W - 1) / W, k0 = u * per, k1 = min(units, k0 + per);
+                Rows r;
+                if (k0 < k1) load(r, k0 / q1);                 // under the copy
+                async_wait_group<0>();
+                __syncthreads();
+                for (int k = k0; k < k1; k++) {                 // warp-uniform
+                    const int mt = k / q1, a1 = k - mt * q1;
+                    if (k > k0 && a1 == 0) load(r, mt);
+                    mma(r, tile + a1 * tc_floats, a1);
+                }
+                __syncthreads();                                // every warp is done with the tiles the next item refills
+                return;
+            }
             // wide build, few m-tiles (Zipf: most items hold a row or two): two a_1 at once, a tile in each buffer, so
             // that idle warps take the second; the pair's copy is not hidden, which is why the narrow build keeps one
             if (WIDE && 2 * n_mt <= W && q1 > 1) {
                 for (int a1 = 0; a1 < q1; a1 += 2) {
                     const int na = min(2, q1 - a1);
                     for (int h = 0; h < na; h++)
-                        tt_embedding_forward_tiled_tc_copy(tile + h * tc_floats, g1, R1, q1, a1 + h, threadIdx.x, blockDim.x);
+                        tt_embedding_forward_tiled_tc_copy<TR>(tile + h * tc_floats, g1, R1, q1, a1 + h, threadIdx.x, blockDim.x);
                     async_commit();
                     async_wait_group<0>();
                     __syncthreads();
                     if (u < na * n_mt) {                    // warp-uniform
-                        TtEmbeddingForwardTcRows r;
+                        Rows r;
                         load(r, u % n_mt);
                         mma(r, tile + u / n_mt * tc_floats, a1 + u / n_mt);
                     }
@@ -1691,7 +1723,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
                 return;
             }
             auto copy = [&](float* dst, int a1) {
-                tt_embedding_forward_tiled_tc_copy(dst, g1, R1, q1, a1, threadIdx.x, blockDim.x);
+                tt_embedding_forward_tiled_tc_copy<TR>(dst, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
             };
             auto each_a1 = [&](auto&& first, auto&& body) { // else a_1's tile double-buffered: the next one copies under the mma
@@ -1710,12 +1742,12 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
                 }
             };
             if (!WIDE && n_mt <= W) {                       // a warp's one m-tile: its rows loaded once, under the first copy
-                TtEmbeddingForwardTcRows r;
+                Rows r;
                 each_a1([&] { if (u < n_mt) load(r, u); }, [&](const float* t, int a1) { if (u < n_mt) mma(r, t, a1); });
             } else {
                 each_a1([] {}, [&](const float* t, int a1) {
                     for (int mt = u; mt < n_mt; mt += W) {   // warp-uniform
-                        TtEmbeddingForwardTcRows r;
+                        Rows r;
                         load(r, mt);
                         mma(r, t, a1);
                     }
@@ -1740,19 +1772,20 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
                                              on_work, on_ready, compute);
 }
 
-// the column-tile kernel for the shape's q_0 and a block of `warps` (TC: 12 takes the wide build), null where none is
+// the column-tile kernel for the shape's q_0 and a block of `warps` (TC at rank 128: 12 takes the wide build), null where
+// none is
 template <int Q0>
-inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int warps) {
-    return !tc ? tt_embedding_forward_kernel_tiled<Q0, false> : warps > 8 ? tt_embedding_forward_kernel_tiled<Q0, true, true>
-                                                               : tt_embedding_forward_kernel_tiled<Q0, true>;
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int R2, int warps) {
+    return !tc ? tt_embedding_forward_kernel_tiled<Q0, false> : R2 == 64 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 64>
+         : warps > 8 ? tt_embedding_forward_kernel_tiled<Q0, true, true> : tt_embedding_forward_kernel_tiled<Q0, true>;
 }
 inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s, int warps = 8) {
     const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tt_embedding_forward_kernel_tiled_q0<1>(tc, warps);
-        case 2: return tt_embedding_forward_kernel_tiled_q0<2>(tc, warps);
-        case 4: return tt_embedding_forward_kernel_tiled_q0<4>(tc, warps);
-        case 8: return tt_embedding_forward_kernel_tiled_q0<8>(tc, warps);
+        case 1: return tt_embedding_forward_kernel_tiled_q0<1>(tc, s.R[2], warps);
+        case 2: return tt_embedding_forward_kernel_tiled_q0<2>(tc, s.R[2], warps);
+        case 4: return tt_embedding_forward_kernel_tiled_q0<4>(tc, s.R[2], warps);
+        case 8: return tt_embedding_forward_kernel_tiled_q0<8>(tc, s.R[2], warps);
         default: return nullptr;
     }
 }
@@ -2159,14 +2192,17 @@ inline std::string tt_embedding_forward_grouped_reason(int kernel, const TtEmbed
     return "";
 }
 
-// version 6 runs its compiled kernel where that applies, the column-tile kernel where G_1's slice is too big for
-// version 5's copies and that kernel runs, version 3's everywhere else (tt_embedding_forward_runs6 says which)
+// version 6 runs its compiled kernel where that applies, the column-tile kernel at rank 64 and where G_1's slice is too
+// big for version 5's copies (and that kernel runs), version 3's everywhere else (tt_embedding_forward_runs6 says which)
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return tt_embedding_forward_reason6(s).empty() && tt_embedding_forward_grouped_reason(6, s, max_smem).empty();
 }
+// the column tiles: on tensor cores at rank 64, and where version 5's copies of G_1's slice do not fit
 inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    return !tt_embedding_forward_fast6(s, max_smem) && s.T == 3 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem &&
-           tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty();
+    if (s.T != 3 || !tt_embedding_forward_reason_tiled(s).empty() || !tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty())
+        return false;
+    return (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]) && s.R[2] == 64) ||
+           (!tt_embedding_forward_fast6(s, max_smem) && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem);
 }
 // what version 6 runs: the prefix and suffix tables where a cut pays, else as above. With --stash, only the kernels that
 // write every lookup's prefixes as they make them: the column tiles on tensor cores, else version 3's chain (the compiled
@@ -2286,10 +2322,8 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
         }
     };
     if (tt_embedding_forward_reason4(s).empty()) fit(4);
-    if (tt_embedding_forward_tc_kernel(s)) {
-        fit(5);
-        fit(6);
-    }
+    if (tt_embedding_forward_tc_kernel(s)) fit(5);
+    if (tt_embedding_forward_tc_kernel(s, true)) fit(6);
     if (tt_embedding_forward_reason_tiled(s).empty()) fit(TT_EMBEDDING_FORWARD_TILED);
 }
 
@@ -2492,7 +2526,8 @@ std::vector<int> tt_embedding_forward_blocks(int kernel_num, const TtEmbeddingFo
         return out;
     }
     for (int b : {32, 64, 128, 256, 384, 512, 1024}) {
-        if (b == 384 && (kernel_num != TT_EMBEDDING_FORWARD_TILED || !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) continue;   // 12 warps: step 1 on tensor cores
+        if (b == 384 && (kernel_num != TT_EMBEDDING_FORWARD_TILED || !tt_embedding_forward_tiled_tc(s.R[1], s.R[2]) || s.R[2] != 128))
+            continue;                                       // 12 warps: step 1 on tensor cores at rank 128
         if (b > ws.max_threads[kernel_num]) break;          // the compiled kernel's register budget
         if ((kernel_num == 3 && ws.chain_scratch) || tt_embedding_forward_smem_bytes(kernel_num, s, b / 32) <= ws.max_smem) out.push_back(b);
     }
