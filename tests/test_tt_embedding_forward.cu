@@ -1253,6 +1253,7 @@ int main() {
     test_digits();
     test_v4();
     test_tiled();
+    test_tiled_tc_layout<32>();
     test_tiled_tc_layout<64>();
     test_tiled_tc_layout<128>();
     test_fast_digits();

@@ -23,23 +23,23 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices read through a map,
-     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); at R_2 = 64 and where G_1's slice exceeds
-     shared memory (rank 128) the same items on G_1 in column tiles of whole a_1, step 1 in 3xTF32 at R_2 = 64
-     or 128 (else FP32, a warp's lane step on 4 / 2 lookups at once); elsewhere version 3's kernel  0.0332  20.0
+     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); at R_2 = 64 (32 where no kernel is compiled)
+     and where G_1's slice exceeds shared memory (rank 128) the same items on G_1 in column tiles of whole a_1,
+     step 1 in 3xTF32 at R_2 = 32-128 (else FP32, a warp's lane step on 4 / 2 lookups); else version 3  0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
-     FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047; blocks of 384 (a 168-register
-     build) run two a_1 at once where items are small: Zipf 1.15 q 4,4,4 L 20 0.267 -> 0.214, L 1 0.151 -> 0.137 (2026-12-03)
+     FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047 (Zipf: blocks of 384, notes 2026-12-03)
   retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
   0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <= 65536): q
 8,4,4 0.0492 ms (version 3 0.0817); q 4,8,8 on an H100 0.072 (3: 0.096). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2 = 4,
-R_2 a power of two <= 128; at rank 64 every a_1's tile held, the (m-tile, a_1) units spread evenly over the warps (H100
-2026-12-07, was the compiled kernel: ranks 64,64 0.1115 -> 0.0726, Zipf 0.0577 -> 0.0344, q 8,4,4 0.278 -> 0.118). Small
-p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours
-(H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603); else version 3: the default never skips, and is deterministic
-at any block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward (column tiles on
-tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), FBTT's shape 0.066
-(0.035), ranks 64 on an H100 0.089 (0.073; logs 2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank64*).
+R_2 a power of two <= 128; at ranks 32 and 64 every a_1's tile held, the (m-tile, a_1) units spread over the warps (H100
+2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were version 3: q 8,4,4 ranks
+64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309). Small p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS
+GEMM per core, big steps under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603);
+else version 3: the default never skips, and is deterministic at any block size, as are 4-5. --stash (training): 6 keeps
+each lookup's P_1..P_{T-2} for the backward (column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms
+(0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048 (0.037), ranks 64 0.089 (0.073; logs
+2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -1516,26 +1516,30 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile(float* dst, const
 
 __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
-// Step 1 on tensor cores where R_2 = TR is 128 (EL-Rec's ranks) or 64, and R_1 <= TR (a tile is one a_1): the FP32
-// lane step ran at 43% of the FMA peak at rank 128. The tile stays raw in shared memory, two buffers so the next
+// Step 1 on tensor cores where R_2 = TR is 128 (EL-Rec's ranks), 64 or 32, and R_1 <= TR (a tile is one a_1): the
+// FP32 lane step ran at 43% of the FMA peak at rank 128. The tile stays raw in shared memory, two buffers so the next
 // a_1's copy (cp.async) runs under this one's mma. A warp takes 16-row tiles (16 / q_0 lookups, as version 5): its
 // lane's TR / 4 values of K per row in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32
 // into one accumulator per n-tile (all TR k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes
 // adding their k_2 at the end. At rank 64 it runs ahead of version 5's compiled kernel, whose slice and its two split
 // copies (197 KB) leave one block of 255 registers an SM: here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks
 // of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms; capped at 128 registers for two blocks of 256, it spilled).
+// At rank 32 the compiled kernel stays faster at uniform indices (0.0365 against 0.0390 ms); the tiles, bound to two
+// blocks of 256 (128 registers), take the shapes it lacks (q_0 = 2: 0.0437 -> 0.0309) and --stash (0.0666 -> 0.0477).
 // TR = 128 is compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168,
 // which costs 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
-__host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64) && R1 <= R2; }
+__host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64 || R2 == 32) && R1 <= R2; }
 // The tile: TR rows k (zeros past R_1) of TR floats k_2, TR + 24 apart, row k shifted by 8 (k / KL), KL = TR / 4. K
 // is permuted so that lane tig holds k = KL tig .. KL tig + KL - 1 (its A values: float4 loads along a row, not
 // scalars), and its B fragment reads rows KL tig + 2 s (+1), column 8 j + group: the rows of the quad's lanes are 16
 // or 32 rows apart (a multiple of 32 banks at either pitch), so the shift alone puts them 8 banks apart.
 __host__ __device__ constexpr int tt_embedding_forward_tiled_tc_pitch(int TR) { return TR + 24; }
 __host__ __device__ constexpr int tt_embedding_forward_tiled_tc_floats(int TR) { return TR * (TR + 24); }
-// tiles a block holds: at rank 64 with q_1 <= 4 every a_1's (22.5 KB each), so that a warp's work is any (m-tile, a_1)
-// and an item's units spread evenly over the warps; else two, double-buffered
-__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_held(int TR, int q1) { return TR == 64 && q1 <= 4 ? q1 : 2; }
+// tiles a block holds: below rank 128 every a_1's where they take at most 96 KB (rank 64: q_1 <= 4, 22.5 KB each), so
+// that a warp's work is any (m-tile, a_1) and an item's units spread evenly over the warps; else two, double-buffered
+__host__ __device__ constexpr int tt_embedding_forward_tiled_tc_held(int TR, int q1) {
+    return TR < 128 && q1 * tt_embedding_forward_tiled_tc_floats(TR) <= 24576 ? q1 : 2;
+}
 template <int TR>
 __host__ __device__ constexpr int tt_embedding_forward_tiled_tc_at(int k, int n) { return (TR + 24) * k + 8 * (k / (TR / 4)) + n; }
 
@@ -1648,7 +1652,7 @@ inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShap
 }
 
 template <int Q0, bool TC, bool WIDE = false, int TR = 128>
-__global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
+__global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
                                                                    const __grid_constant__ TtEmbeddingForwardShape s, int segments,
@@ -1684,10 +1688,10 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
             auto load = [&](Rows& r, int mt) {
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
             };
-            // rank 64, q_1 <= 4: every a_1's tile at once; warp u takes a contiguous run of the item's n_mt q_1 units
+            // every a_1's tile at once (ranks 32 and 64): warp u takes a contiguous run of the item's n_mt q_1 units
             // (m-tile, a_1), loading a tile's rows once per run of its a_1 (at the default 12 m-tiles: 6 units a warp,
             // where one m-tile per warp and a_1 would leave half the warps with two and half with one)
-            if (TR == 64 && held == q1) {
+            if (TR < 128 && held == q1) {
                 for (int a1 = 0; a1 < q1; a1++) tt_embedding_forward_tiled_tc_copy<TR>(tile + a1 * tc_floats, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
                 const int units = n_mt * q1, per = (units + W - 1) / W, k0 = u * per, k1 = min(units, k0 + per);
@@ -1777,6 +1781,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, 1) tt_embedding_forward_kern
 template <int Q0>
 inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int R2, int warps) {
     return !tc ? tt_embedding_forward_kernel_tiled<Q0, false> : R2 == 64 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 64>
+         : R2 == 32 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 32>
          : warps > 8 ? tt_embedding_forward_kernel_tiled<Q0, true, true> : tt_embedding_forward_kernel_tiled<Q0, true>;
 }
 inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s, int warps = 8) {
@@ -2197,21 +2202,29 @@ inline std::string tt_embedding_forward_grouped_reason(int kernel, const TtEmbed
 inline bool tt_embedding_forward_fast6(const TtEmbeddingForwardShape& s, size_t max_smem) {
     return tt_embedding_forward_reason6(s).empty() && tt_embedding_forward_grouped_reason(6, s, max_smem).empty();
 }
-// the column tiles: on tensor cores at rank 64, and where version 5's copies of G_1's slice do not fit
+// the column tiles run the shape (TC: on tensor cores)
+inline bool tt_embedding_forward_tiles_run(const TtEmbeddingForwardShape& s, size_t max_smem, bool tc) {
+    return s.T == 3 && tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty() &&
+           (!tc || tt_embedding_forward_tiled_tc(s.R[1], s.R[2]));
+}
+// version 6 takes them on tensor cores at rank 64, and at rank 32 where it compiled no kernel (q_0 = 1, 2); where version
+// 5's copies of G_1's slice do not fit (rank 128), on tensor cores or not
 inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
-    if (s.T != 3 || !tt_embedding_forward_reason_tiled(s).empty() || !tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty())
-        return false;
-    return (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]) && s.R[2] == 64) ||
-           (!tt_embedding_forward_fast6(s, max_smem) && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem);
+    if (!tt_embedding_forward_tiles_run(s, max_smem, false)) return false;
+    const bool fast6 = tt_embedding_forward_fast6(s, max_smem);
+    if (tt_embedding_forward_tiled_tc(s.R[1], s.R[2]) && (s.R[2] == 64 || (s.R[2] == 32 && !fast6))) return true;
+    return !fast6 && tt_embedding_forward_smem_bytes5(s, 1, true) > max_smem;
 }
 // what version 6 runs: the prefix and suffix tables where a cut pays, else as above. With --stash, only the kernels that
-// write every lookup's prefixes as they make them: the column tiles on tensor cores, else version 3's chain (the compiled
-// kernel, the FP32 tiles and the tables keep no P_1 of their own; a kernel after them making the stash from the cores
-// cost 2-6x the forward: results/notes/tt_embedding_forward.md)
+// write every lookup's prefixes as they make them: the column tiles on tensor cores (at rank 32 too, ahead of the
+// compiled kernel), else version 3's chain (the compiled kernel, the FP32 tiles and the tables keep no P_1 of their own;
+// a kernel after them making the stash from the cores cost 2-6x the forward: results/notes/tt_embedding_forward.md)
 inline int tt_embedding_forward_runs6(const TtEmbeddingForwardShape& s, size_t max_smem, bool stash = false) {
-    if (stash && !(tt_embedding_forward_route_tiled(s, max_smem) && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))) return 3;
-    if (!stash && tt_embedding_forward_plan_split(s, max_smem).k >= 0) return TT_EMBEDDING_FORWARD_SPLIT;
-    return tt_embedding_forward_fast6(s, max_smem) ? 6 : tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : 3;
+    if (stash)
+        return tt_embedding_forward_tiles_run(s, max_smem, true) && (s.R[2] < 128 || tt_embedding_forward_route_tiled(s, max_smem))
+                   ? TT_EMBEDDING_FORWARD_TILED : 3;
+    if (tt_embedding_forward_plan_split(s, max_smem).k >= 0) return TT_EMBEDDING_FORWARD_SPLIT;
+    return tt_embedding_forward_route_tiled(s, max_smem) ? TT_EMBEDDING_FORWARD_TILED : tt_embedding_forward_fast6(s, max_smem) ? 6 : 3;
 }
 
 // terms of version 1's explicit sum over the whole call
