@@ -31,15 +31,15 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
   0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
 Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <= 65536): q
-8,4,4 0.0492 ms (version 3 0.0817); q 4,8,8 on an H100 0.072 (3: 0.096). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2 = 4,
-R_2 a power of two <= 128; at ranks 32 and 64 every a_1's tile held, the (m-tile, a_1) units spread over the warps (H100
-2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were version 3: q 8,4,4 ranks
-64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309). Small p_t (T 4, 6): prefix and suffix tables, a batched cuBLAS
-GEMM per core, big steps under 8 columns by a kernel of ours (H200: T 4 0.053 ms, T 6 0.054, version 2 0.520, 0.603);
-else version 3: the default never skips, and is deterministic at any block size, as are 4-5. --stash (training): 6 keeps
-each lookup's P_1..P_{T-2} for the backward (column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms
-(0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048 (0.037), ranks 64 0.089 (0.073; logs
-2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
+8,4,4 0.0492 ms (version 3 0.0817); q 4,8,8 on an H100 0.072 (3: 0.096). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2 = 4
+(or 8 at R_2 = 32), R_2 a power of two <= 128; at ranks 32 and 64 every a_1's tile held, the (m-tile, a_1) units spread
+over the warps (H100 2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were
+version 3: q 8,4,4 ranks 64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309, q 8,4,8 0.0916 -> 0.0772). Small p_t (T
+4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T
+4 0.053 ms, T 6 0.054, version 2 0.520, 0.603); else version 3: the default never skips, and is deterministic at any
+block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward (column tiles on tensor
+cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048
+(0.037), ranks 64 0.089 (0.073; logs 2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
@@ -1524,8 +1524,9 @@ __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { retur
 // adding their k_2 at the end. At rank 64 it runs ahead of version 5's compiled kernel, whose slice and its two split
 // copies (197 KB) leave one block of 255 registers an SM: here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks
 // of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms; capped at 128 registers for two blocks of 256, it spilled).
-// At rank 32 the compiled kernel stays faster at uniform indices (0.0365 against 0.0390 ms); the tiles, bound to two
-// blocks of 256 (128 registers), take the shapes it lacks (q_0 = 2: 0.0437 -> 0.0309) and --stash (0.0666 -> 0.0477).
+// At rank 32 the compiled kernel stays faster at uniform indices (0.0365 against 0.0390 ms; q 4,8,8 0.0707 against
+// 0.0819); the tiles, bound to two blocks of 256 (128 registers), take the shapes it lacks (q 2,4,4: 0.0437 -> 0.0309,
+// q 8,4,8: 0.0916 -> 0.0772, with q_2 = 8 too) and --stash (0.0666 -> 0.0477).
 // TR = 128 is compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168,
 // which costs 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
 __host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64 || R2 == 32) && R1 <= R2; }
@@ -1590,7 +1591,7 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_rows(TtEmbeddingFo
 }
 
 // the tile's rows times a_1's tile (step 1, 3xTF32; P_1 into the stash where it is kept), then x G_2 (step 2) into rowbuf
-template <int Q0, int TR>
+template <int Q0, int TR, int Q2>
 __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __restrict__ rowbuf, float* __restrict__ stash, const TtEmbeddingForwardList& list,
                                                            const TtEmbeddingForwardTcRows<TR / 4>& r, const float* __restrict__ tile, int a1,
                                                            const TtEmbeddingForwardShape& s, int lane) {
@@ -1621,22 +1622,28 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_tile(float* __rest
                 for (int j = 0; j < NT; j++) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
             }
     }
-    float part[2][4] = {};                                  // (row, a_2) over this lane's k_2 = 8 j + 2 tig + e
+    constexpr int V = Q2 / 4;                               // float4s of a G_2 row
+    float part[2][V][4] = {};                               // (row, a_2) over this lane's k_2 = 8 j + 2 tig + e
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float4 w = r.valid[h] ? __ldg(reinterpret_cast<const float4*>(r.g2s[h]) + 8 * j + 2 * tig + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                tt_embedding_forward_fma4(part[h], acc[j][2 * h + e], w);
-            }
-    tt_embedding_forward_quad_sum<8>(&part[0][0]);
+            for (int e = 0; e < 2; e++)
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    const float4 w = r.valid[h] ? __ldg(reinterpret_cast<const float4*>(r.g2s[h]) + (8 * j + 2 * tig + e) * V + v)
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    tt_embedding_forward_fma4(part[h][v], acc[j][2 * h + e], w);
+                }
+    tt_embedding_forward_quad_sum<8 * V>(&part[0][0][0]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        if (r.valid[h] && tig == h)
-            *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.D + (a0 * s.q[1] + a1) * 4) =
-                make_float4(part[h][0], part[h][1], part[h][2], part[h][3]);
+#pragma unroll
+        for (int v = 0; v < V; v++)                         // the quad's 2 V float4s, shared out over its lanes
+            if (r.valid[h] && tig == (h * V + v) % 4)
+                *reinterpret_cast<float4*>(rowbuf + (int64_t)list.pos[list.uniq[r.entry[h]]] * s.D + (a0 * s.q[1] + a1) * Q2 + 4 * v) =
+                    make_float4(part[h][v][0], part[h][v][1], part[h][v][2], part[h][v][3]);
 }
 
 // shared memory: one column tile (TC: two, rows padded), two stages per warp (FP32: LPW lookups' G_0 transposed),
@@ -1651,7 +1658,7 @@ inline size_t tt_embedding_forward_smem_bytes_tiled(const TtEmbeddingForwardShap
     return sizeof(float) * (tile + (size_t)warps * 2 * stage) + list;
 }
 
-template <int Q0, bool TC, bool WIDE = false, int TR = 128>
+template <int Q0, bool TC, bool WIDE = false, int TR = 128, int Q2 = 4>
 __global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embedding_forward_kernel_tiled(float* __restrict__ rowbuf, const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1, const int64_t* __restrict__ offsets,
                                                                    const __grid_constant__ TtEmbeddingForwardCores cores,
@@ -1683,7 +1690,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embeddi
             const int n_mt = (nu + 16 / Q0 - 1) / (16 / Q0), u = threadIdx.x / 32, lane = threadIdx.x % 32;
             using Rows = TtEmbeddingForwardTcRows<TR / 4>;
             auto mma = [&](const Rows& r, const float* t, int a1) {
-                tt_embedding_forward_tiled_tc_tile<Q0, TR>(rowbuf, cores.stash, list, r, t, a1, s, lane);
+                tt_embedding_forward_tiled_tc_tile<Q0, TR, Q2>(rowbuf, cores.stash, list, r, t, a1, s, lane);
             };
             auto load = [&](Rows& r, int mt) {
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
@@ -1779,18 +1786,18 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embeddi
 // the column-tile kernel for the shape's q_0 and a block of `warps` (TC at rank 128: 12 takes the wide build), null where
 // none is
 template <int Q0>
-inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int R2, int warps) {
+inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_q0(bool tc, int R2, int q2, int warps) {
     return !tc ? tt_embedding_forward_kernel_tiled<Q0, false> : R2 == 64 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 64>
-         : R2 == 32 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 32>
+         : R2 == 32 ? (q2 == 8 ? tt_embedding_forward_kernel_tiled<Q0, true, false, 32, 8> : tt_embedding_forward_kernel_tiled<Q0, true, false, 32>)
          : warps > 8 ? tt_embedding_forward_kernel_tiled<Q0, true, true> : tt_embedding_forward_kernel_tiled<Q0, true>;
 }
 inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(const TtEmbeddingForwardShape& s, int warps = 8) {
     const bool tc = tt_embedding_forward_tiled_tc(s.R[1], s.R[2]);
     switch (s.T == 3 ? s.q[0] : 0) {
-        case 1: return tt_embedding_forward_kernel_tiled_q0<1>(tc, s.R[2], warps);
-        case 2: return tt_embedding_forward_kernel_tiled_q0<2>(tc, s.R[2], warps);
-        case 4: return tt_embedding_forward_kernel_tiled_q0<4>(tc, s.R[2], warps);
-        case 8: return tt_embedding_forward_kernel_tiled_q0<8>(tc, s.R[2], warps);
+        case 1: return tt_embedding_forward_kernel_tiled_q0<1>(tc, s.R[2], s.q[2], warps);
+        case 2: return tt_embedding_forward_kernel_tiled_q0<2>(tc, s.R[2], s.q[2], warps);
+        case 4: return tt_embedding_forward_kernel_tiled_q0<4>(tc, s.R[2], s.q[2], warps);
+        case 8: return tt_embedding_forward_kernel_tiled_q0<8>(tc, s.R[2], s.q[2], warps);
         default: return nullptr;
     }
 }
@@ -1798,8 +1805,9 @@ inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_kernel_tiled_for(con
 // the shapes the column-tile kernel is written and compiled for; "" when it runs (shared memory is checked with the others')
 inline std::string tt_embedding_forward_reason_tiled(const TtEmbeddingForwardShape& s) {
     if (s.T != 3) return tt_embedding_forward_fmt("the column-tile kernel is written for three cores (T = %d)", s.T);
-    if (!tt_embedding_forward_kernel_tiled_for(s) || s.q[2] != 4)
-        return tt_embedding_forward_fmt("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (q = %d,%d,%d)", s.q[0], s.q[1], s.q[2]);
+    if (!tt_embedding_forward_kernel_tiled_for(s) || (s.q[2] != 4 && !(s.q[2] == 8 && s.R[2] == 32 && tt_embedding_forward_tiled_tc(s.R[1], s.R[2]))))
+        return tt_embedding_forward_fmt("the column-tile kernel is compiled for q_0 in {1, 2, 4, 8} and q_2 = 4 (8 at R_1 <= R_2 = 32) (q = %d,%d,%d)",
+                                        s.q[0], s.q[1], s.q[2]);
     const int R2 = s.R[2];
     if (R2 < 4 || R2 > TT_EMBEDDING_FORWARD_G1_COLS || (R2 & (R2 - 1)) != 0)
         return tt_embedding_forward_fmt("the column-tile kernel needs R_2 a power of two in 4..%d (R_2 = %d)", TT_EMBEDDING_FORWARD_G1_COLS, R2);
@@ -2207,8 +2215,8 @@ inline bool tt_embedding_forward_tiles_run(const TtEmbeddingForwardShape& s, siz
     return s.T == 3 && tt_embedding_forward_reason_tiled(s).empty() && tt_embedding_forward_grouped_reason(TT_EMBEDDING_FORWARD_TILED, s, max_smem).empty() &&
            (!tc || tt_embedding_forward_tiled_tc(s.R[1], s.R[2]));
 }
-// version 6 takes them on tensor cores at rank 64, and at rank 32 where it compiled no kernel (q_0 = 1, 2); where version
-// 5's copies of G_1's slice do not fit (rank 128), on tensor cores or not
+// version 6 takes them on tensor cores at rank 64, and at rank 32 where it compiled no kernel (q 2,4,4, q 8,4,8);
+// where version 5's copies of G_1's slice do not fit (rank 128), on tensor cores or not
 inline bool tt_embedding_forward_route_tiled(const TtEmbeddingForwardShape& s, size_t max_smem) {
     if (!tt_embedding_forward_tiles_run(s, max_smem, false)) return false;
     const bool fast6 = tt_embedding_forward_fast6(s, max_smem);
