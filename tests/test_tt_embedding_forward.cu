@@ -636,7 +636,7 @@ static void test_tiled() {
     }, rng);
 }
 
-// The column-tile kernel's tensor-core tile (R_2 = TR = 64 or 128): every (k, n) at its own 16-byte-aligned-row place
+// The column-tile kernel's tensor-core tile (R_2 = TR = 32, 64 or 128): every (k, n) at its own 16-byte-aligned-row place
 // inside the buffer, and each B-fragment read of a warp (k = KL tig + 2 s (+1), n = 8 j + group) on 32 distinct banks.
 template <int TR>
 static void test_tiled_tc_layout() {

@@ -1516,24 +1516,25 @@ __host__ __device__ inline void tt_embedding_forward_copy_tile(float* dst, const
 
 __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { return q0 <= 2 ? 4 : q0 == 4 ? 2 : 1; }  // LPW
 
-// Step 1 on tensor cores where R_2 = TR is 128 (EL-Rec's ranks), 64 or 32, and R_1 <= TR (a tile is one a_1): the
-// FP32 lane step ran at 43% of the FMA peak at rank 128. The tile stays raw in shared memory, two buffers so the next
-// a_1's copy (cp.async) runs under this one's mma. A warp takes 16-row tiles (16 / q_0 lookups, as version 5): its
-// lane's TR / 4 values of K per row in registers, split per k-step; B split as it is loaded (tf32_split_fast); 3xTF32
-// into one accumulator per n-tile (all TR k_2 of the a_1); step 2 (x G_2, FP32) on the accumulators, the quad's lanes
-// adding their k_2 at the end. At rank 64 it runs ahead of version 5's compiled kernel, whose slice and its two split
-// copies (197 KB) leave one block of 255 registers an SM: here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks
-// of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms; capped at 128 registers for two blocks of 256, it spilled).
-// At rank 32 the compiled kernel stays faster at uniform indices (0.0365 against 0.0390 ms; q 4,8,8 0.0707 against
-// 0.0819); the tiles, bound to two blocks of 256 (128 registers), take the shapes it lacks (q 2,4,4: 0.0437 -> 0.0309,
-// q 8,4,8: 0.0916 -> 0.0772, with q_2 = 8 too) and --stash (0.0666 -> 0.0477).
+// Step 1 on tensor cores where R_2 = TR is 128 (EL-Rec's ranks), 64 or 32, and R_1 <= TR (a tile is one a_1): the FP32
+// lane step ran at 43% of the FMA peak at rank 128. The tile stays raw in shared memory; at rank 128 in two buffers, so
+// that the next a_1's copy (cp.async) runs under this one's mma (below rank 128 a block holds every a_1's tile). A warp
+// takes 16-row tiles (16 / q_0 lookups, as version 5): its lane's TR / 4 values of K per row in registers, split per
+// k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile (all TR k_2 of the a_1);
+// step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end. At rank 64 it runs ahead of
+// version 5's compiled kernel, whose slice and its two split copies (197 KB) leave one block of 255 registers an SM:
+// here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms;
+// capped at 128 registers for two blocks of 256, it spilled). At rank 32 the compiled kernel stays faster at uniform
+// indices (H100: 0.0365 against 0.0390 ms; q 4,8,8 0.0707 against 0.0819); the tiles, bound to two blocks of 256 (128
+// registers), take the shapes it lacks (q 2,4,4: 0.0437 -> 0.0309, q 8,4,8: 0.0916 -> 0.0772, with q_2 = 8 too) and
+// --stash (0.0666 -> 0.0477).
 // TR = 128 is compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168,
 // which costs 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
 __host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64 || R2 == 32) && R1 <= R2; }
 // The tile: TR rows k (zeros past R_1) of TR floats k_2, TR + 24 apart, row k shifted by 8 (k / KL), KL = TR / 4. K
 // is permuted so that lane tig holds k = KL tig .. KL tig + KL - 1 (its A values: float4 loads along a row, not
-// scalars), and its B fragment reads rows KL tig + 2 s (+1), column 8 j + group: the rows of the quad's lanes are 16
-// or 32 rows apart (a multiple of 32 banks at either pitch), so the shift alone puts them 8 banks apart.
+// scalars), and its B fragment reads rows KL tig + 2 s (+1), column 8 j + group: the rows of the quad's lanes are KL
+// rows apart, KL (TR + 24) floats, a multiple of 32 banks at each TR, so the shift alone puts them 8 banks apart.
 __host__ __device__ constexpr int tt_embedding_forward_tiled_tc_pitch(int TR) { return TR + 24; }
 __host__ __device__ constexpr int tt_embedding_forward_tiled_tc_floats(int TR) { return TR * (TR + 24); }
 // tiles a block holds: below rank 128 every a_1's where they take at most 96 KB (rank 64: q_1 <= 4, 22.5 KB each), so
@@ -1554,7 +1555,7 @@ __device__ __forceinline__ void tt_embedding_forward_tiled_tc_copy(float* dst, c
     }
 }
 
-// A warp's 16-row tile: its lookups (two rows a lane), their G_0 rows in registers (k = 32 tig + v, zeros past R_1) and
+// A warp's 16-row tile: its lookups (two rows a lane), their G_0 rows in registers (k = KL tig + v, zeros past R_1) and
 // G_2 slices. Independent of a_1: where a warp keeps one m-tile for all a_1 it loads them once, under the first copy.
 template <int KL_>
 struct TtEmbeddingForwardTcRows {
