@@ -1697,8 +1697,8 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embeddi
                 tt_embedding_forward_tiled_tc_rows<Q0>(r, list, mt, nu, cores, s, fd, fast, tbl, lane);
             };
             // every a_1's tile at once (ranks 32 and 64): warp u takes a contiguous run of the item's n_mt q_1 units
-            // (m-tile, a_1), loading a tile's rows once per run of its a_1 (at the default 12 m-tiles: 6 units a warp,
-            // where one m-tile per warp and a_1 would leave half the warps with two and half with one)
+            // (m-tile, a_1), loading an m-tile's rows once per run of its a_1 (ranks 64 at B 512, L 20: 12 m-tiles, 48
+            // units, 6 for each of 8 warps, where one m-tile a warp per a_1 left half the warps two and half one)
             if (TR < 128 && held == q1) {
                 for (int a1 = 0; a1 < q1; a1++) tt_embedding_forward_tiled_tc_copy<TR>(tile + a1 * tc_floats, g1, R1, q1, a1, threadIdx.x, blockDim.x);
                 async_commit();
