@@ -55,8 +55,8 @@ Lessons:
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - Repeats of a hot row copied in their item all ran on one block; a map read by the pooling won 1.6x at Zipf 1.15.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
-    1.780 to 1.122. At L 1 the SM issues on 20% of its cycles (ncu): each warp's serial path rules, so a warp's rows
-    loaded once instead of per a_1 won 15%, two a_1 at once won only at Zipf, columns over warps lost 17-108%.
+    1.780 to 1.122; at L 1 each warp's serial path rules (ncu: the SM issues on 20% of its cycles).
+  - Rank 64: three copies of G_1's slice (197 KB) held one block an SM; raw tiles split as loaded ran two and won 1.5x.
 */
 #include "tt_embedding.h"
 
