@@ -1097,6 +1097,22 @@ static void test_dispatch() {
         const std::string why = shape_of(s, c[0], c[1], c[2], 0, 0, 2, 30, 6);
         if (!why.empty() || !tt_embedding_forward_route_tiled(s, smem)) bad += " gpu case q" + std::to_string(c[1][0]) + std::to_string(c[1][1]) + " not tiled";
     }
+    // the routes chosen by timing (results/notes/tt_embedding_forward.md, 2026-12-07): the tensor-core tiles at rank 64,
+    // at rank 32 where no kernel is compiled and for --stash; the compiled kernel at rank 32 otherwise
+    struct Route { std::vector<int> q, r; int plain, stash; };
+    const int TL = TT_EMBEDDING_FORWARD_TILED;
+    const std::vector<Route> routes = {
+        {{4, 4, 4}, {64, 64}, TL, TL}, {{8, 4, 4}, {64, 64}, TL, TL}, {{2, 2, 4}, {64, 64}, TL, TL}, {{2, 4, 4}, {32, 32}, TL, TL},
+        {{8, 4, 8}, {32, 32}, TL, TL}, {{4, 4, 4}, {32, 32}, 6, TL}, {{8, 4, 4}, {32, 32}, 6, TL}, {{4, 8, 8}, {32, 32}, 6, TL},
+        {{4, 4, 4}, {16, 16}, 6, 3}, {{4, 4, 8}, {64, 64}, 3, 3}, {{4, 4, 4}, {128, 128}, TL, TL}};
+    for (const Route& c : routes) {
+        TtEmbeddingForwardShape s;
+        const std::string why = shape_of(s, {200, 220, 250}, c.q, c.r, 0, 0, 1, 512, 20);
+        const int plain = tt_embedding_forward_runs6(s, smem), stash = tt_embedding_forward_runs6(s, smem, true);
+        if (!why.empty() || plain != c.plain || stash != c.stash)
+            bad += " route q" + std::to_string(c.q[0]) + std::to_string(c.q[1]) + std::to_string(c.q[2]) + " r" + std::to_string(c.r[0]) + ": " +
+                   std::to_string(plain) + "/" + std::to_string(stash);
+    }
     report(bad.empty() && shapes > 3000 && fast > 0 && global > 0 && tiled > 0 && split > 0,
            "version 6 runs each of " + std::to_string(shapes) + " grid shapes, with --stash too (" + std::to_string(fast) + " on its compiled kernel, " +
                std::to_string(tiled) + " on its column tiles, " + std::to_string(split) + " on its tables, " + std::to_string(global) +
