@@ -622,8 +622,7 @@ struct TtEmbeddingForwardList {
                       // one that computes (version 6's hash set); itself when it computes
     int* uniq;        // the entries that compute (first[e] == e), in no particular order
     int* counters;    // [0] list length, [1] unique entries, [2] the block's item, [3] the digit scan's overflow
-                      // position; [4 .. 9] the item loop's pieces (key, lookups before it, S or segment, E, matches
-                      // to pass over, to take); [12 ..] the digit scan's matches per (chunk, warp) of a pass
+                      // position; [4 ..] the digit scan's matches per (chunk, warp) of a pass
     int* slots;       // version 6: hash set of indices (2 cap entries; unused by versions 4 and 5)
     int64_t* keep_idx; // version 6: rows an item's earlier rounds computed that had equal indices (KEEP slots,
     int64_t* keep_pos; // index -1 when empty): later rounds copy them instead of computing them again
@@ -639,20 +638,12 @@ struct TtEmbeddingForwardList {
 #ifndef TT_EMBEDDING_FORWARD_TARGET6
 #define TT_EMBEDDING_FORWARD_TARGET6 64
 #endif
-// version 6: items of equal lookup counts where the keys (tables x p_1) are at most EVEN_KEYS (0: never), PER_BLOCK per block
-#ifndef TT_EMBEDDING_FORWARD_EVEN_KEYS
-#define TT_EMBEDDING_FORWARD_EVEN_KEYS 1024
-#endif
-#ifndef TT_EMBEDDING_FORWARD_EVEN_PER_BLOCK
-#define TT_EMBEDDING_FORWARD_EVEN_PER_BLOCK 1
-#endif
-static_assert(TT_EMBEDDING_FORWARD_EVEN_KEYS <= 1024, "the item loop finds an item's first key in two steps of 32");
 #define TT_EMBEDDING_FORWARD_SCAN_UNROLL 4    // versions 4, 5: indices each thread loads per pass of the scan
 #define TT_EMBEDDING_FORWARD_SCAN_CHUNKS 4    // version 6: 16-byte loads of 8 digits each thread makes per pass
 #define TT_EMBEDDING_FORWARD_KEEP 16           // version 6: rows kept across an item's rounds (probes: 4)
 __host__ __device__ inline int tt_embedding_forward_hash_slots(int cap) { return 2 * cap; }
 inline size_t tt_embedding_forward_list_bytes(int cap, bool slots = false) {
-    return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (12 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32) * sizeof(int) +
+    return (size_t)cap * (2 * sizeof(int64_t) + 2 * sizeof(int)) + (4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32) * sizeof(int) +
            (slots ? (size_t)tt_embedding_forward_hash_slots(cap) * sizeof(int) + TT_EMBEDDING_FORWARD_KEEP * 2 * sizeof(int64_t) : 0);
 }
 
@@ -663,7 +654,7 @@ __device__ __forceinline__ TtEmbeddingForwardList tt_embedding_forward_list(void
     l.first = reinterpret_cast<int*>(l.pos + cap);
     l.uniq = l.first + cap;
     l.counters = l.uniq + cap;
-    l.slots = l.counters + 12 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32;
+    l.slots = l.counters + 4 + TT_EMBEDDING_FORWARD_SCAN_CHUNKS * 32;
     l.keep_idx = reinterpret_cast<int64_t*>(l.slots + tt_embedding_forward_hash_slots(cap));   // 8-byte aligned: cap is even
     l.keep_pos = l.keep_idx + TT_EMBEDDING_FORWARD_KEEP;
     return l;
@@ -679,16 +670,6 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
     return (int)std::min<int64_t>(std::max<int64_t>(segs, 1), 1024);
 }
 
-// the inclusive sum of v over lanes 0..lane of a full warp
-__device__ __forceinline__ int tt_embedding_forward_warp_incl(int v, int lane) {
-#pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-        const int o = __shfl_up_sync(0xffffffffu, v, off);
-        if (lane >= off) v += o;
-    }
-    return v;
-}
-
 // The digit scan of version 6 (a building block of the item loop below). Versions 4 and 5 scan int64 indices in
 // dependent passes (each an L2 round trip, a 64-bit digit and two barriers) on every item's serial path. Version 6
 // computes every lookup's i_1 ONCE (uint16: a quarter of the indices' bytes, which every key re-reads) and scans them 8
@@ -696,10 +677,8 @@ __device__ __forceinline__ int tt_embedding_forward_warp_incl(int v, int lane) {
 // count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
 // past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
 // It also sets every lookup's row source to itself; the item loop then marks only the lookups of repeated indices.
-// key_count (items of equal counts, else null): the lookups of each key (table, i_1), zero before the call.
-__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, int64_t* __restrict__ source, int* __restrict__ key_count,
-                                                     const int64_t* __restrict__ indices, const int64_t* __restrict__ offsets,
-                                                     const __grid_constant__ TtEmbeddingForwardShape s,
+__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, int64_t* __restrict__ source,
+                                                     const int64_t* __restrict__ indices, const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
     pdl_allow_next();                      // the chain kernel's blocks may start (and wait)
     const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -708,14 +687,6 @@ __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digit
     const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
     digits1[l] = (uint16_t)d;
     source[l] = l;
-    if (key_count) {
-        int lo = 0, hi = s.tables;                          // the table: the last whose first position is <= l
-        while (hi - lo > 1) {
-            const int mid = (lo + hi) / 2;
-            if (offsets[(int64_t)mid * s.B] <= l) lo = mid; else hi = mid;
-        }
-        atomicAdd(&key_count[lo * s.p[1] + d], 1);
-    }
 }
 
 // version 6's list capacity
@@ -743,17 +714,15 @@ __host__ __device__ __forceinline__ unsigned tt_embedding_forward_digit_match_ma
 }
 
 // One pass over positions [cursor, seg_hi) (at most CHUNKS x 8 x blockDim of them) into the list, which holds
-// counters[0] entries before it and takes at most `limit`. The first counters[8] matches are passed over (a piece of a
-// slice that another item starts: only while the list is empty). Every thread calls it; returns the next cursor
-// (block-uniform), leaves the list length in counters[0] and the matches still to pass over in counters[8] (shared
-// memory, not registers: values live across the engine spilled it).
-__device__ __forceinline__ int64_t tt_embedding_forward_digit_pass(const TtEmbeddingForwardList& list, int limit,
+// counters[0] entries before it. Every thread calls it; returns the next cursor (block-uniform) and leaves the
+// list length in counters[0].
+__device__ __forceinline__ int64_t tt_embedding_forward_digit_pass(const TtEmbeddingForwardList& list, int cap,
                                                                 const uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                                 int64_t cursor, int64_t seg_hi, int i1) {
     constexpr int U = TT_EMBEDDING_FORWARD_SCAN_CHUNKS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
     const int64_t v0 = cursor / 8;                           // 16-byte vectors of 8 digits (the array is padded)
-    const int count0 = list.counters[0], skip = list.counters[8];
+    const int count0 = list.counters[0];
     unsigned mask[U];
     int incl[U];
 #pragma unroll
@@ -772,7 +741,7 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_pass(const TtEmbed
             if (lane >= off) c += o;
         }
         incl[u] = c;
-        if (lane == 31) list.counters[12 + u * 32 + warp] = c;
+        if (lane == 31) list.counters[4 + u * 32 + warp] = c;
     }
     __syncthreads();
     int total = 0;                                           // matches in the chunks before u
@@ -780,57 +749,47 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_pass(const TtEmbed
     for (int u = 0; u < U; u++) {
         int chunk_before = 0, chunk_total = 0;
         for (int w = 0; w < W; w++) {
-            const int t = list.counters[12 + u * 32 + w];
+            const int t = list.counters[4 + u * 32 + w];
             chunk_total += t;
             if (w < warp) chunk_before += t;
         }
-        int slot = count0 + total + chunk_before + incl[u] - __popc(mask[u]) - skip;
+        int slot = count0 + total + chunk_before + incl[u] - __popc(mask[u]);
         for (unsigned m = mask[u]; m; m &= m - 1, slot++) {  // this thread's matches, in position order
-            if (slot < 0) continue;                          // passed over
             const int64_t p = (v0 + (int64_t)u * blockDim.x + threadIdx.x) * 8 + (__ffs(m) - 1);
-            if (slot < limit) {
+            if (slot < cap) {
                 list.pos[slot] = p;
                 list.idx[slot] = indices[p];
-            } else if (slot == limit) {
+            } else if (slot == cap) {
                 list.counters[3] = (int)(p - cursor);        // the first position that did not fit
             }
         }
         total += chunk_total;
     }
     __syncthreads();
-    const int after = count0 + total - skip;                 // the entries the list would hold (count0 = 0 while skip > 0)
-    const bool overflow = after > limit;
+    const bool overflow = count0 + total > cap;
     const int64_t next = overflow ? cursor + list.counters[3] : (v0 + (int64_t)U * blockDim.x) * 8;
     __syncthreads();                                         // counters read by all before they change
-    if (threadIdx.x == 0) {
-        list.counters[0] = overflow ? limit : max(after, 0);
-        list.counters[8] = max(0, -after);
-    }
+    if (threadIdx.x == 0) list.counters[0] = overflow ? cap : count0 + total;
     __syncthreads();
     return overflow ? next : min(next, seg_hi);
 }
 
-// passes until the segment ends or the list holds `limit`; returns the cursor for the next round
-__device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbeddingForwardList& list, int limit,
+// passes until the segment ends or the list is full; returns the cursor for the next round
+__device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbeddingForwardList& list, int cap,
                                                                 const uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                                 int64_t cursor, int64_t seg_hi, int i1) {
     while (cursor < seg_hi) {
-        cursor = tt_embedding_forward_digit_pass(list, limit, digits1, indices, cursor, seg_hi, i1);
-        if (list.counters[0] >= limit) break;                // block-uniform (written before the pass's last barrier)
+        cursor = tt_embedding_forward_digit_pass(list, cap, digits1, indices, cursor, seg_hi, i1);
+        if (list.counters[0] >= cap) break;                  // block-uniform (written before the pass's last barrier)
     }
     return cursor;
 }
 
-// The item loop of versions 4-6: a persistent block takes items from work[0], lists each item's lookups whose i_1
-// matches, marks equal indices and hands the list to the version's engine (the last block out resets the counters).
-// An item is a key (table, i_1) and a segment of the table's positions (segments >= 1: about TARGET lookups each at
-// uniform indices), or, where version 6 runs few keys (segments == 0), a run of nnz / n_items lookups in (key,
-// position) order: a piece of one key's lookups or the end of one and the start of the next, so that every block
-// gets the same count. work[2 ..] then holds the lookups of each key (the digit kernel counts them). A slice an item
-// keeps whole leaves places idle when the keys are few: 220 slices on 264 places at FBTT's shape, and the largest of
-// the 220 (Poisson around 46 lookups) sets the time. The hooks, each called by every thread of the block:
-//   on_item(tbl, i1)   at the start of an item's key (versions 5, 6 start the copy of G_1's slice here)
-//   on_work(tbl, i1)   once per item and key, at its first round with matches (version 4 starts its copy here)
+// The item loop of versions 4-6: a persistent block takes items (key = (table, i_1), segment) from work[0], lists
+// the segment's lookups whose i_1 matches, marks equal indices and hands the list to the version's engine (the last
+// block out resets the counters). The hooks, each called by every thread of the block:
+//   on_item(tbl, i1)   at the start of an item (versions 5, 6 start the copy of G_1's slice here)
+//   on_work(tbl, i1)   once per item, at its first round with matches (version 4 starts its copy here)
 //   on_ready(fresh)    after this thread's copies landed and a barrier; fresh: the round that called on_work
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
 // after which the entries equal to another take its row: versions 4 and 5 copy it, version 6 (DIGITS) writes its
@@ -849,26 +808,27 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
     int* counters = list.counters;
     const int64_t stride1 = s.stride[1];
     const int p1 = s.p[1], nkeys = s.tables * p1;
-    const bool even = DIGITS && segments == 0;
-    const int* key_count = work + 2;
-    const int n_items = even ? (int)gridDim.x * TT_EMBEDDING_FORWARD_EVEN_PER_BLOCK : nkeys * segments;
-    // the lookups of key `key` at positions [seg_lo, seg_hi) of its table, the first counters[8] passed over, at most
-    // counters[9] (both written before run's first barrier)
-    auto run = [&](int key, int64_t seg_lo, int64_t seg_hi) {
+    const int n_items = nkeys * segments;
+  for (;;) {                                                // items (key, segment) from a global counter
+    if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
+    __syncthreads();
+    const int item = counters[2];
+    __syncthreads();                                        // read by all before thread 0 takes the next
+    if (item >= n_items) break;
+    const int key = item / segments, seg = item % segments, nseg = segments;
     const int tbl = key / p1, i1 = key % p1;
     on_item(tbl, i1);
+    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
+    const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / nseg, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / nseg;
     bool worked = false;
     int64_t cursor = seg_lo;
     if (DIGITS && threadIdx.x < TT_EMBEDDING_FORWARD_KEEP) list.keep_idx[threadIdx.x] = -1;   // ordered by the round's barrier
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
         if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
         __syncthreads();
-        const int want = counters[9];
-        if (want <= 0) break;                               // block-uniform
-        if constexpr (DIGITS) {
-            cursor = tt_embedding_forward_digit_scan(list, min(cap, want), digits1, indices, cursor, seg_hi, i1);
-        } else {
-          for (;;) {                                        // passes of blockDim * UNROLL indices while one more fits the list
+        if constexpr (DIGITS) cursor = tt_embedding_forward_digit_scan(list, cap, digits1, indices, cursor, seg_hi, i1);
+        // scan: passes of blockDim * UNROLL indices while one more pass fits the list
+        else for (;;) {
             int64_t idx[TT_EMBEDDING_FORWARD_SCAN_UNROLL];
 TT_EMBEDDING_FORWARD_UNROLL
             for (int u = 0; u < TT_EMBEDDING_FORWARD_SCAN_UNROLL; u++) {
@@ -890,11 +850,9 @@ TT_EMBEDDING_FORWARD_UNROLL
             const int count = counters[0];
             __syncthreads();                                // read by all before the next pass adds to it
             if (cursor >= seg_hi || count + TT_EMBEDDING_FORWARD_SCAN_UNROLL * (int)blockDim.x > cap) break;
-          }
         }
         const int m = counters[0];
         if (m == 0) continue;                               // block-uniform
-        if (threadIdx.x == 0) counters[9] = want - m;       // (read after the next round's first barrier)
         const bool fresh = !worked;
         if (fresh) { on_work(tbl, i1); worked = true; }
         // equal indices: one entry computes, the others take its row. DIGITS: a hash set, O(m) (else O(m^2)); an index
@@ -964,69 +922,16 @@ TT_EMBEDDING_FORWARD_UNROLL
         }
         __syncthreads();                                    // before the list is reused
     }
-    };
-    // Pieces, one loop (a loop of pieces inside the loop of items spilled the engine's registers): the state stays in
-    // shared memory (counters[4..9]); when an item's pieces are done the block takes the next item from work[0].
-    // Even items: lookups [S, E) in (key, position) order; warp 0 finds the key holding S in two steps of 32.
-    if (threadIdx.x == 0) { counters[5] = 0; counters[7] = 0; }
-  for (;;) {                                                // block-uniform
-    __syncthreads();                                        // the state written before it is read
-    if (counters[5] >= counters[7]) {                       // the item is done: the next one
-        __syncthreads();                                    // read by all before thread 0 writes
-        if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
-        __syncthreads();
-        const int item = counters[2];
-        if (item >= n_items) break;
-        if (!even) {
-            if (threadIdx.x == 0) { counters[4] = item / segments; counters[5] = 0; counters[6] = item % segments; counters[7] = 1; }
-        } else {
-            const int q = (int)s.nnz / n_items, r = (int)s.nnz % n_items;   // nnz < 2^31: items of q or q + 1 lookups
-            const int S = item * q + min(item, r), E = S + q + (item < r);
-            if (S == E) continue;                           // block-uniform (the state still says done)
-            if (warp == 0) {
-                const int per = (nkeys + 31) / 32;
-                int c = 0;
-                for (int j = 0; j < per; j++) c += lane * per + j < nkeys ? key_count[lane * per + j] : 0;
-                int incl = tt_embedding_forward_warp_incl(c, lane);
-                const int L = __ffs(__ballot_sync(0xffffffffu, incl - c <= S && S < incl)) - 1;
-                const int before = __shfl_sync(0xffffffffu, incl - c, L);
-                c = lane < per && L * per + lane < nkeys ? key_count[L * per + lane] : 0;
-                incl = before + tt_embedding_forward_warp_incl(c, lane);
-                const int j0 = __ffs(__ballot_sync(0xffffffffu, incl - c <= S && S < incl)) - 1;
-                if (lane == j0) { counters[4] = L * per + j0; counters[5] = incl - c; counters[6] = S; counters[7] = E; }
-            }
-        }
-        __syncthreads();
-    }
-    const int key = counters[4], base = counters[5], tbl = key / p1;
-    const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
-    int64_t seg_lo = lo_t, seg_hi = hi_t;
-    int c = 1, skip = 0, want = INT_MAX;
-    if (even) {
-        c = key_count[key];
-        skip = max(counters[6], base) - base;
-        want = min(counters[7], base + c) - base - skip;
-    } else {
-        seg_lo = lo_t + (hi_t - lo_t) * counters[6] / segments;
-        seg_hi = lo_t + (hi_t - lo_t) * (counters[6] + 1) / segments;
-    }
-    __syncthreads();                                        // read by all before thread 0 moves on
-    if (threadIdx.x == 0) { counters[4] = key + 1; counters[5] = base + c; counters[8] = skip; counters[9] = want; }
-    if (want > 0) run(key, seg_lo, seg_hi);
   }
     async_wait_group<0>();             // nothing may be in flight at exit
-    // the last block out resets the two counters (and the key counts) for the next call (every block took its last
-    // item before)
-    __syncthreads();
+    // the last block out resets the two counters for the next call (every block took its last item before)
     if (threadIdx.x == 0) {
         __threadfence();
-        counters[2] = atomicAdd(&work[1], 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (counters[2]) {
-        if (threadIdx.x == 0) work[0] = work[1] = 0;
-        for (int k = threadIdx.x; even && k < nkeys; k += blockDim.x) work[2 + k] = 0;
-        __threadfence();
+        if (atomicAdd(&work[1], 1) == (int)gridDim.x - 1) {
+            work[0] = 0;
+            work[1] = 0;
+            __threadfence();
+        }
     }
 }
 
@@ -2258,7 +2163,7 @@ struct TtEmbeddingForwardWorkspace {
     int64_t chain_scratch_warps = 0;       // warps it holds (the grid is cut to fit)
     // versions 4-6
     float* rowbuf = nullptr;               // [nnz][D]: every lookup's row, summed per bag by the pooling kernel
-    int* item_counters = nullptr;          // next item, finished blocks (and version 6's key counts); zero between calls
+    int* item_counters = nullptr;          // next item, finished blocks; zero between calls
     TtEmbeddingForwardFastDigits fast_digits = {};
     bool use_fast_digits = false;
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
@@ -2289,11 +2194,6 @@ inline TtEmbeddingForwardGroupedKernel tt_embedding_forward_grouped_kernel(int k
 inline int tt_embedding_forward_target(int kernel) {
     return kernel == 4 ? TT_EMBEDDING_FORWARD_TARGET4 : kernel == 5 ? TT_EMBEDDING_FORWARD_TARGET5
          : kernel == 6 ? TT_EMBEDDING_FORWARD_TARGET6 : TT_EMBEDDING_FORWARD_TARGET_TILED;
-}
-
-// version 6's kernels take items of equal lookup counts (the item loop) where the keys are few (and counts fit an int)
-inline bool tt_embedding_forward_even_items(const TtEmbeddingForwardShape& s) {
-    return (int64_t)s.tables * s.p[1] <= TT_EMBEDDING_FORWARD_EVEN_KEYS && s.nnz < INT32_MAX;
 }
 
 // what versions 4-6 share beyond their compiled shapes: the index reads of all items and one warp's shared memory
@@ -2423,9 +2323,8 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     // versions 4-6, at the shapes they are compiled for
     if (!tt_embedding_forward_reason4(s).empty() && !tt_embedding_forward_reason5(s).empty() && !tt_embedding_forward_reason_tiled(s).empty()) return;
     if (!ws.rowbuf) ws.rowbuf = device_alloc<float>((size_t)nnz * s.D);
-    const size_t n_counters = 2 + (size_t)(tt_embedding_forward_even_items(s) ? s.tables * s.p[1] : 0);
-    ws.item_counters = device_alloc<int>(n_counters);
-    cudaCheck(cudaMemset(ws.item_counters, 0, n_counters * sizeof(int)));
+    ws.item_counters = device_alloc<int>(2);
+    cudaCheck(cudaMemset(ws.item_counters, 0, 2 * sizeof(int)));
     ws.use_fast_digits = tt_embedding_forward_make_fast_digits(s, ws.fast_digits);
     const size_t i1_len = (size_t)(nnz + 7) / 8 * 8 + 8;
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
@@ -2546,9 +2445,8 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, nullptr, offsets, nbags, s.D);
         return;
     }
-    const bool even = kernel != 4 && kernel != 5 && tt_embedding_forward_even_items(s);
-    const int segments = even ? 0 : tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
-    const int64_t items = even ? ceil_div<int64_t>(s.nnz, 16) : (int64_t)s.tables * s.p[1] * segments;   // (even: 16 lookups or more a block)
+    const int segments = tt_embedding_forward_segments(s, tt_embedding_forward_target(kernel)), warps = block_size / 32;
+    const int64_t items = (int64_t)s.tables * s.p[1] * segments;
     const unsigned blocks = (unsigned)std::min<int64_t>(items, (int64_t)std::max(ws.resident[kernel][warps], 1) * ws.num_sms);
     const TtEmbeddingForwardGroupedKernel chain = tt_embedding_forward_grouped_kernel(kernel, s, warps);
     const size_t smem = tt_embedding_forward_smem_bytes(kernel, s, warps);
@@ -2558,9 +2456,8 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, nullptr, offsets, nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, cores.source,
-                                                                                      even ? ws.item_counters + 2 : nullptr, indices, offsets,
-                                                                                      s, ws.fast_digits, ws.use_fast_digits);
+    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, cores.source, indices, s,
+                                                                                      ws.fast_digits, ws.use_fast_digits);
     launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
                ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, (const int64_t*)cores.source,
