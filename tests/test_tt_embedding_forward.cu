@@ -670,6 +670,33 @@ static void test_tiled_tc_layout() {
            bad.substr(0, 200) + " conflicting reads " + std::to_string(conflicts));
 }
 
+// version 5's fragment order: each 16-byte B load of a warp (n-tile j, float4 v of the lane's KL values) and each
+// store of the split (thread i: row i % R_1, float4 i / R_1, column c ^ swap) on 32 distinct banks per phase (8
+// lanes for 16-byte loads, 32 for 4-byte stores)
+static void test_tc_banks(int KS, int Q1, int JT) {
+    const int KL = 2 * KS, R1 = 8 * KS, NCOLS = Q1 * 8 * JT;
+    int conflicts = 0;
+    for (int j = 0; j < NCOLS / 8; j++)
+        for (int v = 0; v < KL / 4; v++)
+            for (int phase = 0; phase < 4; phase++) {
+                unsigned banks = 0;
+                for (int lane = 8 * phase; lane < 8 * phase + 8; lane++)
+                    for (int e = 0; e < 4; e++) banks |= 1u << (tt_embedding_forward_tc_b_at(KS, j, lane, 4 * v + e) % 32);
+                conflicts += banks != 0xffffffffu;
+            }
+    for (int i0 = 0; i0 < R1 * NCOLS / 4; i0 += 32)
+        for (int c = 0; c < 4; c++) {
+            unsigned banks = 0;
+            for (int i = i0; i < i0 + 32; i++) {
+                const int k = i % R1, n4 = i / R1;
+                banks |= 1u << (tt_embedding_forward_tc_b_pos(KS, k, 4 * n4 + (c ^ tt_embedding_forward_tc_split_swap(k, n4))) % 32);
+            }
+            conflicts += banks != 0xffffffffu;
+        }
+    report(conflicts == 0, "version 5's fragment order, R_1 = " + std::to_string(R1) + ", q_1 R_2 = " + std::to_string(NCOLS) +
+                               ": B loads and split stores on 32 banks", "conflicting accesses " + std::to_string(conflicts));
+}
+
 // the division-free digits of versions 4-6 against '/' and '%': every divisor shape of the op (strides and factors
 // of several chains, 1 included) and x at both ends of [0, 2^32) plus random values
 static void test_fast_digits() {
@@ -751,8 +778,8 @@ static void test_tc_tile(int Q0, int KS, int nlookups, Rng& rng, int Q1 = 4, int
                 for (int lane = 0; lane < 32; lane++) {
                     for (int r = 0; r < 4; r++) tf32_split(x[lane][r & 1][2 * st + (r >> 1)], ahi[lane][r], alo[lane][r]);
                     for (int e = 0; e < 2; e++) {
-                        bh[lane][e] = bhi[(size_t)(j * 32 + lane) * KL + 2 * st + e];
-                        bl[lane][e] = blo[(size_t)(j * 32 + lane) * KL + 2 * st + e];
+                        bh[lane][e] = bhi[tt_embedding_forward_tc_b_at(KS, j, lane, 2 * st + e)];
+                        bl[lane][e] = blo[tt_embedding_forward_tc_b_at(KS, j, lane, 2 * st + e)];
                     }
                 }
                 emulate_mma(small, alo, bh);
@@ -1277,6 +1304,9 @@ int main() {
     test_fast_digits();
     {
         Rng rng(101);
+        test_tc_banks(4, 4, 4);        // FBTT's default, q 8,4,4
+        test_tc_banks(2, 4, 2);        // ranks 16
+        test_tc_banks(4, 8, 4);        // q 4,8,8
         test_tc_tile(4, 4, 4, rng);
         test_tc_tile(4, 4, 3, rng);    // a partial tile: slot 3's rows are zeros and not written
         test_tc_tile(4, 2, 4, rng);
