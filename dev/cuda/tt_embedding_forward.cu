@@ -51,7 +51,7 @@ Lessons:
     shared and global memory made 3 a third slower (generic loads and stores): one instantiation per memory space.
   - At B 512 versions 3-5 all took 45-50 us whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
-    serial path per item (digits once, O(m) duplicates, one wave of items, PDL).
+    serial path per item (digits once, O(m) duplicates, one wave, PDL; H100: each key's lookups listed ahead, -13%).
   - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
   - Repeats of a hot row copied in their item all ran on one block; a map read by the pooling won 1.6x at Zipf 1.15.
   - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
@@ -114,11 +114,16 @@ struct TtEmbeddingForwardShape {
 
 // the device pointers of the T cores (each [tables, p_t, slice_t]); stash: where the column-tile kernel writes P_1 (the
 // stash, tt_embedding.h) as it goes, null where it does not; source (version 6's item kernels): each lookup's position
-// in indices of the lookup that computed its row and P_1 (its own, or that of an equal index)
+// in indices of the lookup that computed its row and P_1 (its own, or that of an equal index); key_count, key_lookups
+// (version 6 where an item is a whole key, else null): each key's lookups as the digit kernel counted them, and the
+// positions of the first key_cap of them ([tables p_1][key_cap]); the item of the key zeroes its count
 struct TtEmbeddingForwardCores {
     const float* c[TT_EMBEDDING_FORWARD_MAX_CORES];
     float* stash;
     int64_t* source;
+    int* key_count;
+    uint32_t* key_lookups;
+    int key_cap;
 };
 
 inline int64_t tt_embedding_forward_round4(int64_t x) { return (x + 3) / 4 * 4; }
@@ -677,16 +682,41 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 // count (match masks, warp scans, per-(chunk, warp) totals): no atomics, so a pass may overfill the list; the entries
 // past `cap` are dropped and the next round restarts at the first of them (the entry whose slot is cap).
 // It also sets every lookup's row source to itself; the item loop then marks only the lookups of repeated indices.
-__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, int64_t* __restrict__ source,
-                                                     const int64_t* __restrict__ indices, const __grid_constant__ TtEmbeddingForwardShape s,
+// Where an item is a whole key (cores.key_count), the scan is skipped: this kernel also lists each key's lookups (an
+// atomic per run of equal keys in a warp, so Zipf's hot keys do not serialize), and an item whose key has at most
+// key_cap of them reads its list in one round trip instead of scanning the table's digits (26% of a block's cycles at
+// FBTT's default). The lists are in no particular order; rows depend on the index alone, so the bits do not. With a
+// block's first item read before the PDL wait, H100: FBTT's default 0.0350 -> 0.0305 ms, q 8,4,4 0.0475 -> 0.0428, q
+// 4,8,8 0.0683 -> 0.0611, ranks 64 0.0730 -> 0.0690; Zipf 1.15 (hot keys scan) a tie.
+__global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
+                                                     const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
+                                                     const __grid_constant__ TtEmbeddingForwardShape s,
                                                      const __grid_constant__ TtEmbeddingForwardFastDigits fd, bool fast) {
     pdl_allow_next();                      // the chain kernel's blocks may start (and wait)
     const int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (l >= s.nnz) return;
-    const int64_t idx = indices[l];
-    const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
-    digits1[l] = (uint16_t)d;
-    source[l] = l;
+    int key = -1;                          // none past the end
+    if (l < s.nnz) {
+        const int64_t idx = indices[l];
+        const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
+        digits1[l] = (uint16_t)d;
+        cores.source[l] = l;
+        if (cores.key_count) {
+            int tbl = 0;                   // the last table whose first lookup is at or before l
+            for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
+                const int mid = (lo + hi) / 2;
+                if (offsets[(int64_t)mid * s.B] <= l) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
+            }
+            key = tbl * s.p[1] + d;
+        }
+    }
+    if (!cores.key_count) return;          // grid-uniform
+    const unsigned peers = __match_any_sync(0xffffffffu, key);
+    const int lane = threadIdx.x % 32, leader = __ffs(peers) - 1;
+    int base = 0;
+    if (key >= 0 && lane == leader) base = atomicAdd(&cores.key_count[key], __popc(peers));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    const int slot = base + __popc(peers & ((1u << lane) - 1));
+    if (key >= 0 && slot < cores.key_cap) cores.key_lookups[(int64_t)key * cores.key_cap + slot] = (uint32_t)l;
 }
 
 // version 6's list capacity
@@ -794,9 +824,11 @@ __device__ __forceinline__ int64_t tt_embedding_forward_digit_scan(const TtEmbed
 //   compute(tbl, nu)   the rows of the list's nu unique entries into rowbuf (warps pick their share)
 // after which the entries equal to another take its row: versions 4 and 5 copy it, version 6 (DIGITS) writes its
 // position into source, which the pooling (and, with a stash, the copy of P_1) reads. DIGITS: version 6's digit scan,
-// hash set and row sources.
+// hash set and row sources, and its kernel launched with PDL: a block's first item is its own index (no counter), and
+// its slice copy and offsets are read before the wait for the digit kernel, whose lists of keys (cores.key_count,
+// where segments is 1) replace the scan.
 template <bool DIGITS, class OnItem, class OnWork, class OnReady, class Compute>
-__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, int64_t* __restrict__ source,
+__device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __restrict__ rowbuf, const TtEmbeddingForwardCores& cores,
                                                                    const int64_t* __restrict__ indices,
                                                                    const uint16_t* __restrict__ digits1,
                                                                    const int64_t* __restrict__ offsets, const TtEmbeddingForwardShape& s,
@@ -809,24 +841,49 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
     const int64_t stride1 = s.stride[1];
     const int p1 = s.p[1], nkeys = s.tables * p1;
     const int n_items = nkeys * segments;
-  for (;;) {                                                // items (key, segment) from a global counter
-    if (threadIdx.x == 0) counters[2] = atomicAdd(&work[0], 1);
-    __syncthreads();
-    const int item = counters[2];
-    __syncthreads();                                        // read by all before thread 0 takes the next
-    if (item >= n_items) break;
+    const bool by_key = DIGITS && cores.key_count && segments == 1;    // the digit kernel listed each key's lookups
+  for (bool first = true;; first = false) {                 // items (key, segment): the block's own, then a global counter
+    int item = blockIdx.x;                                  // (the grid is at most n_items)
+    if (!first) {
+        if (threadIdx.x == 0) counters[2] = gridDim.x + atomicAdd(&work[0], 1);
+        __syncthreads();
+        item = counters[2];
+        __syncthreads();                                    // read by all before thread 0 takes the next
+        if (item >= n_items) break;
+    }
     const int key = item / segments, seg = item % segments, nseg = segments;
     const int tbl = key / p1, i1 = key % p1;
     on_item(tbl, i1);
     const int64_t lo_t = offsets[(int64_t)tbl * s.B], hi_t = offsets[(int64_t)(tbl + 1) * s.B];
+    if (DIGITS && first) {
+        pdl_wait_prior();                                   // the digit kernel's output from here on
+        pdl_allow_next();                                   // the pooling kernel may launch (and wait)
+    }
     const int64_t seg_lo = lo_t + (hi_t - lo_t) * seg / nseg, seg_hi = lo_t + (hi_t - lo_t) * (seg + 1) / nseg;
+    const int listed = by_key ? cores.key_count[key] : 0;  // zeroed below, after a barrier (every thread read it)
+    const bool from_list = by_key && listed <= min(cores.key_cap, cap);
     bool worked = false;
-    int64_t cursor = seg_lo;
+    int64_t cursor = from_list && listed == 0 ? seg_hi : seg_lo;
     if (DIGITS && threadIdx.x < TT_EMBEDDING_FORWARD_KEEP) list.keep_idx[threadIdx.x] = -1;   // ordered by the round's barrier
     while (cursor < seg_hi) {                               // rounds: fill the list, compute it (block-uniform)
         if (threadIdx.x == 0) { counters[0] = 0; counters[1] = 0; }
         __syncthreads();
-        if constexpr (DIGITS) cursor = tt_embedding_forward_digit_scan(list, cap, digits1, indices, cursor, seg_hi, i1);
+        if constexpr (DIGITS) {
+            if (by_key && threadIdx.x == 0 && cursor == seg_lo) cores.key_count[key] = 0;   // for the next call
+            if (from_list) {                                // one round: the key's lookups from the digit kernel's list
+                const uint32_t* kl = cores.key_lookups + (int64_t)key * cores.key_cap;
+                for (int i = threadIdx.x; i < listed; i += blockDim.x) {
+                    const int64_t p = kl[i];
+                    list.pos[i] = p;
+                    list.idx[i] = indices[p];
+                }
+                if (threadIdx.x == 0) counters[0] = listed;
+                cursor = seg_hi;
+                __syncthreads();
+            } else {
+                cursor = tt_embedding_forward_digit_scan(list, cap, digits1, indices, cursor, seg_hi, i1);
+            }
+        }
         // scan: passes of blockDim * UNROLL indices while one more pass fits the list
         else for (;;) {
             int64_t idx[TT_EMBEDDING_FORWARD_SCAN_UNROLL];
@@ -910,7 +967,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         if constexpr (DIGITS) {
             for (int i = threadIdx.x; i < m; i += blockDim.x) {
                 const int f = list.first[i];
-                if (f != i) source[list.pos[i]] = f >= 0 ? list.pos[f] : list.keep_pos[-2 - f];
+                if (f != i) cores.source[list.pos[i]] = f >= 0 ? list.pos[f] : list.keep_pos[-2 - f];
             }
         } else {
             __syncthreads();                                // the block's rows are written (visible to the block)
@@ -1136,7 +1193,7 @@ __global__ void tt_embedding_forward_kernel4(float* __restrict__ rowbuf, const i
     auto compute = [&](int tbl, int nu) {
         tt_embedding_forward_g1_rows_warp<Q0, 1, true>(rowbuf, list, nu, stages, stage_floats, g1s, ncols, 0, cores, s, fd, fast, tbl);
     };
-    tt_embedding_forward_grouped_items<false>(rowbuf, nullptr, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
+    tt_embedding_forward_grouped_items<false>(rowbuf, cores, indices, nullptr, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                               on_work, on_ready, compute);
 }
 
@@ -1440,11 +1497,7 @@ tt_embedding_forward_kernel5(float* __restrict__ rowbuf, const int64_t* __restri
             else tt_embedding_forward_tc_tile_wide<Q0, KS, Q1, JT>(rowbuf, list, mt, nu, bhi, blo, cores, s, fd, fast, tbl, lane);
     };
     static_assert(KL % 4 == 0, "lanes load their KL values of a row as float4s");
-    if constexpr (DIGITS) {
-        pdl_wait_prior();                  // the digit kernel's output (launched with PDL)
-        pdl_allow_next();
-    }
-    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, DIGITS ? cores.source : nullptr, indices, digits1, offsets, s, segments, fd, fast, work,
+    tt_embedding_forward_grouped_items<DIGITS>(rowbuf, cores, indices, digits1, offsets, s, segments, fd, fast, work,
                                                list, cap, on_item, on_work, on_ready, compute);
 }
 
@@ -1790,9 +1843,7 @@ __global__ void __launch_bounds__(WIDE ? 384 : 256, TR == 32 ? 2 : 1) tt_embeddi
             }
         }
     };
-    pdl_wait_prior();                      // the digit kernel's output (launched with PDL); then the pooling may launch
-    pdl_allow_next();
-    tt_embedding_forward_grouped_items<true>(rowbuf, cores.source, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
+    tt_embedding_forward_grouped_items<true>(rowbuf, cores, indices, digits1, offsets, s, segments, fd, fast, work, list, cap, on_item,
                                              on_work, on_ready, compute);
 }
 
@@ -2180,6 +2231,9 @@ struct TtEmbeddingForwardWorkspace {
     bool use_fast_digits = false;
     uint16_t* lookup_i1 = nullptr;         // version 6: i_1 of every lookup [nnz rounded up to 8, + 8]
     int64_t* row_source = nullptr;         // version 6: [nnz] where each lookup's row (and P_1) is (TtEmbeddingForwardCores)
+    int* key_count = nullptr;              // version 6: each key's lookups [tables p_1], zero between calls, and their
+    uint32_t* key_lookups = nullptr;       // positions [tables p_1][key_cap] (TtEmbeddingForwardCores); null where key_cap is 0
+    int key_cap = 0;
     // --stash (version 6): the lookups' prefixes P_1..P_{T-2} (tt_embedding.h's layout)
     float* stash = nullptr;
     int64_t stash_off[TT_EMBEDDING_FORWARD_MAX_CORES] = {}, stash_floats = 0;
@@ -2271,6 +2325,15 @@ std::string tt_embedding_forward_skip_reason(int kernel_num, const TtEmbeddingFo
     return "";
 }
 
+// version 6's lists of each key's lookups: room for 4x a key's mean count + 16 (a key with more takes the digit scan),
+// where positions fit 32 bits and the lists take at most 256 MB (else 0: none)
+inline int tt_embedding_forward_key_cap(const TtEmbeddingForwardShape& s) {
+    const int64_t keys = (int64_t)s.tables * s.p[1];
+    if (keys == 0 || s.nnz >= (1ll << 32)) return 0;
+    const int64_t cap = std::min<int64_t>((4 * (s.nnz / keys) + 16 + 3) / 4 * 4, 4096);
+    return keys * (cap + 1) * 4 <= (256ll << 20) ? (int)cap : 0;
+}
+
 // device bytes the op allocates at this shape (inputs, output, every version's workspace); version 3's scratch
 // counted at its 256 MB cap
 inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s, int chunk) {
@@ -2279,7 +2342,7 @@ inline double tt_embedding_forward_device_bytes(const TtEmbeddingForwardShape& s
     b += 4.0 * nnz + 3.0 * 8.0 * (s.T - 1) * chunk;
     for (int t = 0; t + 1 < s.T; t++) b += 4.0 * chunk * s.Q[t + 1] * s.R[t + 2];
     if (tt_embedding_forward_reason4(s).empty() || tt_embedding_forward_reason5(s).empty() || tt_embedding_forward_reason_tiled(s).empty())
-        b += 4.0 * nnz * s.D + 10.0 * nnz + 64;
+        b += 4.0 * nnz * s.D + 10.0 * nnz + 64 + 4.0 * (double)s.tables * s.p[1] * (tt_embedding_forward_key_cap(s) + 1);
     const TtEmbeddingForwardSplit c = tt_embedding_forward_plan_split(s, SIZE_MAX);
     if (c.k >= 0) b += 4.0 * (double)(c.floats[0] + c.floats[1] + c.floats[2] + c.floats[3]) + 24.0 * c.pointers + 4.0 * nnz * s.D;
     return b + (256 << 20);
@@ -2342,6 +2405,13 @@ void tt_embedding_forward_setup(TtEmbeddingForwardWorkspace& ws, const TtEmbeddi
     ws.lookup_i1 = device_alloc<uint16_t>(i1_len);
     cudaCheck(cudaMemset(ws.lookup_i1, 0, i1_len * sizeof(uint16_t)));     // the padding
     ws.row_source = device_alloc<int64_t>((size_t)nnz);
+    ws.key_cap = tt_embedding_forward_key_cap(s);
+    if (ws.key_cap > 0) {
+        const size_t keys = (size_t)s.tables * s.p[1];
+        ws.key_count = device_alloc<int>(keys);
+        cudaCheck(cudaMemset(ws.key_count, 0, keys * sizeof(int)));
+        ws.key_lookups = device_alloc<uint32_t>(keys * ws.key_cap);
+    }
     auto fit = [&](int v) {                                 // opt-in shared memory, block limit, residency
         for (int w : {1, 32}) {                             // the widest block's build sets the limit
             const TtEmbeddingForwardGroupedKernel kernel = tt_embedding_forward_grouped_kernel(v, s, w);
@@ -2367,7 +2437,7 @@ void tt_embedding_forward_free(TtEmbeddingForwardWorkspace& ws) {
     cudaCheck(cudaFree(const_cast<void**>(ws.a_ptr)));
     cudaCheck(cudaFree(const_cast<void**>(ws.b_ptr)));
     for (void* p : {(void*)ws.bag_of, (void*)ws.c_ptr, (void*)ws.acc, (void*)ws.chain_scratch, (void*)ws.rowbuf, (void*)ws.item_counters,
-                    (void*)ws.lookup_i1, (void*)ws.row_source, (void*)ws.stash, (void*)ws.split_buf[0], (void*)ws.split_buf[1],
+                    (void*)ws.lookup_i1, (void*)ws.row_source, (void*)ws.key_count, (void*)ws.key_lookups, (void*)ws.stash, (void*)ws.split_buf[0], (void*)ws.split_buf[1],
                     (void*)ws.split_buf[2], (void*)ws.split_buf[3], (void*)ws.split_m, (void*)ws.split_c})
         cudaCheck(cudaFree(p));
     cudaCheck(cudaFree(const_cast<void**>(ws.split_g)));
@@ -2381,6 +2451,7 @@ void tt_embedding_forward_poison_workspace(TtEmbeddingForwardWorkspace& ws, cons
     if (ws.chain_scratch) poison(ws.chain_scratch, (size_t)ws.chain_scratch_warps * tt_embedding_forward_smem_bytes3(s, 1));
     if (ws.stash) poison(ws.stash, (size_t)ws.stash_floats * sizeof(float));
     if (ws.row_source) poison(ws.row_source, (size_t)s.nnz * sizeof(int64_t));
+    if (ws.key_lookups) poison(ws.key_lookups, (size_t)s.tables * s.p[1] * ws.key_cap * sizeof(uint32_t));
     for (int i = 0; i < 4; i++)
         if (ws.split_buf[i]) poison(ws.split_buf[i], (size_t)ws.split.floats[i] * sizeof(float));
 }
@@ -2468,9 +2539,19 @@ void tt_embedding_forward_grouped(floatX* out, const int64_t* indices, const int
         tt_embedding_forward_kernel_pool<<<pool_blocks, 256>>>(out, ws.rowbuf, nullptr, offsets, nbags, s.D);
         return;
     }
-    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, cores.source, indices, s,
+    TtEmbeddingForwardCores c = cores;                      // the lists of keys where an item is a whole key
+    if (segments == 1 && ws.key_cap > 0) {
+        c.key_count = ws.key_count;
+        c.key_lookups = ws.key_lookups;
+        c.key_cap = ws.key_cap;
+    } else {
+        c.key_count = nullptr;
+        c.key_lookups = nullptr;
+        c.key_cap = 0;
+    }
+    tt_embedding_forward_kernel_digits6<<<(unsigned)ceil_div<int64_t>(s.nnz, 256), 256>>>(ws.lookup_i1, indices, offsets, c, s,
                                                                                       ws.fast_digits, ws.use_fast_digits);
-    launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, cores, s, segments,
+    launch_pdl(chain, blocks, (unsigned)block_size, smem, ws.rowbuf, indices, (const uint16_t*)ws.lookup_i1, offsets, c, s, segments,
                ws.fast_digits, ws.use_fast_digits, ws.item_counters);
     launch_pdl(tt_embedding_forward_kernel_pool, pool_blocks, 256u, (size_t)0, out, (const float*)ws.rowbuf, (const int64_t*)cores.source,
                offsets, nbags, s.D);
