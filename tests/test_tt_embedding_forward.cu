@@ -697,6 +697,29 @@ static void test_tc_banks(int KS, int Q1, int JT) {
                                ": B loads and split stores on 32 banks", "conflicting accesses " + std::to_string(conflicts));
 }
 
+// a lookup's table by binary search over the table-major offsets, against a scan: empty tables and bags included
+static void test_table_of() {
+    Rng rng(77);
+    int bad = 0, checked = 0;
+    for (int tables : {1, 2, 3, 7, 16}) {
+        const int B = 1 + (int)(rng.next() % 5);
+        std::vector<int64_t> off(1, 0);
+        for (int b = 0; b < tables * B; b++) {
+            const bool empty_table = (b / B) % 3 == 1;      // every third table has no lookups
+            off.push_back(off.back() + (empty_table ? 0 : (int64_t)(rng.next() % 4)));
+        }
+        for (int64_t n = 0; n < off.back(); n++) {
+            int want = -1;
+            for (int t = 0; t < tables; t++)
+                if (off[(size_t)t * B] <= n && n < off[(size_t)(t + 1) * B]) want = t;
+            bad += tt_embedding_forward_table_of(off.data(), tables, B, n) != want;
+            checked++;
+        }
+    }
+    report(bad == 0 && checked > 0, "a lookup's table by binary search over the offsets (empty tables and bags)",
+           std::to_string(bad) + " of " + std::to_string(checked) + " lookups in the wrong table");
+}
+
 // the division-free digits of versions 4-6 against '/' and '%': every divisor shape of the op (strides and factors
 // of several chains, 1 included) and x at both ends of [0, 2^32) plus random values
 static void test_fast_digits() {
@@ -1302,6 +1325,7 @@ int main() {
     test_tiled_tc_layout<64>();
     test_tiled_tc_layout<128>();
     test_fast_digits();
+    test_table_of();
     {
         Rng rng(101);
         test_tc_banks(4, 4, 4);        // FBTT's default, q 8,4,4

@@ -780,11 +780,7 @@ __global__ void __launch_bounds__(TT_CACHE_ROWS_BLOCK7) tt_cache_part_rows_kerne
     float* staged = buf1 + s.buf_pad[1];
     const int64_t count = off_tt[(int64_t)s.tables * s.B];
     for (int64_t n = (int64_t)blockIdx.x * W + threadIdx.x / 32; n < count; n += (int64_t)gridDim.x * W) {   // warp-uniform
-        int tbl = 0;                                          // the last table whose TT lookups start at or before n
-        for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
-            const int mid = (lo + hi) / 2;
-            if (off_tt[(int64_t)mid * s.B] <= n) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
-        }
+        const int tbl = tt_embedding_forward_table_of(off_tt, s.tables, s.B, n);   // its table's TT lookups start at or before n
         const int64_t idx = ids_tt[n];
         const float* g = lane < s.T ? tt_embedding_forward_slice_ptr(cores, s, tbl, idx, lane) : nullptr;
         if (STAGE) {

@@ -211,6 +211,16 @@ inline double tt_embedding_forward_bytes(const TtEmbeddingForwardShape& s) {
            8.0 * ((double)s.tables * s.B + 1) + (double)s.tables * s.B * s.D * sizeof(floatX);
 }
 
+// the table of lookup n: the last table whose first lookup (offsets[tbl B], table-major) is at or before n
+__host__ __device__ inline int tt_embedding_forward_table_of(const int64_t* offsets, int tables, int B, int64_t n) {
+    int lo = 0, hi = tables;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[(int64_t)mid * B] <= n) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
 // digit t of a row index: (idx / stride) % p, in 32 bits when the values allow (the common case)
 __host__ __device__ inline int tt_embedding_forward_digit(int64_t idx, int64_t stride, int p) {
     uint64_t qv;
@@ -700,14 +710,7 @@ __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digit
         const int d = (int)(fast ? tt_embedding_forward_fast_digit(fd, (uint64_t)idx, 1) : tt_embedding_forward_digit(idx, s.stride[1], s.p[1]));
         digits1[l] = (uint16_t)d;
         cores.source[l] = l;
-        if (cores.key_count) {
-            int tbl = 0;                   // the last table whose first lookup is at or before l
-            for (int lo = 1, hi = s.tables - 1; lo <= hi;) {
-                const int mid = (lo + hi) / 2;
-                if (offsets[(int64_t)mid * s.B] <= l) { tbl = mid; lo = mid + 1; } else hi = mid - 1;
-            }
-            key = tbl * s.p[1] + d;
-        }
+        if (cores.key_count) key = tt_embedding_forward_table_of(offsets, s.tables, s.B, l) * s.p[1] + d;
     }
     if (!cores.key_count) return;          // grid-uniform
     const unsigned peers = __match_any_sync(0xffffffffu, key);
@@ -2175,10 +2178,9 @@ __global__ void tt_embedding_forward_kernel_split_rows(float* __restrict__ rowbu
     pdl_wait_prior();                                       // the tables
     for (int64_t n = (int64_t)blockIdx.x * W + warp; n < s.nnz; n += (int64_t)gridDim.x * W) {   // warp-uniform
         const int64_t idx = indices[n];
-        int lo = 0, hi = s.tables;                          // the table: the last whose first offset is <= n
-        while (hi - lo > 1) { const int mid = (lo + hi) / 2; if (offsets[(int64_t)mid * s.B] <= n) lo = mid; else hi = mid; }
+        const int tbl = tt_embedding_forward_table_of(offsets, s.tables, s.B, n);
         const int64_t jp = tt_embedding_forward_split_entry(s, idx, 0, c.k), js = tt_embedding_forward_split_entry(s, idx, c.k + 1, s.T - 1);
-        tt_embedding_forward_split_stage(c, pre + ((int64_t)lo * c.n_pre + jp) * c.pre_len, suf + ((int64_t)lo * c.n_suf + js) * c.suf_len,
+        tt_embedding_forward_split_stage(c, pre + ((int64_t)tbl * c.n_pre + jp) * c.pre_len, suf + ((int64_t)tbl * c.n_suf + js) * c.suf_len,
                                          Ps, Ss, vec, lane);
         __syncwarp();
         tt_embedding_forward_split_row(c, Ps, Ss, rowbuf + n * s.D, lane);
