@@ -22,7 +22,7 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
-  6  the default: version 5 with i_1 scanned as uint16 once, a hash set for equal indices read through a map,
+  6  the default: version 5 with each key's lookups listed (or i_1 scanned as uint16) by a first kernel, a hash set,
      PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); at R_2 = 64 (32 where no kernel is compiled)
      and where G_1's slice exceeds shared memory (rank 128) the same items on G_1 in column tiles of whole a_1,
      step 1 in 3xTF32 at R_2 = 32-128 (else FP32, a warp's lane step on 4 / 2 lookups); else version 3  0.0332  20.0
@@ -1544,9 +1544,10 @@ inline std::string tt_embedding_forward_reason6(const TtEmbeddingForwardShape& s
 // ---- version 6 (the default): version 5 with the digit scan, a hash set and PDL; G_1 in column tiles at rank 128
 
 // Version 5 ran fewer instructions than version 4 in the same time: an item's serial path, not the chain, held both
-// up (few warp slots active). Version 6 cuts that path: the digit kernel
-// and scan above, a hash set for equal indices (O(m)), 64 lookups per item (one wave of items at the default), the
-// chain and pooling kernels launched with PDL. As the default it runs every shape: its compiled kernel where that
+// up (few warp slots active). Version 6 cuts that path: the digit kernel, which also lists each key's lookups (an item
+// that is a whole key reads its list; others scan the digits), a hash set for equal indices (O(m)), 64 lookups per item
+// (one wave of items at the default), the chain and pooling kernels launched with PDL, a block's first item started
+// before the wait. As the default it runs every shape: its compiled kernel where that
 // applies, the column-tile kernel below where G_1's slice is too big for version 5's copies and that kernel runs the
 // shape (tt_embedding_forward_route_tiled), else version 3's.
 
