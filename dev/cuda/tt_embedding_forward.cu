@@ -1224,8 +1224,9 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 // K's order inside a GEMM is free as long as A and B agree, so fragment column c of k-step s holds k = KL (c % 4) +
 // 2 s + c / 4 (KL = R_1 / 4): a lane reads KL contiguous values of each G_0 row (float4 loads from L2), and G_1's
 // slice, stored once per item in fragment order (hi and lo; a lane's KL values of n-tile j in KL / 4 float4s, each
-// beside the other lanes' same float4), gives every 16-byte load of B fragments 512 contiguous bytes per warp. The slice is copied (cp.async, rows padded by 4 floats)
-// under the index scan and split into fragment order once the list is ready.
+// beside the other lanes' same float4), gives every 16-byte load of B fragments 512 contiguous bytes per warp. The
+// slice is copied (cp.async, rows padded by 4 floats) under the index scan and split into fragment order once the
+// list is ready.
 // Deterministic like version 4. Compiled for (q_0, R_1, q_1, R_2) = (Q0, 8 KS, Q1, 8 JT), q_2 = 4: (4, 4, 4, 4)
 // (FBTT's default), (4, 2, 4, 2) (ranks 16), (4, 8, 4, 8) (ranks 64), (8, 4, 4, 4) (q 8,4,4: 2 lookups of 8 rows);
 // and with q_2 = 8 (the wide tile below) for (4, 4, 8, 4) (q 4,8,8, D 256).
