@@ -961,7 +961,7 @@ static void test_split() {
     };
     Rng rng(77);
     std::string bad;
-    int checked = 0, vec_rows = 0, narrow_steps = 0, narrow_dpb = 0;
+    int checked = 0, vec_rows = 0, narrow_steps = 0, narrow_dpb = 0, terms_checked = 0;
     const int guard = 64;
     for (const Case& cs : cases) {
         Problem P;
@@ -1021,6 +1021,10 @@ static void test_split() {
                 const int tbl = s.E <= 400 ? (int)(l / s.E) : (int)rng.randint(0, cs.tables);
                 const int64_t idx = s.E <= 400 ? l % s.E : l == 0 ? 0 : l == 1 ? s.E - 1 : rng.randint(0, s.E);
                 const int64_t jp = tt_embedding_forward_split_entry(s, idx, 0, k), js = tt_embedding_forward_split_entry(s, idx, k + 1, s.T - 1);
+                int64_t tp = 0, ts = 0;                     // the row kernel's lane terms, summed
+                for (int t = 0; t < s.T; t++) (t <= k ? tp : ts) += tt_embedding_forward_split_term(s, k, idx, t);
+                if ((tp != jp || ts != js) && bad.size() < 300) bad += " " + P.name + " lane terms of row " + std::to_string(idx);
+                terms_checked++;
                 const float* Pe = pre + (tbl * c.n_pre + jp) * c.pre_len;
                 const float* Se = suf + (tbl * c.n_suf + js) * c.suf_len;
                 std::vector<double> ref(s.D);
@@ -1043,10 +1047,11 @@ static void test_split() {
             }
         }
     }
-    report(bad.empty() && checked > 1000 && vec_rows > 100 && narrow_steps > 5 && (narrow_dpb & 2) && (narrow_dpb & 256),
+    report(bad.empty() && checked > 1000 && vec_rows > 100 && narrow_steps > 5 && (narrow_dpb & 2) && (narrow_dpb & 256) && terms_checked > 1000,
            "version 6's tables: every cut's P and S tables (pointers, cuBLAS steps through the reference GEMM, steps narrower than 8 "
-           "columns by the narrow kernel's blocks) and each row's staging and product = the reference row (" + std::to_string(checked) +
-           " rows, " + std::to_string(vec_rows) + " staged by float4, " + std::to_string(narrow_steps) + " narrow steps)",
+           "columns by the narrow kernel's blocks), each row's entries from the lanes' digit terms, and its staging and product = the "
+           "reference row (" + std::to_string(checked) + " rows, " + std::to_string(vec_rows) + " staged by float4, " +
+           std::to_string(narrow_steps) + " narrow steps, " + std::to_string(terms_checked) + " entries by terms)",
            bad.substr(0, 300));
     // the plan at the bench grid: T 6 and T 4 cut, FBTT's default and q 4,8,8 not; no lookups: no cut
     auto plan = [](const std::vector<int>& p, const std::vector<int>& q, const std::vector<int>& r, int B, int L) {
