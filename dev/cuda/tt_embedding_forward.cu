@@ -848,6 +848,7 @@ __device__ __forceinline__ void tt_embedding_forward_grouped_items(float* __rest
   for (bool first = true;; first = false) {                 // items (key, segment): the block's own, then a global counter
     int item = blockIdx.x;                                  // (the grid is at most n_items)
     if (!first) {
+        if ((int)gridDim.x >= n_items) break;               // one item a block: the counter is not needed
         if (threadIdx.x == 0) counters[2] = gridDim.x + atomicAdd(&work[0], 1);
         __syncthreads();
         item = counters[2];
@@ -920,7 +921,9 @@ TT_EMBEDDING_FORWARD_UNROLL
         // where one row is most of an item (Zipf's hottest row at L 1, ~95% of the bags) rounds do not recompute it.
         if constexpr (DIGITS) {
             constexpr int K = TT_EMBEDDING_FORWARD_KEEP, MARK = 1 << 30;
-            const int HS = tt_embedding_forward_hash_slots(cap);
+            // slots: a power of two >= 2m (>= 32), not the list's capacity: clearing and marking 2 cap slots cost an
+            // item of ~50 lookups 16 stores and 8 loads a thread
+            const int HS = min(tt_embedding_forward_hash_slots(cap), max(32, 1 << (32 - __clz(2 * m - 1))));
             auto keep_slot = [&](int64_t v) { return (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (K - 1); };
             for (int h = threadIdx.x; h < HS; h += blockDim.x) list.slots[h] = -1;
             __syncthreads();
@@ -984,8 +987,9 @@ TT_EMBEDDING_FORWARD_UNROLL
     }
   }
     async_wait_group<0>();             // nothing may be in flight at exit
-    // the last block out resets the two counters for the next call (every block took its last item before)
-    if (threadIdx.x == 0) {
+    // the last block out resets the two counters for the next call (every block took its last item before); with one
+    // item a block nothing touched them
+    if (threadIdx.x == 0 && (int)gridDim.x < n_items) {
         __threadfence();
         if (atomicAdd(&work[1], 1) == (int)gridDim.x - 1) {
             work[0] = 0;
