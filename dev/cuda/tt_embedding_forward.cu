@@ -23,7 +23,7 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5 with each key's lookups listed (or i_1 scanned as uint16) by a first kernel, a hash set,
-     PDL (Zipf 1.15, H100 2026-12-07: 0.0282; with copies 0.0463); at R_2 = 64 (32 where no kernel is compiled)
+     PDL (Zipf 1.15, H100 2026-12-07: 0.0265; with copies 0.0463); at R_2 = 64 (32 where no kernel is compiled)
      and where G_1's slice exceeds shared memory (rank 128) the same items on G_1 in column tiles of whole a_1,
      step 1 in 3xTF32 at R_2 = 32-128 (else FP32, a warp's lane step on 4 / 2 lookups); else version 3  0.0332  20.0
   7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
@@ -36,7 +36,7 @@ Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4
 over the warps (H100 2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were
 version 3: q 8,4,4 ranks 64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309, q 8,4,8 0.0916 -> 0.0772). Small p_t (T
 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T
-4 0.053 ms, T 6 0.054, version 2 0.520, 0.603); else version 3: the default never skips, and is deterministic at any
+4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100 2026-12-07, row kernel's divisions cut: 0.039, 0.040); else version 3: the default never skips, and is deterministic at any
 block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward (column tiles on tensor
 cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048
 (0.037), ranks 64 0.089 (0.073; logs 2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
