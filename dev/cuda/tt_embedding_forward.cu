@@ -2115,7 +2115,8 @@ inline TtEmbeddingForwardNarrowKernel tt_embedding_forward_narrow_kernel(int n) 
     return n >= 1 && n < TT_EMBEDDING_FORWARD_NARROW ? k[n] : nullptr;
 }
 
-// entry of a lookup's index in a side's table (cores first..last): its digits with the later ones more significant
+// entry of a lookup's index in a side's table (cores first..last): its digits with the later ones more significant (the
+// definition, which the CPU test checks the row kernel's lane terms against: tt_embedding_forward_split_term)
 __host__ __device__ inline int64_t tt_embedding_forward_split_entry(const TtEmbeddingForwardShape& s, int64_t idx, int first, int last) {
     int64_t j = 0, w = 1;
     for (int t = first; t <= last; t++) {
