@@ -52,11 +52,10 @@ Lessons:
   - At B 512 versions 3-5 all took 45-50 us whether 137 MB (3) or ~45 MB (4) moved through L2: latency rules.
   - Tensor cores (5) cut version 4's instructions by 43% (ncu), not its time; version 6's 27% came from a shorter
     serial path per item (digits once, O(m) duplicates, one wave, PDL; H100: each key's lookups listed ahead, -13%).
-  - Sorting first (CUB, a planning kernel) cost more launches and serial time than grouping saved.
-  - Repeats of a hot row copied in their item all ran on one block; a map read by the pooling won 1.6x at Zipf 1.15.
-  - Column tiles, rank 128: four lookups per FP32 lane step took q 2,2,4 L 20 from 1.412 to 0.604 ms, 3xTF32 q 4,4,4 from
-    1.780 to 1.122; at L 1 each warp's serial path rules (ncu: the SM issues on 20% of its cycles).
-  - Rank 64: three copies of G_1's slice (197 KB) held one block an SM; raw tiles split as loaded ran two and won 1.5x.
+  - Sorting first (CUB, a planning kernel) cost more than grouping saved; a map for a hot row's repeats won 1.6x (Zipf).
+  - Column tiles: four lookups per FP32 lane step (rank 128: q 2,2,4 1.412 -> 0.604 ms); at rank 64 raw tiles split as
+    loaded ran two blocks an SM where three copies of G_1's slice (197 KB) held one (1.5x).
+  - Count the divisions: the tables' row kernel, deaf to its block size, had 105 in its PTX; at 30, T 4-6 ran 11% faster.
 */
 #include "tt_embedding.h"
 
