@@ -36,10 +36,11 @@ Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4
 over the warps (H100 2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were
 version 3: q 8,4,4 ranks 64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309, q 8,4,8 0.0916 -> 0.0772). Small p_t (T
 4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T
-4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100 2026-12-07, row kernel's divisions cut: 0.039, 0.040); else version 3: the default never skips, and is deterministic at any
-block size, as are 4-5. --stash (training): 6 keeps each lookup's P_1..P_{T-2} for the backward (column tiles on tensor
-cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms (0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048
-(0.037), ranks 64 0.089 (0.073; logs 2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
+4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100 2026-12-07, row kernel's divisions cut: 0.039, 0.040); else version
+3: the default never skips, and is deterministic at any block size, as are 4-5. --stash (training): 6 keeps each
+lookup's P_1..P_{T-2} for the backward (column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms
+(0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048 (0.037), ranks 64 0.089 (0.073; logs
+2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
