@@ -1268,7 +1268,16 @@ static void test_v7_filter() {
            "default version: cores merged at T = 6, ranks 32");
     report(route({200, 220, 250, 300}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
            "default version: version 9 at T = 4 where every merge passes its limits (p 200,220,250,300)");
-    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED, "default version: grouped kernels at ranks 16,16");
+    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
+               route({200, 220, 250}, {4, 4, 4}, {32, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
+               route({200, 220, 250}, {8, 4, 4}, {16, 24}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED,
+           "default version: ranks padded to 32 at q 4,4,4 ranks 16,16 and 32,16, q 8,4,4 ranks 16,24");
+    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED &&
+               route({200, 220, 250}, {4, 4, 4}, {64, 16}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
+               route({200, 220, 250}, {4, 4, 2}, {16, 16}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
+               route({200, 220, 250}, {4, 4, 4}, {TT_EMBEDDING_BACKWARD_PAD_MIN_RANK - 1, TT_EMBEDDING_BACKWARD_PAD_MIN_RANK - 1}, 256) !=
+                   TT_EMBEDDING_BACKWARD_ROUTE_PADDED,
+           "default version: ranks not padded at --block 128, past rank 32, at q 4,4,2, or below the least padded rank");
     report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 4, ranks 16");
     report(route({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 5");
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
@@ -1469,6 +1478,56 @@ static void test_merge(const Case& c, const std::vector<int>& forced_cut = {}) {
     report(why.empty() && steps > 0, "version 7 merged cores, " + c.name + desc + ": same rows; the merged gradient back through the merges = the reference", why);
 }
 
+// Version 7 at padded ranks, on the CPU as the launcher runs it: the pad kernel's element map writes every element
+// of the padded cores (a NaN-poisoned buffer: none is left), which must give the same pooled rows; the padded shape's
+// reference gradient, read back by the unpad kernel's map and applied (dense) into a NaN-poisoned dG, must equal the
+// reference gradient of the shape itself, the padding between cores 0; the map back and forth is the identity.
+static void test_pad(const Case& c) {
+    const Problem pr = make_problem(c);
+    const TtEmbeddingBackwardShape& s = pr.s;
+    std::string why;
+    if (!tt_embedding_backward_pad_plan(s)) why += " no pad plan;";
+    const TtEmbeddingBackwardShape v = tt_embedding_backward_padded_shape(s);
+    std::vector<float> padded((size_t)v.core_off[v.T], NAN);
+    for (int64_t e = 0; e < v.core_off[v.T]; e++) {
+        const int64_t j = tt_embedding_backward_pad_map(v, s, e);
+        padded[e] = j < 0 ? 0.0f : pr.cores[j];
+    }
+    int64_t real = 0;
+    for (int64_t e = 0; e < s.core_off[s.T]; e++) {
+        const int64_t j = tt_embedding_backward_pad_map(s, v, e);
+        real += j >= 0;
+        if (j >= 0 && tt_embedding_backward_pad_map(v, s, j) != e) { why += " the map back is not the identity at " + std::to_string(e) + ";"; break; }
+    }
+    int64_t elems = 0;
+    for (int t = 0; t < s.T; t++) elems += tt_embedding_backward_core_elems(s, t);
+    if (real != elems) why += " " + std::to_string(real) + " elements mapped of " + std::to_string(elems) + ";";
+    std::vector<double> Y0((size_t)s.num_bags * s.D), Y1(Y0.size());
+    tt_embedding_backward_forward_cpu(s, std::vector<double>(pr.cores.begin(), pr.cores.end()).data(), pr.offsets.data(), pr.indices.data(), Y0.data());
+    tt_embedding_backward_forward_cpu(v, std::vector<double>(padded.begin(), padded.end()).data(), pr.offsets.data(), pr.indices.data(), Y1.data());
+    for (size_t i = 0; i < Y0.size(); i++)
+        if (!(std::fabs(Y0[i] - Y1[i]) <= 1e-6 * (1.0 + std::fabs(Y0[i])))) { why += " padded rows differ;"; break; }
+    std::vector<double> dGv((size_t)v.core_off[v.T]), ref((size_t)s.core_off[s.T]), mag(ref.size());
+    tt_embedding_backward_cpu(v, padded.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), dGv.data());
+    tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), ref.data());
+    tt_embedding_backward_cpu(s, pr.cores.data(), pr.offsets.data(), pr.indices.data(), pr.dY.data(), mag.data(), true);
+    const std::vector<float> dGv_f(dGv.begin(), dGv.end());
+    std::vector<float> dG(ref.size(), NAN);
+    for (int64_t e = 0; e < s.core_off[s.T]; e++) {
+        const int64_t j = tt_embedding_backward_pad_map(s, v, e);
+        tt_embedding_backward_apply(TT_EMBEDDING_BACKWARD_DENSE, 0.05f, 1e-8f, nullptr, nullptr, dG.data(), e, j < 0 ? 0.0f : dGv_f[j]);
+    }
+    int bad = 0;
+    for (int t = 0; t < s.T; t++)
+        for (int64_t e = s.core_off[t]; e < s.core_off[t + 1]; e++) {
+            const bool pad = e >= s.core_off[t] + tt_embedding_backward_core_elems(s, t);
+            if (pad ? dG[e] != 0.0f : !(std::fabs(dG[e] - ref[e]) <= 1e-5 * mag[e] + 1e-7))
+                if (bad++ < 3) why += " core " + std::to_string(t) + " element " + std::to_string(e - s.core_off[t]) + ": " + std::to_string(dG[e]) + " vs " +
+                                     std::to_string(ref[e]) + ";";
+        }
+    report(why.empty(), "version 7 padded ranks, " + c.name + ": every padded element written, the same rows; the padded gradient read back = the reference", why);
+}
+
 // Every host planner the default's allocation and dispatch run (the route, version 6's group plan, the merge plan and
 // its inner shape's plans, version 9's slice plan with and without the stash, the q_0 = 4k cut) at 4,000 random shapes
 // of the TT grid (T 2..6, q_t up to 16 with D <= 256, ranks up to 128, small and large p, 1..3 tables, few and many
@@ -1518,6 +1577,16 @@ static void test_plans_terminate() {
             (void)tt_embedding_backward_slice_make_plan(inner.s, Pi);
             routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) & 15]++;
         }
+        if (tt_embedding_backward_pad_plan(sh)) {
+            TtEmbeddingBackwardArgs inner;
+            memset(&inner, 0, sizeof inner);
+            inner.s = tt_embedding_backward_padded_shape(sh);
+            (void)tt_embedding_backward_group_make_plan(inner.s, inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
+            if (tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) != TT_EMBEDDING_BACKWARD_ROUTE_TENSOR) {
+                bad++;
+                why = "padded ranks that do not reach the tensor cores";
+            }
+        }
         if (tt_embedding_backward_tc_reason(sh).empty() && tt_embedding_backward_tc_split(sh) > 1)
             (void)tt_embedding_backward_tc_split_shape(sh, tt_embedding_backward_tc_split(sh));
         for (bool stash : {false, true}) {
@@ -1539,7 +1608,8 @@ static void test_plans_terminate() {
     std::string seen;
     for (int k = 0; k < 16; k++)
         if (routes[k]) seen += " " + std::to_string(k) + ":" + std::to_string(routes[k]);
-    report(bad == 0 && shapes > 3000 && routes[TT_EMBEDDING_BACKWARD_ROUTE_MERGED] > 0 && routes[TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA] > 0,
+    report(bad == 0 && shapes > 3000 && routes[TT_EMBEDDING_BACKWARD_ROUTE_MERGED] > 0 && routes[TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA] > 0 &&
+               routes[TT_EMBEDDING_BACKWARD_ROUTE_PADDED] > 0,
            "host planners at " + std::to_string(shapes) + " random grid shapes: all end, version 9's parts sane (routes seen:" + seen + ")", why);
 }
 
@@ -1661,6 +1731,9 @@ int main() {
     test_merge({"T5_three_core_group", {2, 2, 2, 3, 2}, {1, 2, 2, 4, 4}, {2, 3, 5, 4}, 1, 5, 4, 0.0, true, 45});
     test_merge({"T4_two_groups", {3, 4, 2, 3}, {4, 4, 2, 4}, {5, 7, 3}, 2, 6, 4, 0.0, true, 47}, {0, 2, 4, 4});
     test_merge({"T5_two_groups_zipf", {2, 3, 2, 3, 2}, {2, 3, 1, 3, 2}, {3, 5, 2, 4}, 1, 9, 5, 1.2, false, 48}, {0, 3, 5, 5});
+    test_pad({"q444_ranks16", {5, 6, 7}, {4, 4, 4}, {16, 16}, 1, 9, 5, 0.0, false, 49});
+    test_pad({"q444_ranks32_17_tables2_ragged", {3, 5, 4}, {4, 4, 4}, {32, 17}, 2, 7, 4, 0.0, true, 50});
+    test_pad({"q844_ranks20_16_zipf", {4, 3, 5}, {8, 4, 4}, {20, 16}, 1, 8, 6, 1.2, false, 51});
 
     return test_summary();
 }

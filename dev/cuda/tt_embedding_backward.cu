@@ -3926,6 +3926,58 @@ inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbed
     return {true, k, cols, rows, k, cols, cols, (int64_t)rows * k, X, (int64_t)k * cols};
 }
 
+// ---- version 7 at ranks below 32: the same TT with its ranks padded by zeros
+//
+// A TT of ranks R_1, R_2 <= 32 is also a TT of ranks 32, 32: each slice sits in the corner of a rank-32 slice whose
+// other elements are 0. A product through a padded rank index is 0, so the rows are the same, and so is the gradient
+// of every real element (the padded elements' gradient is dropped). At T = 3 with q 4k,4,4 the padded shape is the
+// tensor-core kernels' own, whose 3xTF32 products at ranks 32 beat version 6's FP32 ones at ranks 16 (4x the
+// FLOPs, no slower). One kernel writes the padded cores (zeros included), the default runs them in dense mode, and
+// one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
+#ifndef TT_EMBEDDING_BACKWARD_PAD_MIN_RANK
+#define TT_EMBEDDING_BACKWARD_PAD_MIN_RANK 16   // pad where the larger rank is at least this
+#endif
+inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbeddingBackwardShape& s) {
+    TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0], s.p[1], s.p[2]}, {s.q[0], s.q[1], s.q[2]},
+                                                                  {TT_EMBEDDING_BACKWARD_TC_R, TT_EMBEDDING_BACKWARD_TC_R}, s.E, s.tables, s.B);
+    v.nnz = s.nnz;
+    v.nnz_dev = s.nnz_dev;
+    return v;
+}
+inline bool tt_embedding_backward_pad_plan(const TtEmbeddingBackwardShape& s) {
+    const int R = TT_EMBEDDING_BACKWARD_TC_R, r = s.T == 3 ? std::max(s.R[1], s.R[2]) : 0;
+    return s.T == 3 && r <= R && r >= TT_EMBEDDING_BACKWARD_PAD_MIN_RANK && (s.R[1] < R || s.R[2] < R) &&
+           tt_embedding_backward_tc_reason(tt_embedding_backward_padded_shape(s)).empty();
+}
+// element e of a packed cores buffer of shape `from` (the padding between cores included): where the same (core,
+// table, slice, k, a, k') is in the buffer of shape `to`, or -1 where it is not there (from's padding, or a rank
+// index past to's ranks)
+__host__ __device__ inline int64_t tt_embedding_backward_pad_map(const TtEmbeddingBackwardShape& from, const TtEmbeddingBackwardShape& to, int64_t e) {
+    int t = 0;
+    while (t + 1 < from.T && e >= from.core_off[t + 1]) t++;
+    const int64_t x = e - from.core_off[t], slice = x / from.S[t];
+    if (slice >= (int64_t)from.tables * from.p[t]) return -1;
+    const int r = (int)(x - slice * from.S[t]), k2 = r % from.R[t + 1], a = r / from.R[t + 1] % from.q[t], k = r / from.n[t];
+    if (k >= to.R[t] || k2 >= to.R[t + 1]) return -1;
+    return to.core_off[t] + slice * to.S[t] + ((int64_t)k * to.q[t] + a) * to.R[t + 1] + k2;
+}
+// every element of the padded cores (zeros included: no element keeps an earlier value)
+__global__ void tt_embedding_backward_pad_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardShape v,
+                                                 const float* __restrict__ cores, float* __restrict__ padded) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < v.core_off[v.T]; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = tt_embedding_backward_pad_map(v, s, e);
+        padded[e] = j < 0 ? 0.0f : cores[j];
+    }
+}
+// every element of the real cores: its gradient from the padded one (0 in the padding between cores), the optimizer
+__global__ void tt_embedding_backward_unpad_kernel(const __grid_constant__ TtEmbeddingBackwardShape s, const __grid_constant__ TtEmbeddingBackwardShape v,
+                                                   const float* __restrict__ dG_padded, int opt, float lr, float eps, float* cores, float* state, float* dG) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < s.core_off[s.T]; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = tt_embedding_backward_pad_map(s, v, e);
+        tt_embedding_backward_apply(opt, lr, eps, cores, state, dG, e, j < 0 ? 0.0f : dG_padded[j]);
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // launchers and dispatcher
 
@@ -3982,10 +4034,11 @@ struct TtEmbeddingBackwardInputs {
     float *dY, *cores0, *state0;
 };
 
-// version 7's merged cores: the 2- or 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
+// version 7's merged cores (or padded ranks): the 2- or 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
 // its own workspace; its bags are the outer's, set at launch), each group's partial products (prod[t]: cores
 // first..t of t's group, t neither first nor last) and their gradients, and the backward's permute buffers
 struct TtEmbeddingBackwardMerge {
+    bool padded;                          // the ranks padded to 32 (no merge: first = 0,1,2,3), else cores merged
     int first[4];
     TtEmbeddingBackwardArgs inner;
     TtEmbeddingBackwardInputs inner_in;   // (copies the inner problem never reads: the buffers list makes them)
@@ -4024,15 +4077,17 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
 // wherever its block fits (version 9 runs at its own 256 threads).
 enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUPED = 6, TT_EMBEDDING_BACKWARD_ROUTE_TENSOR = 7,
        TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA = 9, TT_EMBEDDING_BACKWARD_ROUTE_MERGED = 10 /* not a version: merged cores */,
-       TT_EMBEDDING_BACKWARD_ROUTE_TWO = 11 /* not a version: two cores */ };
+       TT_EMBEDDING_BACKWARD_ROUTE_TWO = 11 /* not a version: two cores */, TT_EMBEDDING_BACKWARD_ROUTE_PADDED = 12 /* ranks padded */ };
 
 
 int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
     int first[4];
     if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
     if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_two_reason(s, smem_limit).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TWO;
-    if (tt_embedding_backward_tc_reason(s).empty() && block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit)
-        return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
+    if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit) {
+        if (tt_embedding_backward_tc_reason(s).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
+        if (tt_embedding_backward_pad_plan(s)) return TT_EMBEDDING_BACKWARD_ROUTE_PADDED;
+    }
     int max_rank = 1;
     for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
     const bool v6_loses = max_rank >= 64 || (max_rank >= 32 && (s.T >= 4 || s.D >= 256));
@@ -4049,6 +4104,7 @@ inline const char* tt_embedding_backward_route_name(int route) {
            : route == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA  ? "version 9's per-slice GEMMs on tensor cores (the general path)"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED     ? "adjacent cores merged into two or three, then the default there"
            : route == TT_EMBEDDING_BACKWARD_ROUTE_TWO        ? "two cores: a product per lookup and core, the lookups sorted by slice (CUB)"
+           : route == TT_EMBEDDING_BACKWARD_ROUTE_PADDED     ? "ranks padded with zeros to 32,32, then the tensor cores (3xTF32)"
                                                              : "version 2's cuBLAS pipeline (version 9's buffers would be too large)";
 }
 
@@ -4263,14 +4319,19 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 // of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
 // dG_t), and the optimizer over every core (untouched slices: dG exactly 0). The groups are independent before and
 // after the dense gradient: group 0 runs on the default stream, the others on a second one (events fork and join).
-void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
-    const TtEmbeddingBackwardShape& s = a.s;
-    const TtEmbeddingBackwardMerge& M = *a.merge;
-    TtEmbeddingBackwardArgs v = M.inner;   // the bags are the outer problem's
+// the inner problem of merged cores or padded ranks, on the outer problem's bags
+inline TtEmbeddingBackwardArgs tt_embedding_backward_inner(const TtEmbeddingBackwardArgs& a) {
+    TtEmbeddingBackwardArgs v = a.merge->inner;
     v.offsets = a.offsets;
     v.indices = a.indices;
     v.dY = a.dY;
-    v.s.nnz_dev = s.nnz_dev;
+    v.s.nnz_dev = a.s.nnz_dev;
+    return v;
+}
+void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardShape& s = a.s;
+    const TtEmbeddingBackwardMerge& M = *a.merge;
+    const TtEmbeddingBackwardArgs v = tt_embedding_backward_inner(a);
     auto grid = [](int64_t n) { return (unsigned)std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(n, 256), 8192)); };
     auto core = [&](int t) { return a.cores + s.core_off[t]; };
     cudaStream_t stream = 0;                   // the group's stream
@@ -4337,15 +4398,27 @@ void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_si
     tt_embedding_backward_optimizer_pass(a);
 }
 
+// version 7 at padded ranks: the padded cores, the default's dense gradient of them, the real elements' step
+void tt_embedding_backward_padded(const TtEmbeddingBackwardArgs& a, int block_size) {
+    const TtEmbeddingBackwardArgs v = tt_embedding_backward_inner(a);
+    tt_embedding_backward_pad_kernel<<<tt_embedding_backward_optimizer_grid(v.s.core_off[v.s.T], 256), 256>>>(a.s, v.s, a.cores, v.cores);
+    tt_embedding_backward7(v, block_size);
+    tt_embedding_backward_unpad_kernel<<<tt_embedding_backward_optimizer_grid(a.s.core_off[a.s.T], 256), 256>>>(
+        a.s, v.s, v.dG, a.opt, a.lr, a.eps, a.cores, a.state, a.dG);
+}
+
 // version 7, the default: the dispatcher above picks the kernels (the tensor-core path, or a general one)
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
-    if (a.merge) {   // (made at allocation where merge_plan cuts: no plan on the host per step)
-        tt_embedding_backward_merged(a, block_size);
+    // (made at allocation where merge_plan cuts or pad_plan pads: no plan on the host per step; padded ranks at 256
+    // threads only, the tensor cores' block)
+    if (a.merge && (!a.merge->padded || block_size == TT_EMBEDDING_BACKWARD_TC_BLOCK)) {
+        a.merge->padded ? tt_embedding_backward_padded(a, block_size) : tt_embedding_backward_merged(a, block_size);
         return;
     }
     switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
         case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
-            fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
+        case TT_EMBEDDING_BACKWARD_ROUTE_PADDED:
+            fail_args("tt_embedding_backward: version 7 merges this shape's cores or pads its ranks, but its buffers were not made for it");
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_TWO: tt_embedding_backward_two_step(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
@@ -4514,12 +4587,14 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
 // the device memory the buffers take, refused (exit 2) when more than is free
 void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardGroupPlan& P);
 void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
-    int first[4];
-    if (!a.merge && tt_embedding_backward_merge_plan(a.s, first)) {   // version 7's 3-core problem (dense)
+    int first[4] = {0, 1, 2, 3};
+    const bool merged = !a.merge && tt_embedding_backward_merge_plan(a.s, first), padded = !a.merge && !merged && tt_embedding_backward_pad_plan(a.s);
+    if (merged || padded) {   // version 7's 2- or 3-core problem (dense)
         a.merge = new TtEmbeddingBackwardMerge();
         TtEmbeddingBackwardMerge& M = *a.merge;
+        M.padded = padded;
         std::copy(first, first + 4, M.first);
-        M.inner.s = tt_embedding_backward_merged_shape(a.s, first);
+        M.inner.s = padded ? tt_embedding_backward_padded_shape(a.s) : tt_embedding_backward_merged_shape(a.s, first);
         M.inner.opt = TT_EMBEDDING_BACKWARD_DENSE;
         M.inner.smem_limit = a.smem_limit;
         M.inner_plan = tt_embedding_backward_group_make_plan(M.inner.s, M.inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
@@ -4695,7 +4770,8 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     }
     const int route = tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
     printf("version 7 (the default) at this shape%s: %s%s\n", cli.block ? " and block" : "", tt_embedding_backward_route_name(route),
-           route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR && s.q[0] > TT_EMBEDDING_BACKWARD_TC_Q ? ", each lookup cut in q_0 / 4" : "");
+           (route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR || route == TT_EMBEDDING_BACKWARD_ROUTE_PADDED) && s.q[0] > TT_EMBEDDING_BACKWARD_TC_Q
+               ? ", each lookup cut in q_0 / 4" : "");
     if (route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED) {
         const TtEmbeddingBackwardMerge& M = *a.merge;
         const TtEmbeddingBackwardShape& v = M.inner.s;
