@@ -1575,7 +1575,7 @@ static void test_plans_terminate() {
             (void)tt_embedding_backward_group_make_plan(inner.s, inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
             TtEmbeddingBackwardSlicePlan Pi;
             (void)tt_embedding_backward_slice_make_plan(inner.s, Pi);
-            routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) & 15]++;
+            routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK, false) & 15]++;
         }
         if (tt_embedding_backward_pad_plan(sh)) {
             TtEmbeddingBackwardArgs inner;

@@ -4080,13 +4080,14 @@ enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUP
        TT_EMBEDDING_BACKWARD_ROUTE_TWO = 11 /* not a version: two cores */, TT_EMBEDDING_BACKWARD_ROUTE_PADDED = 12 /* ranks padded */ };
 
 
-int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block) {
+// can_pad: whether the problem has the padded ranks' buffers (an inner problem, merged cores, has none)
+int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block, bool can_pad = true) {
     int first[4];
     if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
     if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_two_reason(s, smem_limit).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TWO;
     if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit) {
         if (tt_embedding_backward_tc_reason(s).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
-        if (tt_embedding_backward_pad_plan(s)) return TT_EMBEDDING_BACKWARD_ROUTE_PADDED;
+        if (can_pad && tt_embedding_backward_pad_plan(s)) return TT_EMBEDDING_BACKWARD_ROUTE_PADDED;
     }
     int max_rank = 1;
     for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
@@ -4415,10 +4416,9 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
         a.merge->padded ? tt_embedding_backward_padded(a, block_size) : tt_embedding_backward_merged(a, block_size);
         return;
     }
-    switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {
+    switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size, false)) {   // (padded above, or not at all)
         case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
-        case TT_EMBEDDING_BACKWARD_ROUTE_PADDED:
-            fail_args("tt_embedding_backward: version 7 merges this shape's cores or pads its ranks, but its buffers were not made for it");
+            fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_TWO: tt_embedding_backward_two_step(a); break;
         case TT_EMBEDDING_BACKWARD_ROUTE_GROUPED: tt_embedding_backward6(a, block_size); break;
@@ -4775,7 +4775,7 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
     if (route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED) {
         const TtEmbeddingBackwardMerge& M = *a.merge;
         const TtEmbeddingBackwardShape& v = M.inner.s;
-        const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
+        const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK, false);
         std::string cut, p, q, r;
         for (int g = 0; g < v.T; g++) {
             cut += (g ? " | " : "") + std::to_string(M.first[g]) + "-" + std::to_string(M.first[g + 1] - 1);
