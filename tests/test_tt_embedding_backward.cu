@@ -1268,16 +1268,30 @@ static void test_v7_filter() {
            "default version: cores merged at T = 6, ranks 32");
     report(route({200, 220, 250, 300}, {4, 4, 2, 4}, {32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_SLICE_MMA,
            "default version: version 9 at T = 4 where every merge passes its limits (p 200,220,250,300)");
-    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
-               route({200, 220, 250}, {4, 4, 4}, {32, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
-               route({200, 220, 250}, {8, 4, 4}, {16, 24}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED,
-           "default version: ranks padded to 32 at q 4,4,4 ranks 16,16 and 32,16, q 8,4,4 ranks 16,24");
-    report(route({200, 220, 250}, {4, 4, 4}, {16, 16}, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED &&
-               route({200, 220, 250}, {4, 4, 4}, {64, 16}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
-               route({200, 220, 250}, {4, 4, 2}, {16, 16}, 256) != TT_EMBEDDING_BACKWARD_ROUTE_PADDED &&
-               route({200, 220, 250}, {4, 4, 4}, {TT_EMBEDDING_BACKWARD_PAD_MIN_RANK - 1, TT_EMBEDDING_BACKWARD_PAD_MIN_RANK - 1}, 256) !=
-                   TT_EMBEDDING_BACKWARD_ROUTE_PADDED,
-           "default version: ranks not padded at --block 128, past rank 32, at q 4,4,2, or below the least padded rank");
+    {   // padded ranks: the plan on 132 SMs (lookups: B L), and the route it gives
+        auto pads = [](std::vector<int> q, std::vector<int> r, int B, int L = 20) {
+            TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape({200, 220, 250}, q, r, 0, 1, B);
+            sh.nnz = B * L;
+            return tt_embedding_backward_pad_plan(sh, 132);
+        };
+        report(pads({4, 4, 4}, {16, 16}, 512) && pads({4, 4, 4}, {32, 16}, 512) && pads({4, 4, 4}, {4, 4}, 512) && pads({4, 4, 4}, {24, 24}, 739) &&
+                   pads({8, 4, 4}, {16, 24}, 369) && pads({4, 4, 4}, {16, 16}, 4096, 1),
+               "version 7 pads ranks to 32 at q 4,4,4 ranks 16,16, 32,16, 4,4 (B 512, L 20), 24,24 (B 739), q 8,4,4 (B 369), B 4096 L 1");
+        report(!pads({4, 4, 4}, {16, 16}, 4096) && !pads({8, 4, 4}, {16, 16}, 512) && !pads({4, 4, 4}, {24, 24}, 740) && !pads({8, 4, 4}, {16, 24}, 370) &&
+                   !pads({4, 4, 4}, {32, 32}, 512) && !pads({4, 4, 4}, {64, 16}, 512) && !pads({4, 4, 2}, {16, 16}, 512) && !pads({2, 4, 4}, {16, 16}, 512),
+               "version 7 pads no ranks past 112 lookups an SM (B 4096; q 8,4,4 cut in 2 at B 512; B 740), at ranks 32,32 or past 32, at q 4,4,2 or 2,4,4");
+        auto route_of = [](bool padded, int block) {
+            TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
+            sh.nnz = 512 * 20;
+            TtEmbeddingBackwardArgs a;
+            memset(&a, 0, sizeof a);
+            (void)tt_embedding_backward_group_make_plan(sh, a.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
+            return tt_embedding_backward_route(sh, a.W_off, 232448 - 1024, block, padded);
+        };
+        report(route_of(true, 256) == TT_EMBEDDING_BACKWARD_ROUTE_PADDED && route_of(true, 128) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED &&
+                   route_of(false, 256) == TT_EMBEDDING_BACKWARD_ROUTE_GROUPED,
+               "default version at ranks 16,16: padded ranks where the plan pads, at 256 threads; else version 6's grouped kernels");
+    }
     report(route({40, 50, 55, 60}, {4, 4, 2, 4}, {16, 16, 16}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 4, ranks 16");
     report(route({12, 11, 13, 10, 14}, {2, 4, 2, 4, 2}, {32, 32, 32, 32}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED, "default version: cores merged at T = 5");
     report(route({4, 5, 4, 5, 4, 5}, {2, 2, 2, 2, 2, 2}, {128, 128, 128, 128, 128}, 256) == TT_EMBEDDING_BACKWARD_ROUTE_MERGED,
@@ -1486,7 +1500,7 @@ static void test_pad(const Case& c) {
     const Problem pr = make_problem(c);
     const TtEmbeddingBackwardShape& s = pr.s;
     std::string why;
-    if (!tt_embedding_backward_pad_plan(s)) why += " no pad plan;";
+    if (!tt_embedding_backward_pad_plan(s, 132)) why += " no pad plan;";
     const TtEmbeddingBackwardShape v = tt_embedding_backward_padded_shape(s);
     std::vector<float> padded((size_t)v.core_off[v.T], NAN);
     for (int64_t e = 0; e < v.core_off[v.T]; e++) {
@@ -1575,9 +1589,10 @@ static void test_plans_terminate() {
             (void)tt_embedding_backward_group_make_plan(inner.s, inner.W_off, TT_EMBEDDING_BACKWARD_TC_BLOCK);
             TtEmbeddingBackwardSlicePlan Pi;
             (void)tt_embedding_backward_slice_make_plan(inner.s, Pi);
-            routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK, false) & 15]++;
+            routes[tt_embedding_backward_route(inner.s, inner.W_off, a.smem_limit, TT_EMBEDDING_BACKWARD_TC_BLOCK) & 15]++;
         }
-        if (tt_embedding_backward_pad_plan(sh)) {
+        if (tt_embedding_backward_pad_plan(sh, 132)) {
+            routes[TT_EMBEDDING_BACKWARD_ROUTE_PADDED]++;
             TtEmbeddingBackwardArgs inner;
             memset(&inner, 0, sizeof inner);
             inner.s = tt_embedding_backward_padded_shape(sh);

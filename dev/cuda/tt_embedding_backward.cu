@@ -3931,12 +3931,13 @@ inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbed
 // A TT of ranks R_1, R_2 <= 32 is also a TT of ranks 32, 32: each slice sits in the corner of a rank-32 slice whose
 // other elements are 0. A product through a padded rank index is 0, so the rows are the same, and so is the gradient
 // of every real element (the padded elements' gradient is dropped). At T = 3 with q 4k,4,4 the padded shape is the
-// tensor-core kernels' own, whose 3xTF32 products at ranks 32 beat version 6's FP32 ones at ranks 16 (4x the
-// FLOPs, no slower). One kernel writes the padded cores (zeros included), the default runs them in dense mode, and
-// one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
-#ifndef TT_EMBEDDING_BACKWARD_PAD_MIN_RANK
-#define TT_EMBEDDING_BACKWARD_PAD_MIN_RANK 16   // pad where the larger rank is at least this
-#endif
+// tensor-core kernels' own. One kernel writes the padded cores (zeros included), the default runs them in dense mode,
+// and one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
+// The padded products are up to 64x the real ones (ranks 4), and still the short step is latency, not FLOPs: at B 512
+// (78 lookups an SM) padding won at every rank pair measured, 4,4 to 32,16 (H100: ranks 16 0.0995 -> 0.0823 ms, 24,24
+// 0.1307 -> 0.0861, 4,4 0.0837 -> 0.0794); at 155 lookups an SM (q 8,4,4 cut in 2: 0.114 -> 0.130) and 620 (B 4096:
+// 0.502 -> 0.545) it lost. So it pads up to PAD_PER_SM lookups (after the cut) per SM, between the two.
+static const int TT_EMBEDDING_BACKWARD_PAD_PER_SM = 112;
 inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbeddingBackwardShape& s) {
     TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0], s.p[1], s.p[2]}, {s.q[0], s.q[1], s.q[2]},
                                                                   {TT_EMBEDDING_BACKWARD_TC_R, TT_EMBEDDING_BACKWARD_TC_R}, s.E, s.tables, s.B);
@@ -3944,10 +3945,12 @@ inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbed
     v.nnz_dev = s.nnz_dev;
     return v;
 }
-inline bool tt_embedding_backward_pad_plan(const TtEmbeddingBackwardShape& s) {
-    const int R = TT_EMBEDDING_BACKWARD_TC_R, r = s.T == 3 ? std::max(s.R[1], s.R[2]) : 0;
-    return s.T == 3 && r <= R && r >= TT_EMBEDDING_BACKWARD_PAD_MIN_RANK && (s.R[1] < R || s.R[2] < R) &&
-           tt_embedding_backward_tc_reason(tt_embedding_backward_padded_shape(s)).empty();
+// whether version 7 pads this shape's ranks on a device of `sms` SMs (decided once, at allocation)
+inline bool tt_embedding_backward_pad_plan(const TtEmbeddingBackwardShape& s, int sms) {
+    const int R = TT_EMBEDDING_BACKWARD_TC_R;
+    return s.T == 3 && s.R[1] <= R && s.R[2] <= R && (s.R[1] < R || s.R[2] < R) &&
+           tt_embedding_backward_tc_reason(tt_embedding_backward_padded_shape(s)).empty() &&
+           (double)s.nnz * (s.q[0] / TT_EMBEDDING_BACKWARD_TC_Q) <= (double)TT_EMBEDDING_BACKWARD_PAD_PER_SM * sms;
 }
 // element e of a packed cores buffer of shape `from` (the padding between cores included): where the same (core,
 // table, slice, k, a, k') is in the buffer of shape `to`, or -1 where it is not there (from's padding, or a rank
@@ -4080,14 +4083,14 @@ enum { TT_EMBEDDING_BACKWARD_ROUTE_CUBLAS = 2, TT_EMBEDDING_BACKWARD_ROUTE_GROUP
        TT_EMBEDDING_BACKWARD_ROUTE_TWO = 11 /* not a version: two cores */, TT_EMBEDDING_BACKWARD_ROUTE_PADDED = 12 /* ranks padded */ };
 
 
-// can_pad: whether the problem has the padded ranks' buffers (an inner problem, merged cores, has none)
-int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block, bool can_pad = true) {
+// padded: whether the allocation chose to pad this problem's ranks (tt_embedding_backward_pad_plan)
+int tt_embedding_backward_route(const TtEmbeddingBackwardShape& s, const int64_t* W_off, size_t smem_limit, int block, bool padded = false) {
     int first[4];
     if (tt_embedding_backward_merge_plan(s, first)) return TT_EMBEDDING_BACKWARD_ROUTE_MERGED;
     if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_two_reason(s, smem_limit).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TWO;
     if (block == TT_EMBEDDING_BACKWARD_TC_BLOCK && tt_embedding_backward_tc_smem_bytes() <= smem_limit) {
         if (tt_embedding_backward_tc_reason(s).empty()) return TT_EMBEDDING_BACKWARD_ROUTE_TENSOR;
-        if (can_pad && tt_embedding_backward_pad_plan(s)) return TT_EMBEDDING_BACKWARD_ROUTE_PADDED;
+        if (padded) return TT_EMBEDDING_BACKWARD_ROUTE_PADDED;
     }
     int max_rank = 1;
     for (int t = 1; t < s.T; t++) max_rank = std::max(max_rank, s.R[t]);
@@ -4416,7 +4419,7 @@ void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size) {
         a.merge->padded ? tt_embedding_backward_padded(a, block_size) : tt_embedding_backward_merged(a, block_size);
         return;
     }
-    switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size, false)) {   // (padded above, or not at all)
+    switch (tt_embedding_backward_route(a.s, a.W_off, a.smem_limit, block_size)) {   // (padded above, or not at all)
         case TT_EMBEDDING_BACKWARD_ROUTE_MERGED:
             fail_args("tt_embedding_backward: version 7 merges this shape's cores, but its buffers were not made for it");
         case TT_EMBEDDING_BACKWARD_ROUTE_TENSOR: tt_embedding_backward_tc_tensor(a); break;
@@ -4588,7 +4591,8 @@ void tt_embedding_backward_buffers(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwa
 void tt_embedding_backward_after_alloc(TtEmbeddingBackwardArgs& a, const TtEmbeddingBackwardGroupPlan& P);
 void tt_embedding_backward_alloc(TtEmbeddingBackwardArgs& a, TtEmbeddingBackwardInputs& in, const TtEmbeddingBackwardGroupPlan& P) {
     int first[4] = {0, 1, 2, 3};
-    const bool merged = !a.merge && tt_embedding_backward_merge_plan(a.s, first), padded = !a.merge && !merged && tt_embedding_backward_pad_plan(a.s);
+    const bool merged = !a.merge && tt_embedding_backward_merge_plan(a.s, first),
+               padded = !a.merge && !merged && tt_embedding_backward_pad_plan(a.s, tt_embedding_backward_num_sms());
     if (merged || padded) {   // version 7's 2- or 3-core problem (dense)
         a.merge = new TtEmbeddingBackwardMerge();
         TtEmbeddingBackwardMerge& M = *a.merge;
@@ -4768,14 +4772,14 @@ void tt_embedding_backward_setup_bench(TtEmbeddingBackwardBench& b, const Cli& c
         tt_embedding_backward_stash_cpu(s, b.cores.data(), in.offsets.data(), in.indices.data(), stash_off, st.data());
         upload(a.stash, st);
     }
-    const int route = tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
+    const int route = tt_embedding_backward_route(s, a.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK, a.merge && a.merge->padded);
     printf("version 7 (the default) at this shape%s: %s%s\n", cli.block ? " and block" : "", tt_embedding_backward_route_name(route),
            (route == TT_EMBEDDING_BACKWARD_ROUTE_TENSOR || route == TT_EMBEDDING_BACKWARD_ROUTE_PADDED) && s.q[0] > TT_EMBEDDING_BACKWARD_TC_Q
                ? ", each lookup cut in q_0 / 4" : "");
     if (route == TT_EMBEDDING_BACKWARD_ROUTE_MERGED) {
         const TtEmbeddingBackwardMerge& M = *a.merge;
         const TtEmbeddingBackwardShape& v = M.inner.s;
-        const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK, false);
+        const int r3 = tt_embedding_backward_route(v, M.inner.W_off, a.smem_limit, cli.block ? cli.block : TT_EMBEDDING_BACKWARD_TC_BLOCK);
         std::string cut, p, q, r;
         for (int g = 0; g < v.T; g++) {
             cut += (g ? " | " : "") + std::to_string(M.first[g]) + "-" + std::to_string(M.first[g + 1] - 1);
