@@ -4037,9 +4037,10 @@ struct TtEmbeddingBackwardInputs {
     float *dY, *cores0, *state0;
 };
 
-// version 7's merged cores (or padded ranks): the 2- or 3-core problem (dense: inner.cores are the merged cores, inner.dG their gradient,
-// its own workspace; its bags are the outer's, set at launch), each group's partial products (prod[t]: cores
-// first..t of t's group, t neither first nor last) and their gradients, and the backward's permute buffers
+// version 7's merged cores (or padded ranks): the 2- or 3-core problem (dense: inner.cores are the merged or padded
+// cores, inner.dG their gradient, its own workspace; its bags are the outer's, set at launch), each group's partial
+// products (prod[t]: cores first..t of t's group, t neither first nor last) and their gradients, and the backward's
+// permute buffers
 struct TtEmbeddingBackwardMerge {
     bool padded;                          // the ranks padded to 32 (no merge: first = 0,1,2,3), else cores merged
     int first[4];
@@ -4073,7 +4074,8 @@ std::string tt_embedding_backward_group_reason(const TtEmbeddingBackwardShape& s
 
 // The default version's dispatcher: which kernels run this shape at `block` threads. At T >= 4 where the merged
 // cores stay small (merge_plan), the merged 3-core problem (its own route, below). The tensor-core kernels
-// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads); else version 6's grouped kernels where
+// where they are compiled (T = 3, q = 4,4,4, ranks 32,32, 256 threads), and at lower ranks where the allocation
+// padded them (pad_plan: small batches); else version 6's grouped kernels where
 // their block with the pivot slice G_h fits in 110 KB, every rank is below 64, and, at ranks 32 and up, T = 3 and
 // D < 256; else version 9's per-slice GEMMs on tensor cores, which run any shape whose per-lookup buffers fit 32 GB;
 // else version 2's pipeline (the times behind each choice: the notes). At another block size than 256 version 6 runs
@@ -4319,10 +4321,6 @@ void tt_embedding_backward_two_step(const TtEmbeddingBackwardArgs& a) {
 
 void tt_embedding_backward7(const TtEmbeddingBackwardArgs& a, int block_size);
 
-// version 7 at T >= 4, merged: each group's cores folded into its merged core, the default's dense gradient
-// of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
-// dG_t), and the optimizer over every core (untouched slices: dG exactly 0). The groups are independent before and
-// after the dense gradient: group 0 runs on the default stream, the others on a second one (events fork and join).
 // the inner problem of merged cores or padded ranks, on the outer problem's bags
 inline TtEmbeddingBackwardArgs tt_embedding_backward_inner(const TtEmbeddingBackwardArgs& a) {
     TtEmbeddingBackwardArgs v = a.merge->inner;
@@ -4332,6 +4330,11 @@ inline TtEmbeddingBackwardArgs tt_embedding_backward_inner(const TtEmbeddingBack
     v.s.nnz_dev = a.s.nnz_dev;
     return v;
 }
+
+// version 7 at T >= 4, merged: each group's cores folded into its merged core, the default's dense gradient
+// of those, then back through each merge from the group's last core (two permutes, two GEMMs, one permute into
+// dG_t), and the optimizer over every core (untouched slices: dG exactly 0). The groups are independent before and
+// after the dense gradient: group 0 runs on the default stream, the others on a second one (events fork and join).
 void tt_embedding_backward_merged(const TtEmbeddingBackwardArgs& a, int block_size) {
     const TtEmbeddingBackwardShape& s = a.s;
     const TtEmbeddingBackwardMerge& M = *a.merge;
