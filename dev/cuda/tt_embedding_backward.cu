@@ -27,20 +27,20 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      once per chunk, the "sandwich" products on float4 register tiles, deterministic         0.159  12.1%
      (its rank-128 mode, the pivot slice read from global memory, retired: git show 55765c2:<this file>)
   7  the default: version 6's grouping with the three pivot products on tensor cores (3xTF32)
-     where compiled (T = 3, q 4,4,4, ranks 32,32; q_0 = 4k as k lookups of four rows; lower ranks padded
-     to 32); else version 6 where its block fits 110 KB, ranks < 32 (32: T 3, D < 256), else 9   0.0656 29.2%
+     where compiled (T = 3, q 4,4,4, ranks 32,32), and the routes below elsewhere              0.0656 29.2%
   8  retired: per-slice GEMMs on 64 x 64 fp32 tiles, slower than 9 everywhere (0.333, 5.8%; git show 39c3510:<this file>)
   9  per-slice GEMMs: each chain product one GEMM over the lookups of one slice, its K-steps
      copied by cp.async into shared stages and multiplied on tensor cores (mma.sync m16n8k8,
-     3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (at this shape:
-     before the last core's D became a direct sum, 2026-12-01)                                   0.256   7.5%
-  Version 7 (routed to 9), EL-Rec (B 4096, ranks 128), without / with --stash (P_t kept by the forward: no F products),
-  2026-12-04: q 2,2,4 L 20 1.240 / 0.940 ms, L 1 0.147 / 0.124; q 4,4,4 L 20 4.073 / 2.889, L 1 0.341 / 0.271; ranks 64
-  0.266; q 8,4,4 cut in 2 0.118 (6: 0.204; H100 with items of 48 lookups: 0.120 -> 0.111). Ranks below 32 padded with
-  zeros where lookups are <= 112 an SM (H100, was 6: ranks 16 0.0995 -> 0.0823 ms, 24,24 0.131 -> 0.086). At T = 2
-  7 sorts (slice, lookup) pairs with CUB, a warp sums each run (H100: p 2000,3300, q 16,8 0.281 -> 0.089 ms, was 6).
-  At T >= 4 with small p it merges adjacent cores into three groups (tensor cores) or two (T = 2), goes back by two
-  GEMMs a merge, groups on two streams (H100: T 4 0.336 -> 0.180 ms, Zipf 0.344 -> 0.185, T 5 0.29 -> 0.18, T 6 0.159).
+     3xTF32), P_t and dM_t in global memory, parts summed in order; any shape (timed before
+     the last core's D became a direct sum)                                                   0.256   7.5%
+Version 7 at every shape (its dispatcher, in this order; history and times: results/notes/tt_embedding_backward.md):
+  - T >= 4 with small p: adjacent cores merged into three (or two), the default on those, back by two GEMMs a merge;
+  - T = 2: the (slice, lookup) pairs sorted with CUB, a warp sums each run;
+  - T = 3, q 4k,4,4, ranks 32,32: the tensor-core kernels, a lookup of q_0 = 4k rows as k lookups of four; at ranks
+    below 32 the same on cores padded with zeros to 32,32, where the lookups are at most 112 an SM;
+  - version 6 where its block fits 110 KB and it wins (ranks below 32; 32 at T = 3 and D < 256);
+  - else version 9, which reads the forward's --stash (P_t) where given: EL-Rec's ranks 128, ranks 64, D 256.
+  The grid (q 8,4,4, ranks 16 and 64, T 4 and 6, D 256, EL-Rec's rank 128) and PyTorch beside it: results/h200.md.
 
 Run:  make tt_embedding_backward && ./tt_embedding_backward all --check-only   (./tt_embedding_backward -h: flags)
       ./tt_embedding_backward --q 2,2,4 --ranks 128,128 --B 4096 --alpha 1.15 --stash   (7 reads it where it routes to 9)

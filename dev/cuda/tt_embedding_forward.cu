@@ -14,33 +14,26 @@ FLOPs per lookup: sum_{t=1}^{T-1} 2 Q_{t-1} R_t q_t R_{t+1}; FBTT's default (p 2
 Fewest bytes: 4 sum_t tables p_t R_t q_t R_{t+1} + 8 nnz + 8 (tables B + 1) + tables B D sizeof(out): 4.05 MB at
   the default, under 1 us of HBM time; the op is bound by arithmetic and on-chip latency, not by memory.
 
-Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md, 3: results/logs/
-2026-12-01_tt_forward_v3_v6_ranks64.log):                                                          ms     % FMA
-  1  the explicit sum: a thread per (bag, element) over every rank tuple (now in double; timed in fp32) 5.690 0.1
+Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results/h200.md):                ms    % FMA
+  1  the explicit sum: a thread per (bag, element) over every rank tuple (in double; timed in fp32)   5.690   0.1
   2  FBTT's pipeline (the baseline): per chunk of lookups, a pointer kernel, one cuBLAS batched
      GEMM per chain step, a reduce                                                                 0.381    1.7
   3  one fused kernel per lookup: a warp runs the whole chain in shared memory, a bag per block    0.0534  12.4
   4  grouping: a block per value of i_1 reads G_1's slice once for all its lookups (no sort)      0.0504  13.2
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
-  6  the default: version 5 with each key's lookups listed (or i_1 scanned as uint16) by a first kernel, a hash set,
-     PDL (Zipf 1.15, H100 2026-12-07: 0.0265; with copies 0.0463); at R_2 = 64 (32 where no kernel is compiled)
-     and where G_1's slice exceeds shared memory (rank 128) the same items on G_1 in column tiles of whole a_1,
-     step 1 in 3xTF32 at R_2 = 32-128 (else FP32, a warp's lane step on 4 / 2 lookups); else version 3  0.0332  20.0
-  7  folded into 6 (its column tiles, above): EL-Rec's q 4,4,4, ranks 128, B 4096, L 20 1.082 ms (72.0%;
-     FP32 step 1.780, version 3 4.631); L 1 0.099; q 2,2,4 L 20 0.368, L 1 0.047 (Zipf: blocks of 384, notes 2026-12-03)
-  retired (git show 33f44ba:<this file>, there 4-8 and 12; results/notes/tt_embedding_forward.md): CUB-sorted groups
-  0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts 0.0421.
-Version 6's compiled kernel covers T = 3 with q 4,4,4 at ranks 16 or 32, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <= 65536): q
-8,4,4 0.0492 ms (version 3 0.0817); q 4,8,8 on an H100 0.072 (3: 0.096). Column tiles: T = 3, q_0 in {1,2,4,8}, q_2 = 4
-(or 8 at R_2 = 32), R_2 a power of two <= 128; at ranks 32 and 64 every a_1's tile held, the (m-tile, a_1) units spread
-over the warps (H100 2026-12-07: ranks 64,64 0.1115 -> 0.0726, was the compiled kernel, Zipf 0.0577 -> 0.0344; were
-version 3: q 8,4,4 ranks 64 0.278 -> 0.118, q 2,4,4 ranks 32 0.0437 -> 0.0309, q 8,4,8 0.0916 -> 0.0772). Small p_t (T
-4, 6): prefix and suffix tables, a batched cuBLAS GEMM per core, big steps under 8 columns by a kernel of ours (H200: T
-4 0.053 ms, T 6 0.054, version 2 0.520, 0.603; H100 2026-12-07, row kernel's divisions cut: 0.039, 0.040); else version
-3: the default never skips, and is deterministic at any block size, as are 4-5. --stash (training): 6 keeps each
-lookup's P_1..P_{T-2} for the backward (column tiles on tensor cores, else version 3): EL-Rec q 4,4,4 L 1 0.119 ms
-(0.102 without), T 6 0.173 (0.135), on an H100 FBTT's shape 0.048 (0.037), ranks 64 0.089 (0.073; logs
-2026-12-04_tt_forward_stash_route_ab, 2026-12-07_*rank*).
+  6  the default: version 5's items planned by a first kernel (each key's lookups listed ahead), a
+     hash set for repeated rows, PDL; and where 5's kernel is not compiled, the routes below     0.0332  20.0
+  retired (code: git show 33f44ba:<this file>; history: results/notes/tt_embedding_forward.md): CUB-sorted groups
+  0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481, items by counts
+  0.0421; 7 (G_1 in column tiles) folded into 6.
+Version 6 at every shape (its dispatcher, in this order; deterministic at any block size):
+  - small p_t where the cut pays (T 4..6): every prefix and suffix product once (a batched cuBLAS GEMM per core), then
+    one product per lookup;
+  - T = 3, q_0 in {1,2,4,8}, q_2 = 4 (or 8 at R_2 = 32), R_2 a power of two <= 128, at R_2 = 64, at 32 where no kernel
+    is compiled, and wherever G_1's slice exceeds shared memory (rank 128): the items with G_1 in column tiles;
+  - T = 3, q 4,4,4 at ranks 16 or 32, q 8,4,4 and 4,8,8 at ranks 32 (p_1 <= 65536): the compiled kernel;
+  - anything else: version 3. --stash (training) also keeps each lookup's P_1 .. P_{T-2} for the backward.
+  The grid (q 8,4,4, ranks 16 and 64, T 4 and 6, D 256, EL-Rec's rank 128) against version 2: results/h200.md.
 
 Compile and run:
   make tt_embedding_forward && ./tt_embedding_forward all
