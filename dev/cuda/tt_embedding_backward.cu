@@ -2212,9 +2212,9 @@ __host__ __device__ inline int tt_embedding_backward_tc_parts(int n, int part) {
 // 264 on 132 SMs), and the kernel ends when its last item does. Where parts of 64 fit one wave (FBTT's default: 220
 // slices of ~47 lookups), 64 keeps one item per slice and no partial sums. Where they spill into a second wave
 // (q 8,4,4 cut in 2: 440 parts of ~47), parts of at most 48 make two full waves of shorter items instead of a full and
-// a ragged one (H100: q 8,4,4 0.1204 -> 0.1111 ms, Zipf 0.1368 -> 0.1302). Past two waves (q 16,4,4: 660 parts of ~62)
-// shorter parts only add a wave (0.2602 -> 0.2677), and at the default 48 costs 6% (0.0654 -> 0.0693), so 64 stays
-// (results/notes/tt_embedding_backward.md). -DTT_EMBEDDING_BACKWARD_TC_PART_FIXED=n builds a fixed choice.
+// a ragged one (5-8% faster at q 8,4,4). Past two waves (q 16,4,4: 660 parts of ~62) shorter parts only add a wave
+// (3% slower), and at the default 48 costs 6%, so 64 stays (the times: results/notes/tt_embedding_backward.md).
+// -DTT_EMBEDDING_BACKWARD_TC_PART_FIXED=n builds a fixed choice.
 inline int tt_embedding_backward_tc_part_size(const TtEmbeddingBackwardShape& s, int sms) {
 #ifdef TT_EMBEDDING_BACKWARD_TC_PART_FIXED
     (void)s; (void)sms; (void)TT_EMBEDDING_BACKWARD_TC_PART_SHORT;
@@ -2788,7 +2788,7 @@ inline std::string tt_embedding_backward_slice_make_plan(const TtEmbeddingBackwa
         const bool wide = (nnz * P.mp[t] / klong + slices) * tiles >= TT_EMBEDDING_BACKWARD_SLICE_MIN_BLOCKS;
         P.lpp[t] = std::max(1, (split && wide ? klong : kshort) / P.mp[t]);
         // Few slices of many lookups (the grid's T 4, core 1: 50 slices, 180 blocks): parts halved until G's launch has
-        // FILL_BLOCKS blocks, down to 64 rows (T 4 0.360 -> 0.350 ms on an H100; 1,024 blocks: 0.371, the parts' sums cost more)
+        // FILL_BLOCKS blocks, down to 64 rows (T 4 3% faster; at 1,024 blocks 3% slower: the parts' sums cost more)
         // (lpp >= 2: where one lookup already has 128 rows, m_{t-1} >= 128, there is nothing left to halve)
         while ((ceil_div<int64_t>(nnz, P.lpp[t]) + slices) * tiles < TT_EMBEDDING_BACKWARD_SLICE_FILL_BLOCKS && P.lpp[t] >= 2 &&
                P.lpp[t] * P.mp[t] >= 128)
@@ -3408,7 +3408,7 @@ tt_embedding_backward_slice_lists_kernel(const __grid_constant__ TtEmbeddingBack
         tt_embedding_backward_slice_list_block(ex, s, P6, P, io, ws, bucket, g, scan, (int*)tt_embedding_backward_smem,
                                                tt_embedding_backward_group_list_stage(P6));
     // the next launch is let in only now: started early, its blocks waited on SMs this kernel's last blocks needed
-    // (EL-Rec q 4,4,4, ranks 128, L 1: 0.374 -> 0.342 ms on an H100; results/logs/2026-12-05_tt_grid_step_peers_h100.log)
+    // (9% of the step at EL-Rec's q 4,4,4, ranks 128, L 1)
     pdl_allow_next();
 }
 
@@ -3798,8 +3798,8 @@ inline TtEmbeddingBackwardShape tt_embedding_backward_merged_shape(const TtEmbed
 // The cut, at T >= 4, among those whose merged cores and products stay under MAX_FLOATS, whose merged p fit the
 // kernels' keys and whose merges cost under MAX_FMA: the cheapest (lookup FLOPs + merge FMAs) of the three-group cuts
 // the tensor-core kernels take; else of the two-group cuts the two-core kernels take; else, at T >= 5, of any cut;
-// else none (large p). H200, the notes: T 6 as q 4,4,4 on tensor cores 0.177 ms (two groups 0.251, unmerged 0.55 on
-// an H100); the grid's T 4 in two groups 0.246 (unmerged 0.314); T 5 in two groups 0.223.
+// else none (large p). The grid's T 6 merged into q 4,4,4 on tensor cores runs 3x faster than unmerged, 1.4x faster
+// than in two groups; T 4 in two groups 1.3x (the times: the notes).
 bool tt_embedding_backward_merge_plan(const TtEmbeddingBackwardShape& s, int* first) {
     if (s.T < 4) return false;
     double best = 0.0;
@@ -3870,8 +3870,8 @@ __host__ __device__ inline void tt_embedding_backward_merge_rows(float* C, const
 }
 // Where A's slice fits 48 KB and the grid has 264 blocks or more: a block per (slice j, IC of the i), A's slice staged in
 // shared memory with rows k | 1 apart (a warp's threads span several row blocks where n < 32: different banks). Read
-// from global memory, a warp's A loads at n = 4 touched 32 rows each: the grid's T 4's second merge took 35 us; but
-// the grid's T 6 (p 10: 20 blocks) lost 0.183 -> 0.235 ms staged, so it keeps the kernel above.
+// from global memory, a warp's A loads at n = 4 touched 32 rows each (the grid's T 4's second merge took 35 us); but
+// the grid's T 6 (p 10: 20 blocks) lost 28% staged, so it keeps the kernel above.
 static const int TT_EMBEDDING_BACKWARD_MERGE_IC = 8;
 inline bool tt_embedding_backward_merge_staged(const TtEmbeddingBackwardMergeStep& st) {
     return st.m * (st.k | 1) <= 12288 && st.tables * st.pA * ceil_div<int64_t>(st.pt, TT_EMBEDDING_BACKWARD_MERGE_IC) >= 264;
@@ -3934,9 +3934,9 @@ inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbed
 // tensor-core kernels' own. One kernel writes the padded cores (zeros included), the default runs them in dense mode,
 // and one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
 // The padded products are up to 64x the real ones (ranks 4), and still the short step is latency, not FLOPs: at B 512
-// (78 lookups an SM) padding won at every rank pair measured, 4,4 to 32,16 (H100: ranks 16 0.0995 -> 0.0823 ms, 24,24
-// 0.1307 -> 0.0861, 4,4 0.0837 -> 0.0794); at 155 lookups an SM (q 8,4,4 cut in 2: 0.114 -> 0.130) and 620 (B 4096:
-// 0.502 -> 0.545) it lost. So it pads up to PAD_PER_SM lookups (after the cut) per SM, between the two.
+// (78 lookups an SM) padding won at every rank pair measured, 4,4 to 32,16 (5-34% faster; ranks 16 17%); at 155 lookups
+// an SM (q 8,4,4 cut in 2) and 620 (B 4096) it lost 14% and 9%. So it pads up to PAD_PER_SM lookups (after the cut) per
+// SM, between the two (the times: the notes).
 static const int TT_EMBEDDING_BACKWARD_PAD_PER_SM = 112;
 inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbeddingBackwardShape& s) {
     TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0], s.p[1], s.p[2]}, {s.q[0], s.q[1], s.q[2]},

@@ -689,8 +689,7 @@ inline int tt_embedding_forward_segments(const TtEmbeddingForwardShape& s, int t
 // atomic per run of equal keys in a warp, so Zipf's hot keys do not serialize), and an item whose key has at most
 // key_cap of them reads its list in one round trip instead of scanning the table's digits (26% of a block's cycles at
 // FBTT's default). The lists are in no particular order; rows depend on the index alone, so the bits do not. With a
-// block's first item read before the PDL wait, H100: FBTT's default 0.0350 -> 0.0305 ms, q 8,4,4 0.0475 -> 0.0428, q
-// 4,8,8 0.0683 -> 0.0611, ranks 64 0.0730 -> 0.0690; Zipf 1.15 (hot keys scan) a tie.
+// block's first item read before the PDL wait, 5-13% off at uniform indices; at Zipf (hot keys scan) a tie (the notes).
 __global__ void tt_embedding_forward_kernel_digits6(uint16_t* __restrict__ digits1, const int64_t* __restrict__ indices,
                                                      const int64_t* __restrict__ offsets, const __grid_constant__ TtEmbeddingForwardCores cores,
                                                      const __grid_constant__ TtEmbeddingForwardShape s,
@@ -915,7 +914,7 @@ TT_EMBEDDING_FORWARD_UNROLL
         if constexpr (DIGITS) {
             constexpr int K = TT_EMBEDDING_FORWARD_KEEP, MARK = 1 << 30;
             // slots: a power of two >= 4m (>= 32), not twice the list's capacity (clearing and marking 2 cap slots cost
-            // an item of ~50 lookups 16 stores and 8 loads a thread); 2m was 2% slower at q 4,8,8 and 3% at the default (H100)
+            // an item of ~50 lookups 16 stores and 8 loads a thread); 2m slots were 2-3% slower (the notes)
             const int HS = min(tt_embedding_forward_hash_slots(cap), max(32, 1 << (32 - __clz(4 * m - 1))));
             auto keep_slot = [&](int64_t v) { return (int)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 40) & (K - 1); };
             for (int h = threadIdx.x; h < HS; h += blockDim.x) list.slots[h] = -1;
@@ -1232,8 +1231,8 @@ inline std::string tt_embedding_forward_reason4(const TtEmbeddingForwardShape& s
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_k(int KS, int s, int c) { return 2 * KS * (c & 3) + 2 * s + (c >> 2); }
 // where value v (0..KL-1) of a lane's B fragments of n-tile j lives in the fragment-order arrays: each float4 of the
 // lane's KL values sits beside the other lanes' same float4, so every 16-byte load of a warp reads 512 contiguous
-// bytes (lanes KL floats apart put lanes l and l + 4 on the same banks at KL = 8: twice the wavefronts; H100, FBTT's
-// default 0.0365 -> 0.0350 ms, q 8,4,4 0.0514 -> 0.0476)
+// bytes (lanes KL floats apart put lanes l and l + 4 on the same banks at KL = 8: twice the wavefronts, 4-7% of the op's
+// time)
 __host__ __device__ __forceinline__ int tt_embedding_forward_tc_b_at(int KS, int j, int lane, int v) {
     return ((j * (KS / 2) + v / 4) * 32 + lane) * 4 + v % 4;
 }
@@ -1393,7 +1392,7 @@ __device__ __forceinline__ void tt_embedding_forward_tc_tile(float* __restrict__
 // The tile at q_2 = 8 (q 4,8,8): the partials of every a_1 at once (Q1 x 2 x 8 = 128 floats) spilled 1.2 KB a thread
 // at 255 registers, so step 2 runs a_1 by a_1 (16 partials; G_2's rows read again for each a_1, from L1), and the quad
 // sums by a reduce-scatter: two shuffle rounds leave lane tig with one float4 of the four (row h, half v) runs, which it
-// writes (12 shuffles an a_1 instead of 32: on an H100, 0.093 -> 0.076 ms at q 4,8,8).
+// writes (12 shuffles an a_1 instead of 32: 18% off at q 4,8,8).
 template <int Q0, int KS, int Q1, int JT>
 __device__ __forceinline__ void tt_embedding_forward_tc_tile_wide(float* __restrict__ rowbuf, const TtEmbeddingForwardList& list,
                                                                    int mt, int nu, const float* __restrict__ bhi, const float* __restrict__ blo,
@@ -1590,11 +1589,10 @@ __host__ __device__ constexpr int tt_embedding_forward_lpw_tiled(int q0) { retur
 // k-step; B split as it is loaded (tf32_split_fast); 3xTF32 into one accumulator per n-tile (all TR k_2 of the a_1);
 // step 2 (x G_2, FP32) on the accumulators, the quad's lanes adding their k_2 at the end. At rank 64 it runs ahead of
 // version 5's compiled kernel, whose slice and its two split copies (197 KB) leave one block of 255 registers an SM:
-// here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks of 128 threads fit two an SM (H100: 0.1115 -> 0.0726 ms;
-// capped at 128 registers for two blocks of 256, it spilled). At rank 32 the compiled kernel stays faster at uniform
-// indices (H100: 0.0365 against 0.0390 ms; q 4,8,8 0.0707 against 0.0819); the tiles, bound to two blocks of 256 (128
-// registers), take the shapes it lacks (q 2,4,4: 0.0437 -> 0.0309, q 8,4,8: 0.0916 -> 0.0772, with q_2 = 8 too) and
-// --stash (0.0666 -> 0.0477).
+// here every a_1's 22.5 KB tile is held (q_1 <= 4), and blocks of 128 threads fit two an SM (1.5x; capped at 128
+// registers for two blocks of 256, it spilled). At rank 32 the compiled kernel stays faster at uniform indices (7-16%);
+// the tiles, bound to two blocks of 256 (128 registers), take the shapes it lacks (q 2,4,4, q 8,4,8, with q_2 = 8 too:
+// 16-29% faster than version 3) and --stash (the times: the notes).
 // TR = 128 is compiled twice: up to 8 warps at 255 registers, and 12 warps (blocks of 384) at ptxas's cap of 168,
 // which costs 1-13% at uniform but gives pairs of a_1 (below) the warps they need where most items are small (Zipf).
 __host__ __device__ inline bool tt_embedding_forward_tiled_tc(int R1, int R2) { return (R2 == 128 || R2 == 64 || R2 == 32) && R1 <= R2; }
@@ -2001,9 +1999,9 @@ __global__ void tt_embedding_forward_kernel_split_pointers(const void** G, const
 // 128 wide in its column-major view, nearly all padding (T 4's suffix step took 31 of the forward's 71 us under ncu).
 // Every digit i of core t multiplies the same stacked table M_tbl, so a block stages `rows` rows of it once, with dpb
 // digits' slices G_t[i] (kk x n), in shared memory, and a thread makes its row of C_b for those dpb digits: each M value
-// is loaded once for dpb n FMAs. The plan trades dpb, then rows, for blocks. It pays on big steps only (H100: T 4's
-// 211,200 row-digit pairs 0.0533 -> 0.0438 ms, T 6's 140,800 0.0608 -> 0.0447; p 20,20,20's 51,200 a tie; T 5's
-// 17,920 0.0410 -> 0.0423, p 10,10,10's 12,800 0.0227 -> 0.0258), so smaller ones stay on cuBLAS. (A thread per row
+// is loaded once for dpb n FMAs. The plan trades dpb, then rows, for blocks. It pays on big steps only (T 4's 211,200
+// row-digit pairs and T 6's 140,800 18-26% faster; 51,200 a tie; under 20,000 slower), so smaller ones stay on cuBLAS
+// (the notes). (A thread per row
 // and digit, reading its row of M from global memory for every digit, lost to cuBLAS: tag tt-forward-narrow-steps-lost.)
 constexpr int TT_EMBEDDING_FORWARD_NARROW = 8, TT_EMBEDDING_FORWARD_NARROW_DPB = 8;
 constexpr double TT_EMBEDDING_FORWARD_NARROW_MIN_PAIRS = 65536;   // tables x rows of M x digits of core t
@@ -2133,8 +2131,8 @@ static_assert(TT_EMBEDDING_FORWARD_MAX_CORES <= 8, "the row kernel sums a lookup
 // entries' lengths multiples of 4 and 16-byte aligned), __syncwarp, then the product. Where D_s is a multiple of 4 a
 // lane makes 1 x 4 of the row per pass (one P value and one float4 of S for 4 FMAs), else one element. The kernel is
 // bound by issued integer work more than by its loads: P's padded copy took 8 integer divisions per float4, now 1 where
-// R_{k+1} % 4 == 0, and with the digits below the kernel's PTX went from 105 divisions to 30 (H100: T 4 0.0438 -> 0.0389
-// ms, T 6 0.0448 -> 0.0397). Host-callable.
+// R_{k+1} % 4 == 0, and with the digits below the kernel's PTX went from 105 divisions to 30 (T 4 and T 6 11% faster).
+// Host-callable.
 __host__ __device__ inline void tt_embedding_forward_split_stage(const TtEmbeddingForwardSplit& c, const float* __restrict__ P,
                                                                  const float* __restrict__ S, float* Ps, float* Ss, bool vec, int lane) {
     if (!vec) {
