@@ -35,7 +35,7 @@ Versions (H200, FBTT's default, SGD, results/h200.md, 2026-12-01: ms, % of the F
      the last core's D became a direct sum)                                                   0.256   7.5%
 Version 7 at every shape (its dispatcher, in this order; history and times: results/notes/tt_embedding_backward.md):
   - T >= 4 with small p: adjacent cores merged into three (or two), the default on those, back by two GEMMs a merge;
-  - T = 2: the (slice, lookup) pairs sorted with CUB, a warp sums each run;
+  - T = 2 (q_t <= 16, or 32 at ranks <= 32): the (slice, lookup) pairs sorted with CUB, a warp sums each run;
   - T = 3, q 4k,4,4, ranks 32,32: the tensor-core kernels, a lookup of q_0 = 4k rows as k lookups of four; at ranks
     below 32 the same on cores padded with zeros to 32,32, where the lookups are at most 112 an SM;
   - version 6 where its block fits 110 KB and it wins (ranks below 32; 32 at T = 3 and D < 256);
