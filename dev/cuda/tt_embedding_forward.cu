@@ -23,7 +23,7 @@ Versions (H200, 2026-12-01, FBTT's default, median ms at the best block; results
   5  version 4 with 16 / q_0 lookups' chains at a time on tensor cores in 3xTF32 (FP32 accuracy)  0.0461  14.4
   6  the default: version 5's items planned by a first kernel (each key's lookups listed ahead), a
      hash set for repeated rows, PDL; and where 5's kernel is not compiled, the routes below     0.0332  20.0
-  retired (code: git show 33f44ba:<this file>, there numbered 4-8 and 12; history: results/notes/tt_embedding_forward.md):
+  retired (git show 33f44ba:<this file>, there numbered 4-8 and 12; history: results/notes/tt_embedding_forward.md):
   CUB-sorted groups 0.0824, TF32 heavy step 0.1365, one-block planner 0.0888, G_1 by rows 0.0519, cp.async ring 0.0481,
   items by counts 0.0421; 7 (G_1 in column tiles) folded into 6.
 Version 6 at every shape (its dispatcher, in this order; deterministic at any block size):
