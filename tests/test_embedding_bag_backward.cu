@@ -966,72 +966,9 @@ static void test_nobag() {
            "--dump then --load, nobag: the inputs and the N x D gradient come back bit for bit");
 }
 
-// ---------------------------------------------------------------------------------------------
-// 9. version 9's lists, emulated with its own helpers: whatever order the lookups arrive in, each row has one
-// owner (the first to arrive), the owner's walk from the head meets exactly the row's lookups, and the sorting
-// network puts them in position order; a row with more than UNSORTED_MAX lookups raises the flag
-
-static void test_unsorted_lists() {
-    constexpr int M = EMBEDDING_BAG_BACKWARD_UNSORTED_MAX;
-    std::mt19937_64 gen(2026);
-    bool ok = true;
-    std::string why;
-    int cases = 0, walked = 0, flagged = 0;
-    for (int trial = 0; trial < 400 && ok; trial++) {
-        const int N = 1 + (int)(gen() % 400), rows = 1 + (int)(gen() % (trial % 2 ? 40 : 400));
-        std::vector<int> key(N), order(N), head(rows, 0), cnt(rows, 0), next(N, 0);
-        for (int& k : key) k = (int)(gen() % rows);
-        std::iota(order.begin(), order.end(), 0);
-        std::shuffle(order.begin(), order.end(), gen);       // the arrival order of the link kernel's atomics
-        bool hot = false;
-        for (int l : order) {
-            next[l] = head[key[l]];
-            head[key[l]] = l + 1;
-            hot |= cnt[key[l]]++ == M;
-        }
-        std::vector<int> owners(rows, 0);
-        for (int o = 0; o < N; o++) owners[key[o]] += next[o] == 0;
-        for (int r = 0; r < rows && ok; r++)
-            if (owners[r] != (cnt[r] > 0 ? 1 : 0)) { ok = false; why = fmt("trial %d row %d: %d owners", trial, r, owners[r]); }
-        bool want_hot = false;
-        for (int r = 0; r < rows; r++) want_hot |= cnt[r] > M;
-        if (hot != want_hot) { ok = false; why = fmt("trial %d: flag %d, a row over %d: %d", trial, hot, M, want_hot); }
-        flagged += hot;
-        for (int o = 0; o < N && ok; o++) {
-            const int r = key[o], n = cnt[r];
-            if (next[o] != 0 || n > M) continue;
-            int pos[M], p = head[r];
-            for (int j = 0; j < M; j++) {                    // the kernel's walk
-                pos[j] = j < n ? p - 1 : 0x7FFFFFFF;
-                if (j + 1 < n) p = next[p - 1];
-            }
-            embedding_bag_backward_sort_small<M>(pos);
-            std::vector<int> want;
-            for (int l = 0; l < N; l++)
-                if (key[l] == r) want.push_back(l);
-            for (int j = 0; j < M && ok; j++)
-                if (pos[j] != (j < n ? want[j] : 0x7FFFFFFF)) { ok = false; why = fmt("trial %d row %d: entry %d is %d", trial, r, j, pos[j]); }
-            walked += n > 1;
-        }
-        cases++;
-    }
-    for (int rep = 0; rep < 2000 && ok; rep++) {             // the network alone, with ties
-        int x[16];
-        std::vector<int> v(16);
-        for (int i = 0; i < 16; i++) v[i] = x[i] = (int)(gen() % 9) - 4;
-        embedding_bag_backward_sort_small<16>(x);
-        std::sort(v.begin(), v.end());
-        for (int i = 0; i < 16; i++)
-            if (x[i] != v[i]) { ok = false; why = fmt("sort_small<16>, draw %d: entry %d", rep, i); break; }
-    }
-    report(ok, fmt("version 9's lists: one owner a row, its walk and sort give the row's lookups in order (%d draws, %d walks, %d flagged)",
-                   cases, walked, flagged), why);
-}
-
 int main() {
     test_nobag();
     test_replay();
-    test_unsorted_lists();
     // 1. reference vs dense scatter
     struct Cfg { const char* name; EmbeddingBagConfig c; uint64_t seed; };
     std::vector<Cfg> cfgs;

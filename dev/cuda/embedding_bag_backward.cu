@@ -36,20 +36,20 @@ measured in the same process, by the fewest bytes); every number, the sgd and la
   6  version 5 with sub-warp rows for max D <= 64 (not run at D=128; 0.0735 on the 11M x 64 table)
   7  version 4 with 4 short pieces in flight a warp (8 at D <= 64)   0.1843 (42.5%)   0.1164     0.0971
   8  version 7 with one CUB block radix sort per table (default)     0.1546 (50.6%)   0.0902     0.0809
-PyTorch (nn.EmbeddingBag sparse=True + elementwise Adagrad; it has no rowwise), 2026-11-30: fwd + bwd + step
-2.0954 / 1.0496 ms at uniform / Zipf, its forward 0.1085 / 0.0818. Version 8 nobag (2026-12-01) 0.1896 / 0.1395;
-fp16 0.1833 at uniform (FBGEMM fp16 0.3175); 2026-12-06, half rows held as loaded: fp16 0.1850 -> 0.1687.
+PyTorch (nn.EmbeddingBag sparse=True + elementwise Adagrad; no rowwise), 2026-11-30: fwd + bwd + step 2.0954 /
+1.0496 ms at uniform / Zipf, its forward 0.1085 / 0.0818. Version 8 nobag (2026-12-01) 0.1896 / 0.1395; fp16 0.1833.
 
-Lessons:
+Lessons (profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md):
 - Sorting instead of atomics (2) wins 3.7x at uniform, but a warp per unique row serialises hot rows;
   fixed chunks (4) give every warp the same work whatever the distribution, with one sort and no scan.
 - More rows in flight per warp beats prefetching the next one (5: registers cost more than the overlap);
-  at D <= 64, groups of 4 lanes keep 8 rows a warp (D 64: fp32 0.1233 -> 0.1088 ms, fp16 0.1408 -> 0.1164).
+  at D <= 64, groups of 4 lanes keep 8 rows a warp (H100, D 64: fp32 0.1233 -> 0.1088 ms, fp16 0.1408 -> 0.1164).
 - FBGEMM's layout is table-major, so sorting each table in one block (8) sorts them all: one ~24 us
   kernel instead of ~48 us of latency-bound device-wide passes (one large table: 8 runs as 7).
 - The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy; bare, 87%:
   scripts/row_roof.cu); the 24 us sort is a latency chain per block (8x the blocks took as long: 6ff9214).
-- Profiles, launches, timing, what was tried and dropped: results/notes/embedding_bag_backward.md.
+- Without the sort (a list per row, built with atomics: cc6632e) the same row updates ran 34% slower in lookup order
+  than sorted, and every size lost (H100 uniform 0.182 -> 0.229 ms): the sorted order is also the rows' locality.
 
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
@@ -991,15 +991,12 @@ __global__ void __launch_bounds__(512) embedding_bag_backward_kernel3_cta(Embedd
 // one warp per bag: key = the linear row id in 32 bits; value = the bag t*B + b (nobag: the position l), and
 // for weighted bags the per-sample weight's bits in the high half (VAL = uint64_t), so one sort carries everything
 template <class VAL>
-__device__ __forceinline__ void embedding_bag_backward_put32(const EmbeddingBagBackwardArgs& a, uint32_t* keys, VAL* vals, int64_t l, int64_t bag,
-                                                             int64_t lin) {
-    keys[l] = (uint32_t)lin;
-    if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
-    else vals[l] = (VAL)(a.nobag ? l : bag);
-}
-template <class VAL>
 __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, uint32_t* keys, VAL* vals) {
-    embedding_bag_backward_bag_lookups(a, [&](int64_t l, int64_t bag, int64_t lin) { embedding_bag_backward_put32(a, keys, vals, l, bag, lin); });
+    embedding_bag_backward_bag_lookups(a, [&](int64_t l, int64_t bag, int64_t lin) {
+        keys[l] = (uint32_t)lin;
+        if constexpr (sizeof(VAL) == 8) vals[l] = (uint64_t)bag | ((uint64_t)__float_as_uint(a.per_sample_weights[l]) << 32);
+        else vals[l] = (VAL)(a.nobag ? l : bag);
+    });
 }
 
 // Version 8: the sort, table by table. FBGEMM's layout is table-major (every lookup of table t comes before
@@ -1012,8 +1009,7 @@ __global__ void embedding_bag_backward_linearize32(EmbeddingBagBackwardArgs a, u
 // A table with more lookups than a block holds is left to CUB's segmented sort, launched after this kernel:
 // the kernel gives it that table's range and every other table an empty one (then it costs its launches).
 // The launcher takes this path only when the tables average at most SORT_CAPACITY lookups; otherwise
-// version 7's device-wide sort (one block per table over 2 million lookups would be slow). gate (version 9):
-// where *gate is 0 the kernel sorts nothing and leaves the segmented sort nothing either (null: always sort).
+// version 7's device-wide sort (one block per table over 2 million lookups would be slow).
 static const int EMBEDDING_BAG_BACKWARD_SORT_THREADS = 512, EMBEDDING_BAG_BACKWARD_SORT_ITEMS = 24;   // 128 registers, no spills
 static const int EMBEDDING_BAG_BACKWARD_SORT_CAPACITY = EMBEDDING_BAG_BACKWARD_SORT_THREADS * EMBEDDING_BAG_BACKWARD_SORT_ITEMS;
 using EmbeddingBagBackwardTableSort =
@@ -1022,18 +1018,17 @@ using EmbeddingBagBackwardTableSort =
 template <class VAL>
 __global__ void __launch_bounds__(EMBEDDING_BAG_BACKWARD_SORT_THREADS)
     embedding_bag_backward_sort_tables(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys, const VAL* __restrict__ vals,
-                                       uint32_t* __restrict__ keys_out, VAL* __restrict__ vals_out, int* big_begin, int* big_end,
-                                       const int* gate) {
+                                       uint32_t* __restrict__ keys_out, VAL* __restrict__ vals_out, int* big_begin, int* big_end) {
     constexpr int ITEMS = EMBEDDING_BAG_BACKWARD_SORT_ITEMS;
     __shared__ EmbeddingBagBackwardTableSort::TempStorage temp;
     const int t = blockIdx.x;
     const int64_t begin = a.offsets[(int64_t)t * a.B], n = a.offsets[(int64_t)(t + 1) * a.B] - begin;
-    const bool fits = n <= EMBEDDING_BAG_BACKWARD_SORT_CAPACITY, run = gate == nullptr || *gate != 0;
+    const bool fits = n <= EMBEDDING_BAG_BACKWARD_SORT_CAPACITY;
     if (threadIdx.x == 0) {                                  // the segmented sort's range for this table
-        big_begin[t] = fits || !run ? 0 : (int)begin;
-        big_end[t] = fits || !run ? 0 : (int)(begin + n);
+        big_begin[t] = fits ? 0 : (int)begin;
+        big_end[t] = fits ? 0 : (int)(begin + n);
     }
-    if (!fits || n == 0 || !run) return;                     // the whole block
+    if (!fits || n == 0) return;                             // the whole block
     const int64_t hoff = a.hash_offsets[t];
     const int bits = embedding_bag_backward_key_bits(a.hash_offsets[t + 1] - hoff);
     // blocked arrangement (thread i holds positions i*ITEMS ..): ties keep the input order, as in a stable
@@ -1094,16 +1089,6 @@ struct EmbeddingBagBackwardLookup {
     int t = 0;
     bool st = false, en = false;
 };
-// a lookup's value (linearize32's) and row id -> its bag (nobag: its position), scale and table
-template <class VAL>
-__device__ __forceinline__ void embedding_bag_backward_value(const EmbeddingBagBackwardArgs& a, VAL val, uint32_t key, uint32_t& bt, float& s,
-                                                             int& t) {
-    bt = (uint32_t)val;
-    s = 1.0f;
-    if constexpr (sizeof(VAL) == 8) s = __uint_as_float((uint32_t)(val >> 32));
-    t = embedding_bag_backward_table_of_value(a, bt, key);
-    if (a.mean) s *= 1.0f / (float)(a.offsets[bt + 1] - a.offsets[bt]);
-}
 template <class VAL>
 __device__ __forceinline__ EmbeddingBagBackwardLookup embedding_bag_backward_lookup(const EmbeddingBagBackwardArgs& a, const uint32_t* keys,
                                                                                    const VAL* vals, int64_t o) {
@@ -1113,7 +1098,10 @@ __device__ __forceinline__ EmbeddingBagBackwardLookup embedding_bag_backward_loo
     const VAL val = vals[o];
     k.st = o == 0 || keys[o - 1] != k.key;
     k.en = o == a.N - 1 || keys[o + 1] != k.key;
-    embedding_bag_backward_value(a, val, k.key, k.bt, k.s, k.t);
+    k.bt = (uint32_t)val;
+    if constexpr (sizeof(VAL) == 8) k.s = __uint_as_float((uint32_t)(val >> 32));
+    k.t = embedding_bag_backward_table_of_value(a, k.bt, k.key);
+    if (a.mean) k.s *= 1.0f / (float)(a.offsets[k.bt + 1] - a.offsets[k.bt]);
     return k;
 }
 
@@ -1223,14 +1211,13 @@ static const int EMBEDDING_BAG_BACKWARD_LONG_PIECE = 8;
 
 template <class WT, int G, int VPL, class VAL>
 __global__ void __launch_bounds__(256, 2) embedding_bag_backward_chunks_grouped(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
-                                                                             const VAL* __restrict__ vals, float* __restrict__ partials,
-                                                                             const int* gate) {
+                                                                             const VAL* __restrict__ vals, float* __restrict__ partials) {
     constexpr int NG = 32 / G, UNR = VPL >= 4 ? 1 : 8 / VPL;   // rows in flight per warp; gradient rows in flight per lane
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31, g = lane / G, l = lane % G;
     const int64_t chunk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t N = a.N, base = chunk * 32, o = base + lane;
-    if (base >= N || (gate != nullptr && *gate == 0)) return;   // the whole warp (gate: as the table sort's)
+    if (base >= N) return;                                   // the whole warp
     const EmbeddingBagBackwardLookup lk = embedding_bag_backward_lookup(a, keys, vals, o);
     const uint32_t key = lk.key, bt = lk.bt;
     const float s = lk.s;
@@ -1332,13 +1319,12 @@ template <class WT, int VPL, class VAL>
 __global__ void __launch_bounds__(256) embedding_bag_backward_combine(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
                                                                      const VAL* __restrict__ vals, const float* __restrict__ partials,
                                                                      int C, int64_t num_chunks, int64_t* long_owners, int64_t* long_spans,
-                                                                     unsigned* num_long, const int* gate) {
+                                                                     unsigned* num_long) {
     const unsigned full = 0xFFFFFFFFu;
     const int lane = threadIdx.x & 31;
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t N = a.N;
-    if (c >= num_chunks || (gate != nullptr && *gate == 0)) return;                          // the whole warp (gate: as the table sort's)
-    if (!embedding_bag_backward_is_owner(keys, N, (int64_t)C, c)) return;
+    if (c >= num_chunks || !embedding_bag_backward_is_owner(keys, N, (int64_t)C, c)) return;   // the whole warp
     const int64_t last = embedding_bag_backward_min64(c * C + C, N) - 1;                          // the owner's last lookup
     const uint32_t K = keys[last];
     auto continues = [&](int64_t x) { return embedding_bag_backward_continues(keys, N, (int64_t)C, x, K); };
@@ -1405,162 +1391,6 @@ __global__ void __launch_bounds__(256) embedding_bag_backward_combine_long(Embed
 }
 
 // ----------------------------------------------------------------------------------------------
-// Version 9: no sort for rows looked up at most UNSORTED_MAX times.
-//
-// At uniform input nearly every looked-up row is looked up once (311,574 rows for 327,680 lookups at FBGEMM's
-// default size), yet version 8 sorts every lookup to find the few that share a row: the sort and its kernels are
-// about 40 of its 150 us. Version 9 finds them by linking instead. The first kernel writes version 8's keys and
-// values and, with two int atomics per lookup, puts the lookup at the head of its row's list: head[row] = its
-// position + 1, next[l] = the head before it (0: l was first), cnt[row] += 1. The lookup that arrived first (next
-// == 0) owns the row. The second kernel walks the lookups in their order, 32 a warp, and deals the owners to
-// groups of G lanes as version 7 deals its short pieces: a row with one lookup adds that lookup's gradient row (its
-// bag is in the owner's lane, so the load goes out before the count is read); a row with up to UNSORTED_MAX walks
-// its list, sorts the positions (a sorting network in registers) and adds the rows in position order, as the
-// sorted versions do; then the optimizer, and the owner clears head and cnt for the next step. No float atomics:
-// the same bits run after run. A row with more lookups (Zipf's hot rows) raises a flag in the first kernel; then the
-// second kernel only clears the lists and version 8's sort, chunks and combines run (every one of them is launched
-// and returns at once when the flag is down; the host never learns which way a step went).
-static const int EMBEDDING_BAG_BACKWARD_UNSORTED_MAX = 8;
-
-// the first kernel: linearize32's keys and values, and each lookup linked into its row's list
-template <class VAL>
-__global__ void embedding_bag_backward_link(EmbeddingBagBackwardArgs a, uint32_t* keys, VAL* vals, int* head, int* cnt, int* next, int* hot) {
-    embedding_bag_backward_bag_lookups(a, [&](int64_t l, int64_t bag, int64_t lin) {
-        embedding_bag_backward_put32(a, keys, vals, l, bag, lin);
-        next[l] = atomicExch(head + lin, (int)l + 1);
-        if (atomicAdd(cnt + lin, 1) == EMBEDDING_BAG_BACKWARD_UNSORTED_MAX) *hot = 1;
-    });
-}
-
-// x[0..M) ascending by a bitonic sorting network (M a power of two): every index is known at compile time, so x
-// stays in registers. Host-callable for the test.
-#ifdef __CUDA_ARCH__
-#define EMBEDDING_BAG_BACKWARD_UNROLL _Pragma("unroll")
-#else
-#define EMBEDDING_BAG_BACKWARD_UNROLL   // (the host compiler warns on the pragma)
-#endif
-template <int M>
-__host__ __device__ __forceinline__ void embedding_bag_backward_sort_small(int (&x)[M]) {
-    static_assert(M >= 2 && (M & (M - 1)) == 0, "a power of two");
-    EMBEDDING_BAG_BACKWARD_UNROLL
-    for (int k = 2; k <= M; k <<= 1)
-        EMBEDDING_BAG_BACKWARD_UNROLL
-        for (int j = k >> 1; j > 0; j >>= 1)
-            EMBEDDING_BAG_BACKWARD_UNROLL
-            for (int i = 0; i < M; i++) {
-                const int p = i ^ j;
-                if (p > i) {
-                    const bool up = (i & k) == 0, swap = up ? x[i] > x[p] : x[i] < x[p];
-                    const int lo = swap ? x[p] : x[i], hi = swap ? x[i] : x[p];
-                    x[i] = lo;
-                    x[p] = hi;
-                }
-            }
-}
-
-// the second kernel (G lanes a row, VPL vectors a lane, as version 7's short pieces)
-template <class WT, int G, int VPL, class VAL>
-__global__ void __launch_bounds__(256, 2) embedding_bag_backward_unsorted(EmbeddingBagBackwardArgs a, const uint32_t* __restrict__ keys,
-                                                                       const VAL* __restrict__ vals, int* __restrict__ head,
-                                                                       int* __restrict__ cnt, const int* __restrict__ next,
-                                                                       const int* __restrict__ hot) {
-    constexpr int NG = 32 / G, M = EMBEDDING_BAG_BACKWARD_UNSORTED_MAX, UNR = VPL >= 4 ? 1 : 8 / VPL;
-    const unsigned full = 0xFFFFFFFFu;
-    const int lane = threadIdx.x & 31, g = lane / G, l = lane % G;
-    const int64_t base = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32, o = base + lane;
-    if (base >= a.N) return;                                 // the whole warp
-    const bool in = o < a.N;
-    const uint32_t key = in ? keys[o] : 0u;
-    const bool owner = in && next[o] == 0;
-    if (*hot) {                                              // version 8's kernels take this step: the owners clear the lists
-        if (owner) {
-            head[key] = 0;
-            cnt[key] = 0;
-        }
-        return;
-    }
-    uint32_t bt = 0u;
-    float s = 1.0f;
-    int tt = 0;
-    if (in) embedding_bag_backward_value(a, vals[o], key, bt, s, tt);
-    const unsigned owners = __ballot_sync(full, owner);
-    const int n_own = embedding_bag_backward_popc(owners);
-    for (int k0 = 0; k0 < n_own; k0 += NG) {                 // NG rows at a time
-        const int k = k0 + g;
-        const bool act = k < n_own;
-        const int src = act ? (int)__fns(owners, 0, k + 1) : 0;
-        const int t = __shfl_sync(full, tt, src);
-        const uint32_t lin32 = __shfl_sync(full, key, src), bt0 = __shfl_sync(full, bt, src);
-        const float s0 = __shfl_sync(full, s, src);
-        const int64_t lin = (int64_t)lin32;
-        const int D = a.D_offsets[t + 1] - a.D_offsets[t];
-        const int64_t wrow = a.weights_offsets[t] + (lin - a.hash_offsets[t]) * D;
-        EmbeddingBagBackwardRow<VPL> row;
-        embedding_bag_backward_load_row<WT, VPL, G, true>(a, act, D, wrow, lin, l, row);
-        uint2 bits[VPL] = {};                                // half weights: the Philox calls run while the rows load
-        if constexpr (!std::is_same_v<WT, float>)
-            if (a.opt != EmbeddingBagBackwardOpt::dense) embedding_bag_backward_row_bits<VPL, G>(a, lin, l, bits);
-        // gradient row of bag (or position) b: pooled, bag b's slice; nobag, row b of the N x D gradient
-        const float* gbase = a.nobag ? a.grad_output : a.grad_output + a.D_offsets[t];
-        const uint32_t b0 = a.nobag ? 0u : (uint32_t)t * (uint32_t)a.B;
-        const int64_t stride = a.nobag ? D : a.total_D;
-        float4 acc[VPL];
-#pragma unroll
-        for (int v = 0; v < VPL; v++) {                      // the owner's own row, before the count is known
-            const int c4 = l + G * v;
-            acc[v] = (act && 4 * c4 < D) ? embedding_bag_backward_ldg4(gbase + (int64_t)(bt0 - b0) * stride + 4 * c4) : embedding_bag_backward_zero4();
-        }
-        const int n = act ? cnt[lin] : 0;
-        if (n <= 1) {
-#pragma unroll
-            for (int v = 0; v < VPL; v++) acc[v] = make_float4(s0 * acc[v].x, s0 * acc[v].y, s0 * acc[v].z, s0 * acc[v].w);
-        } else {                                             // the same in the group's lanes: no shuffle inside
-            int pos[M];
-            int p = head[lin];
-#pragma unroll
-            for (int j = 0; j < M; j++) {
-                pos[j] = j < n ? p - 1 : 0x7FFFFFFF;
-                if (j + 1 < n) p = next[p - 1];
-            }
-            embedding_bag_backward_sort_small<M>(pos);
-            uint32_t bj[M];
-            float sj[M];
-#pragma unroll
-            for (int j = 0; j < M; j++) {
-                int tj = 0;
-                bj[j] = b0;
-                sj[j] = 0.0f;
-                if (j < n) embedding_bag_backward_value(a, vals[pos[j]], lin32, bj[j], sj[j], tj);
-            }
-            embedding_bag_backward_zero_row(acc);
-#pragma unroll
-            for (int j0 = 0; j0 < M; j0 += UNR) {
-                if (j0 >= n) break;
-                float4 x[UNR][VPL];
-#pragma unroll
-                for (int u = 0; u < UNR; u++)
-#pragma unroll
-                    for (int v = 0; v < VPL; v++) {
-                        const int c4 = l + G * v;
-                        x[u][v] = (j0 + u < n && 4 * c4 < D) ? embedding_bag_backward_ldg4(gbase + (int64_t)(bj[j0 + u] - b0) * stride + 4 * c4)
-                                                             : embedding_bag_backward_zero4();
-                    }
-#pragma unroll
-                for (int u = 0; u < UNR; u++)
-                    if (j0 + u < n)
-#pragma unroll
-                        for (int v = 0; v < VPL; v++) embedding_bag_backward_fma4(acc[v], sj[j0 + u], x[u][v]);
-            }
-        }
-        embedding_bag_backward_update_row<WT, VPL, G, true>(a, act, D, wrow, lin, l, acc, row, std::is_same_v<WT, float> ? nullptr : bits);
-        if (act && l == 0) {                                 // the lists are empty again for the next step
-            head[lin] = 0;
-            cnt[lin] = 0;
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------------------------
 // workspace: everything the versions need besides their inputs and outputs, allocated once (CUB's temp
 // storage sized for the largest call) before anything is timed
 
@@ -1585,8 +1415,6 @@ struct EmbeddingBagBackwardWorkspace {
     unsigned* num_long_owners = nullptr;
     // version 8: the segmented sort's ranges (a table's lookups, or empty when its block sorted them)
     int *big_begin = nullptr, *big_end = nullptr;
-    // version 9: each row's list (head, cnt: zero between steps, zeroed at allocation), each lookup's link, the flag
-    int *head = nullptr, *cnt = nullptr, *next = nullptr, *hot = nullptr;
     // the buffers a version must write before it reads them: the check poisons them before every run
     std::vector<std::pair<void*, size_t>> scratch;
     std::vector<void*> owned;
@@ -1652,7 +1480,7 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
         cudaCheck(cub::DeviceScan::ExclusiveSum(nullptr, bytes, ws.run_lengths, ws.run_starts, (int)N));
         temp = std::max(temp, bytes);
     }
-    if (uses(4, 9) && a.num_rows <= ((int64_t)1 << 32)) {
+    if (uses(4, 8) && a.num_rows <= ((int64_t)1 << 32)) {
         ws.keys32 = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         ws.keys32_sorted = embedding_bag_backward_ws_alloc<uint32_t>(ws, (size_t)N);
         if (weighted) {
@@ -1667,15 +1495,7 @@ inline EmbeddingBagBackwardWorkspace embedding_bag_backward_workspace(const Embe
                                                       (uint32_t*)ws.vals_sorted, (int)N, 0, std::min(a.key_bits, 32)));
         }
         temp = std::max(temp, bytes);
-        if (uses(9, 9)) {
-            ws.head = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.num_rows, false);
-            ws.cnt = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.num_rows, false);
-            cudaCheck(cudaMemset(ws.head, 0, std::max<size_t>(a.num_rows, 1) * sizeof(int)));
-            cudaCheck(cudaMemset(ws.cnt, 0, std::max<size_t>(a.num_rows, 1) * sizeof(int)));
-            ws.next = embedding_bag_backward_ws_alloc<int>(ws, (size_t)N);
-            ws.hot = embedding_bag_backward_ws_alloc<int>(ws, 1);
-        }
-        if (uses(8, 9)) {
+        if (uses(8, 8)) {
             ws.big_begin = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
             ws.big_end = embedding_bag_backward_ws_alloc<int>(ws, (size_t)a.T);
             if (weighted)
@@ -1772,18 +1592,17 @@ void embedding_bag_backward3_vpl(const EmbeddingBagBackwardArgs& a, EmbeddingBag
         a, ws.run_keys, ws.run_starts, ws.run_lengths, ws.num_runs, ws.bags_sorted, ws.psw_sorted, go);
 }
 
-// versions 4-8: linearize, then the sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version
-// 7's, G = 4 or 8 lanes per row in chunks of 32 lookups), the combine kernels. gate: version 9's (GROUPED, TABLES,
-// and the tables average at most SORT_CAPACITY lookups: every sorting kernel can be gated)
+// versions 4-8: linearize, sort (TABLES: version 8's, table by table), the chunk kernel (GROUPED: version 7's,
+// G = 4 or 8 lanes per row in chunks of 32 lookups), the combine kernels
 template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
-void embedding_bag_backward_sorted_chunks(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream,
-                                          const int* gate) {
+void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     VAL* vals = (VAL*)ws.vals;
     VAL* vals_sorted = (VAL*)ws.vals_sorted;
     size_t bytes = ws.temp_bytes;
+    embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, vals);
     if (TABLES && a.N <= (int64_t)a.T * EMBEDDING_BAG_BACKWARD_SORT_CAPACITY) {
         embedding_bag_backward_sort_tables<VAL><<<a.T, EMBEDDING_BAG_BACKWARD_SORT_THREADS, 0, stream>>>(
-            a, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end, gate);
+            a, ws.keys32, vals, ws.keys32_sorted, vals_sorted, ws.big_begin, ws.big_end);
         embedding_bag_backward_sort_big_tables(a, ws.temp, bytes, ws.keys32, ws.keys32_sorted, vals, vals_sorted, ws.big_begin, ws.big_end,
                                                stream);
     } else {
@@ -1795,23 +1614,17 @@ void embedding_bag_backward_sorted_chunks(const EmbeddingBagBackwardArgs& a, Emb
     constexpr int VPLB = G * VPL >= 32 ? G * VPL / 32 : 1;     // the combine kernels hold a row in a full warp
     if constexpr (GROUPED)
         embedding_bag_backward_chunks_grouped<WT, G, VPL, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
-            a, ws.keys32_sorted, vals_sorted, ws.partials, gate);
+            a, ws.keys32_sorted, vals_sorted, ws.partials);
     else
         embedding_bag_backward_chunks<WT, G, VPL, PREFETCH, VAL><<<embedding_bag_backward_grid(warps * 32, block), block, 0, stream>>>(
             a, ws.keys32_sorted, vals_sorted, ws.partials);
     cudaCheck(cudaMemsetAsync(ws.num_long_owners, 0, sizeof(unsigned), stream));
     embedding_bag_backward_combine<WT, VPLB, VAL><<<embedding_bag_backward_grid(chunks * 32, 256), 256, 0, stream>>>(
-        a, ws.keys32_sorted, vals_sorted, ws.partials, C, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners, gate);
+        a, ws.keys32_sorted, vals_sorted, ws.partials, C, chunks, ws.long_owners, ws.long_spans, ws.num_long_owners);
     // enough blocks for every long run there can be (one per WARP_SPAN chunks), at most 2 per SM's worth
     const unsigned long_grid = (unsigned)std::min<int64_t>(264, chunks / EMBEDDING_BAG_BACKWARD_WARP_SPAN + 1);
     embedding_bag_backward_combine_long<WT, VPLB, VAL><<<long_grid, 256, 0, stream>>>(a, ws.keys32_sorted, vals_sorted, ws.partials, C,
                                                                                   ws.long_owners, ws.long_spans, ws.num_long_owners);
-}
-template <class WT, int G, int VPL, bool PREFETCH, class VAL, bool GROUPED = false, bool TABLES = false>
-void embedding_bag_backward_chunked(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    embedding_bag_backward_linearize32<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32,
-                                                                                                                       (VAL*)ws.vals);
-    embedding_bag_backward_sorted_chunks<WT, G, VPL, PREFETCH, VAL, GROUPED, TABLES>(a, ws, block, stream, nullptr);
 }
 
 template <class WT, int G, int VPL, bool PREFETCH, bool GROUPED = false, bool TABLES = false>
@@ -1869,35 +1682,13 @@ void embedding_bag_backward6(const EmbeddingBagBackwardArgs& a, EmbeddingBagBack
     else embedding_bag_backward_chunked_vals<WT, 16, 1, true>(a, ws, block, stream);
 }
 
-// version 9: the flag down, the lists, the owners' rows (or, the flag up, version 8's kernels)
-template <class WT, int G, int VPL, class VAL>
-void embedding_bag_backward_unsorted_run(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
-    cudaCheck(cudaMemsetAsync(ws.hot, 0, sizeof(int), stream));
-    embedding_bag_backward_link<VAL><<<embedding_bag_backward_grid((int64_t)a.T * a.B * 32, 256), 256, 0, stream>>>(a, ws.keys32, (VAL*)ws.vals,
-                                                                                                                ws.head, ws.cnt, ws.next, ws.hot);
-    embedding_bag_backward_unsorted<WT, G, VPL, VAL><<<embedding_bag_backward_grid(ceil_div<int64_t>(a.N, 32) * 32, block), block, 0, stream>>>(
-        a, ws.keys32, (const VAL*)ws.vals, ws.head, ws.cnt, ws.next, ws.hot);
-    embedding_bag_backward_sorted_chunks<WT, G, VPL, false, VAL, true, true>(a, ws, block, stream, ws.hot);
-}
-
 // version 7: a row takes a group of G lanes (8 up to D = 256, 4 up to D = 64: eight rows a warp); wider rows take
-// version 4's warps. Version 8 (TABLES): the same with the table-by-table sort. Version 9 (UNSORTED): version 8
-// behind its lists, where every kernel of version 8 can be gated (the table sort: the tables average at most
-// SORT_CAPACITY lookups); elsewhere it is version 8.
-template <class WT, bool TABLES, bool UNSORTED = false>
+// version 4's warps. Version 8 (TABLES): the same with the table-by-table sort.
+template <class WT, bool TABLES>
 void embedding_bag_backward_grouped(const EmbeddingBagBackwardArgs& a, EmbeddingBagBackwardWorkspace& ws, int block, cudaStream_t stream) {
     if (a.N == 0) return;
-    const bool unsorted = UNSORTED && a.N <= (int64_t)a.T * EMBEDDING_BAG_BACKWARD_SORT_CAPACITY;
     auto run = [&](auto g, auto vpl) {
-        constexpr int Gc = decltype(g)::value, V = decltype(vpl)::value;
-        if constexpr (UNSORTED) {
-            if (unsorted) {
-                if (a.per_sample_weights != nullptr) embedding_bag_backward_unsorted_run<WT, Gc, V, uint64_t>(a, ws, block, stream);
-                else embedding_bag_backward_unsorted_run<WT, Gc, V, uint32_t>(a, ws, block, stream);
-                return;
-            }
-        }
-        embedding_bag_backward_chunked_vals<WT, Gc, V, false, true, TABLES>(a, ws, block, stream);
+        embedding_bag_backward_chunked_vals<WT, decltype(g)::value, decltype(vpl)::value, false, true, TABLES>(a, ws, block, stream);
     };
     using I1 = std::integral_constant<int, 1>;
     using I2 = std::integral_constant<int, 2>;
@@ -1923,7 +1714,6 @@ void embedding_bag_backward_typed(int kernel_num, const EmbeddingBagBackwardArgs
         case 6: embedding_bag_backward6<WT>(a, ws, block, stream); break;
         case 7: embedding_bag_backward_grouped<WT, false>(a, ws, block, stream); break;
         case 8: embedding_bag_backward_grouped<WT, true>(a, ws, block, stream); break;
-        case 9: embedding_bag_backward_grouped<WT, true, true>(a, ws, block, stream); break;
         default: fail_args("embedding_bag_backward has no version %d", kernel_num);
     }
 }
@@ -1957,13 +1747,13 @@ inline std::string embedding_bag_backward_skip_reason(int kernel_num, int max_D,
     if (kernel_num >= 2 && max_D > EMBEDDING_BAG_BACKWARD_MAX_D)
         return "a table has D = " + std::to_string(max_D) + " > 1024: versions 2-8 hold a row in registers (8 vectors per lane)";
     if (kernel_num >= 4 && num_rows > ((int64_t)1 << 32))
-        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-9 sort 32-bit row ids";
+        return "the tables have " + std::to_string(num_rows) + " rows in all: versions 4-8 sort 32-bit row ids";
     if (kernel_num == 6 && embedding_bag_backward_group(max_D) == 32)
         return "max D = " + std::to_string(max_D) + " > 64: sub-warp rows are for D <= 64 (wider rows take the whole warp, as in version 5)";
     return "";
 }
 
-// versions 7-9: the chunk kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
+// versions 7 and 8: the chunk kernel is built for blocks of up to 256 (its registers: up to 255 per thread at D = 256)
 inline std::vector<int> embedding_bag_backward_blocks(int kernel_num) {
     if (kernel_num >= 7) return {64, 128, 256};
     return {64, 128, 256, 512};
@@ -2172,7 +1962,7 @@ inline double embedding_bag_backward_device_bytes(const EmbeddingBagBackwardInpu
     for (int k : kernels) {
         if (k == 1) ws = std::max(ws, 4.0 * W + 4.0 * R + 8.0 * N);
         if (k == 2 || k == 3) ws = std::max(ws, 120.0 * N + 4.0 * in.grad_output.size());
-        if (k >= 4) ws = std::max(ws, 48.0 * N + (N / 8.0 + 1.0) * 8.0 * max_D + (k == 9 ? 8.0 * R + 4.0 * N : 0.0));
+        if (k >= 4) ws = std::max(ws, 48.0 * N + (N / 8.0 + 1.0) * 8.0 * max_D);
     }
     return b + ws;
 }
@@ -2421,10 +2211,6 @@ inline bool embedding_bag_backward_check(EmbeddingBagBackwardRun& s, int k, int 
         ok = embedding_bag_backward_check_untouched(s, "v1 accumulator", s.ws.acc, nullptr, false, nullptr, false) && ok;
         ok = embedding_bag_backward_check_untouched(s, "v1 flags", s.ws.flags, nullptr, false, nullptr, true) && ok;
     }
-    if (k == 9 && s.ws.head != nullptr) {   // and version 9 its lists
-        ok = embedding_bag_backward_check_untouched(s, "v9 list heads", s.ws.head, nullptr, false, nullptr, true) && ok;
-        ok = embedding_bag_backward_check_untouched(s, "v9 list counts", s.ws.cnt, nullptr, false, nullptr, true) && ok;
-    }
     if (s.a.N == 0) {
         printf("  %-16s skip  (no lookups: the step launches nothing)\n", "graph replay");
         return ok;
@@ -2538,8 +2324,8 @@ void embedding_bag_backward_parse(Cli& cli, EmbeddingBagConfig& cfg, EmbeddingBa
     cli.add_double("eps", &prm.eps, "Adagrad's epsilon");
     cli.constraints = std::string(EMBEDDING_BAG_CONSTRAINTS) + ",\n"
                       "  fewer than 2^31 lookups, eps > 0;\n"
-                      "  versions 2-9 need every D <= 1024, versions 4-9 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
-                      "  --block a power of two from 32 to 512 (at most 256 for versions 7-9)";
+                      "  versions 2-8 need every D <= 1024, versions 4-8 fewer than 2^32 rows in all, version 6 max D <= 64;\n"
+                      "  --block a power of two from 32 to 512 (at most 256 for versions 7 and 8)";
     cli.parse(argc, argv);
     for (int i = 0; i < 4; i++)
         if (optimizer == EMBEDDING_BAG_BACKWARD_OPT_NAMES[i]) prm.opt = (EmbeddingBagBackwardOpt)i;
@@ -2555,7 +2341,7 @@ int main(int argc, char** argv) {
     EmbeddingBagBackwardParams prm;
     Cli cli("embedding_bag_backward",
             "Embedding bags, backward with the optimizer fused in (FBGEMM split TBE layout, exact optimizers):\n"
-            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 9, 8);
+            "one update per looked-up row, rows nobody looked up untouched; --pooling none: one gradient row per lookup.", 8, 8);
     embedding_bag_backward_parse(cli, cfg, flags, prm, argc, argv);
     EmbeddingBagBackwardInputs in = embedding_bag_backward_inputs(cli, cfg, flags);
     embedding_bag_set_precision(cfg, flags);
