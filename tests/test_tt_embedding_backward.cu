@@ -1274,12 +1274,12 @@ static void test_v7_filter() {
             sh.nnz = B * L;
             return tt_embedding_backward_pad_plan(sh, 132);
         };
-        report(pads({4, 4, 4}, {16, 16}, 512) && pads({4, 4, 4}, {32, 16}, 512) && pads({4, 4, 4}, {4, 4}, 512) && pads({4, 4, 4}, {24, 24}, 739) &&
-                   pads({8, 4, 4}, {16, 24}, 369) && pads({4, 4, 4}, {16, 16}, 4096, 1),
-               "version 7 pads ranks to 32 at q 4,4,4 ranks 16,16, 32,16, 4,4 (B 512, L 20), 24,24 (B 739), q 8,4,4 (B 369), B 4096 L 1");
-        report(!pads({4, 4, 4}, {16, 16}, 4096) && !pads({8, 4, 4}, {16, 16}, 512) && !pads({4, 4, 4}, {24, 24}, 740) && !pads({8, 4, 4}, {16, 24}, 370) &&
+        report(pads({4, 4, 4}, {16, 16}, 512) && pads({4, 4, 4}, {32, 16}, 512) && pads({4, 4, 4}, {4, 4}, 512) && pads({4, 4, 4}, {24, 24}, 1320) &&
+                   pads({4, 4, 4}, {8, 8}, 1024) && pads({4, 4, 4}, {16, 16}, 4096, 1),
+               "version 7 pads ranks to 32 at q 4,4,4 ranks 16,16, 32,16, 4,4 (B 512, L 20), 24,24 (B 1320), 8,8 (B 1024), B 4096 L 1");
+        report(!pads({4, 4, 4}, {16, 16}, 4096) && !pads({8, 4, 4}, {16, 16}, 512) && !pads({4, 4, 4}, {24, 24}, 1321) && !pads({8, 4, 4}, {16, 24}, 64) &&
                    !pads({4, 4, 4}, {32, 32}, 512) && !pads({4, 4, 4}, {64, 16}, 512) && !pads({4, 4, 2}, {16, 16}, 512) && !pads({2, 4, 4}, {16, 16}, 512),
-               "version 7 pads no ranks past 112 lookups an SM (B 4096; q 8,4,4 cut in 2 at B 512; B 740), at ranks 32,32 or past 32, at q 4,4,2 or 2,4,4");
+               "version 7 pads no ranks past 200 lookups an SM (B 4096; B 1321), with q_0 cut (q 8,4,4 at B 512 and 64), at ranks 32,32 or past 32, at q 4,4,2 or 2,4,4");
         auto route_of = [](bool padded, int block) {
             TtEmbeddingBackwardShape sh = tt_embedding_backward_make_shape({200, 220, 250}, {4, 4, 4}, {16, 16}, 0, 1, 512);
             sh.nnz = 512 * 20;
@@ -1500,7 +1500,7 @@ static void test_pad(const Case& c) {
     const Problem pr = make_problem(c);
     const TtEmbeddingBackwardShape& s = pr.s;
     std::string why;
-    if (!tt_embedding_backward_pad_plan(s, 132)) why += " no pad plan;";
+    if (tt_embedding_backward_pad_plan(s, 132) != (s.q[0] == TT_EMBEDDING_BACKWARD_TC_Q)) why += " the plan pads a cut shape or not an uncut one;";
     const TtEmbeddingBackwardShape v = tt_embedding_backward_padded_shape(s);
     std::vector<float> padded((size_t)v.core_off[v.T], NAN);
     for (int64_t e = 0; e < v.core_off[v.T]; e++) {

@@ -37,7 +37,7 @@ Version 7 at every shape (its dispatcher, in this order; history and times: resu
   - T >= 4 with small p: adjacent cores merged into three (or two), the default on those, back by two GEMMs a merge;
   - T = 2 (q_t <= 16, or 32 at ranks <= 32): the (slice, lookup) pairs sorted with CUB, a warp sums each run;
   - T = 3, q 4k,4,4, ranks 32,32: the tensor-core kernels, a lookup of q_0 = 4k rows as k lookups of four; at ranks
-    below 32 the same on cores padded with zeros to 32,32, where the lookups are at most 112 an SM;
+    below 32 (q_0 = 4) the same on cores padded with zeros to 32,32, where the lookups are at most 200 an SM;
   - version 6 where its block fits 110 KB and it wins (ranks below 32; 32 at T = 3 and D < 256);
   - else version 9, which reads the forward's --stash (P_t) where given: EL-Rec's ranks 128, ranks 64, D 256.
   The grid (q 8,4,4, ranks 16 and 64, T 4 and 6, D 256, EL-Rec's rank 128) and PyTorch beside it: results/h200.md.
@@ -3933,11 +3933,11 @@ inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbed
 // of every real element (the padded elements' gradient is dropped). At T = 3 with q 4k,4,4 the padded shape is the
 // tensor-core kernels' own. One kernel writes the padded cores (zeros included), the default runs them in dense mode,
 // and one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
-// The padded products are up to 64x the real ones (ranks 4), and still the short step is latency, not FLOPs: at B 512
-// (78 lookups an SM) padding won at every rank pair measured, 4,4 to 32,16 (5-34% faster; ranks 16 17%); at 155 lookups
-// an SM (q 8,4,4 cut in 2) and 620 (B 4096) it lost 14% and 9%. So it pads up to PAD_PER_SM lookups (after the cut) per
-// SM, between the two (the times: the notes).
-static const int TT_EMBEDDING_BACKWARD_PAD_PER_SM = 112;
+// The padded products are up to 64x the real ones (ranks 4), and still the short step is latency, not FLOPs: at q 4,4,4
+// padding won at every rank pair and size measured, 4,4 to 32,16 at 78 lookups an SM (5-34%) and ranks 8, 16, 24 up to
+// 194 (ranks 16: 14%, 24: 1.7x), and lost 9% at 620; with q_0 cut (q 8,4,4) it lost at 97 and 136 lookups an SM (5%,
+// 11%). So it pads uncut shapes (q_0 = 4) of at most PAD_PER_SM lookups per SM (the times: the notes).
+static const int TT_EMBEDDING_BACKWARD_PAD_PER_SM = 200;
 inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbeddingBackwardShape& s) {
     TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0], s.p[1], s.p[2]}, {s.q[0], s.q[1], s.q[2]},
                                                                   {TT_EMBEDDING_BACKWARD_TC_R, TT_EMBEDDING_BACKWARD_TC_R}, s.E, s.tables, s.B);
@@ -3950,7 +3950,7 @@ inline bool tt_embedding_backward_pad_plan(const TtEmbeddingBackwardShape& s, in
     const int R = TT_EMBEDDING_BACKWARD_TC_R;
     return s.T == 3 && s.R[1] <= R && s.R[2] <= R && (s.R[1] < R || s.R[2] < R) &&
            tt_embedding_backward_tc_reason(tt_embedding_backward_padded_shape(s)).empty() &&
-           (double)s.nnz * (s.q[0] / TT_EMBEDDING_BACKWARD_TC_Q) <= (double)TT_EMBEDDING_BACKWARD_PAD_PER_SM * sms;
+           s.q[0] == TT_EMBEDDING_BACKWARD_TC_Q && (double)s.nnz <= (double)TT_EMBEDDING_BACKWARD_PAD_PER_SM * sms;
 }
 // element e of a packed cores buffer of shape `from` (the padding between cores included): where the same (core,
 // table, slice, k, a, k') is in the buffer of shape `to`, or -1 where it is not there (from's padding, or a rank
