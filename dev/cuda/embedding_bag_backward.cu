@@ -49,7 +49,7 @@ Lessons (profiles, launches, timing, what was tried and dropped: results/notes/e
 - The uniform bound: the chunks' random 512-byte row read-modify-writes (108 of 155 us, 72% of copy; bare, 87%:
   scripts/row_roof.cu); the 24 us sort is a latency chain per block (8x the blocks took as long: 6ff9214).
 - Without the sort (a list per row, built with atomics: cc6632e) the same row updates ran 34% slower in lookup order
-  than sorted, and every size lost (H100 uniform 0.182 -> 0.229 ms): the sorted order is also the rows' locality.
+  than sorted, and every size lost (H100 uniform 0.182 -> 0.229 ms): likely the sorted order's locality.
 
 Compile and run:
   make embedding_bag_backward       && ./embedding_bag_backward all
