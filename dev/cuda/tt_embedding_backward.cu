@@ -3934,9 +3934,9 @@ inline TtEmbeddingBackwardRowGemm tt_embedding_backward_merge_gemm(const TtEmbed
 // tensor-core kernels' own. One kernel writes the padded cores (zeros included), the default runs them in dense mode,
 // and one kernel reads each real element's gradient and applies the optimizer (untouched slices: an exact 0).
 // The padded products are up to 64x the real ones (ranks 4), and still the short step is latency, not FLOPs: at q 4,4,4
-// padding won at every rank pair and size measured, 4,4 to 32,16 at 78 lookups an SM (5-34%) and ranks 8, 16, 24 up to
-// 194 (ranks 16: 14%, 24: 1.7x), and lost 9% at 620; with q_0 cut (q 8,4,4) it lost at 97 and 136 lookups an SM (5%,
-// 11%). So it pads uncut shapes (q_0 = 4) of at most PAD_PER_SM lookups per SM (the times: the notes).
+// padding won every run up to 194 lookups an SM (4,4 to 32,16 at 78: 5-34% less time; ranks 8, 16, 24 at 97-194: 14-42%)
+// and lost 9% at 620; with q_0 cut (q 8,4,4) it lost already at 97 and 136 lookups an SM (5%, 12%). So it pads uncut
+// shapes (q_0 = 4) of at most PAD_PER_SM lookups per SM (the times: the notes).
 static const int TT_EMBEDDING_BACKWARD_PAD_PER_SM = 200;
 inline TtEmbeddingBackwardShape tt_embedding_backward_padded_shape(const TtEmbeddingBackwardShape& s) {
     TtEmbeddingBackwardShape v = tt_embedding_backward_make_shape({s.p[0], s.p[1], s.p[2]}, {s.q[0], s.q[1], s.q[2]},
